@@ -1,0 +1,136 @@
+//! The table's bytes: header and slot `#[repr(C)]` types, the constants of the
+//! format, and compile-time checks that the layout is what the format says.
+//!
+//! # Size and alignment
+//!
+//! A table is one header of [`HEADER_SIZE`] bytes followed by `capacity` slots
+//! of [`SLOT_SIZE`] bytes. Slots are 128-byte aligned: two 64-byte lines, so
+//! the adjacent-line prefetcher of current x86 cores never pulls a neighbour's
+//! heartbeat into a worker's cache (the same choice as crossbeam's
+//! `CachePadded`). The hot words a heartbeat touches (`state`, `beat`,
+//! `beats`) share the first line; the label lives in the second.
+//!
+//! Every field is an atomic: any process mapping the table may write any byte
+//! at any time, so even "plain" fields are read with atomic loads. That makes a
+//! hostile writer a source of wrong values, never of undefined behaviour.
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// The first eight bytes of every table: `b"LIVEREG\0"` read as little-endian.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"LIVEREG\0");
+/// Layout major version: a table with another major version is refused.
+pub const VERSION_MAJOR: u32 = 1;
+/// Layout minor version: additions that older readers may ignore.
+pub const VERSION_MINOR: u32 = 0;
+/// Bytes of the header; slots start at this offset.
+pub const HEADER_SIZE: usize = 512;
+/// Bytes of one slot.
+pub const SLOT_SIZE: usize = 128;
+/// Longest label in UTF-8 bytes.
+pub const LABEL_MAX: usize = 47;
+/// Largest capacity a table may have (128 MiB of slots).
+pub const MAX_CAPACITY: u32 = 1 << 20;
+
+/// Value of [`Header::ready`] once the creator finished writing the header.
+pub(crate) const READY: u32 = 0x5245_4459; // "READY" truncated: never a zero page's value
+
+/// Number of reasons a registration can end with; indexes [`Header::ended`].
+pub(crate) const REASONS: usize = 6;
+
+/// The table header. Identity fields are written once by the creator before
+/// `ready`; the rest is shared state of the reaper and the requesters of clears.
+#[repr(C, align(128))]
+pub(crate) struct Header {
+    pub magic: AtomicU64,
+    pub version_major: AtomicU32,
+    pub version_minor: AtomicU32,
+    pub header_size: AtomicU32,
+    pub slot_size: AtomicU32,
+    pub capacity: AtomicU32,
+    /// [`READY`] once the header is complete (written last, release).
+    pub ready: AtomicU32,
+    pub reap_timeout_ns: AtomicU64,
+    pub registration_grace_ns: AtomicU64,
+    /// Pid of the reaper that holds the reaper lock, in its own namespace.
+    pub reaper_pid: AtomicU32,
+    /// Futex word: bumped by anyone who needs the reaper now.
+    pub wake: AtomicU32,
+    /// Futex word: bumped by the reaper after releasing slots or finishing a
+    /// clear, for those waiting on either.
+    pub settled: AtomicU32,
+    reserved_u32: AtomicU32,
+    /// The reaper's clock at its last scan.
+    pub reaper_heartbeat_ns: AtomicU64,
+    /// Changes whenever a reaper (re)starts.
+    pub boot_token: AtomicU64,
+    pub clear_requested: AtomicU64,
+    pub clear_completed: AtomicU64,
+    /// Ended registrations by reason, indexed by `Reason as usize - 1`.
+    pub ended: [AtomicU64; REASONS],
+    pub handler_failures: AtomicU64,
+    pub scans: AtomicU64,
+    pub last_scan_duration_ns: AtomicU64,
+    pub registrations_total: AtomicU64,
+    pub corrupt_slots: AtomicU64,
+    reserved: [AtomicU64; 41],
+}
+
+/// One registration's cache-line pair.
+#[repr(C, align(128))]
+pub(crate) struct Slot {
+    /// `generation << 32 | state`; see [`crate::protocol`].
+    pub state: AtomicU64,
+    /// `tag << 48 | time`: the heartbeat word; see [`crate::protocol`].
+    pub beat: AtomicU64,
+    /// Heartbeats counted by the owner (a plain store, for status only).
+    pub beats: AtomicU64,
+    pub instance_id: AtomicU64,
+    /// The registrant's clock at registration, in nanoseconds.
+    pub registered_ns: AtomicU64,
+    /// Start time of `pid` in clock ticks since boot (`/proc/PID/stat` field
+    /// 22), so a recorded pid is never trusted after it was reused.
+    pub process_start: AtomicU64,
+    /// The registered process's id in the registrant's PID namespace.
+    pub pid: AtomicU32,
+    pub flags: AtomicU32,
+    /// The beat word an ender replaced with its end marker.
+    pub final_beat: AtomicU64,
+    /// Byte 0 is the label's length, bytes 1..=47 its UTF-8.
+    pub label: [AtomicU64; 6],
+    reserved2: [AtomicU64; 2],
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() == HEADER_SIZE);
+const _: () = assert!(std::mem::size_of::<Slot>() == SLOT_SIZE);
+const _: () = assert!(std::mem::align_of::<Slot>() == SLOT_SIZE);
+const _: () = assert!(HEADER_SIZE % SLOT_SIZE == 0);
+const _: () = assert!(std::mem::size_of::<[AtomicU64; 6]>() == LABEL_MAX + 1);
+
+/// Total bytes of a table with `capacity` slots.
+pub const fn table_size(capacity: u32) -> usize {
+    HEADER_SIZE + capacity as usize * SLOT_SIZE
+}
+
+impl Slot {
+    /// Writes `label` (at most [`LABEL_MAX`] bytes, checked by the caller).
+    pub fn store_label(&self, label: &str) {
+        let mut bytes = [0u8; LABEL_MAX + 1];
+        bytes[0] = label.len() as u8;
+        bytes[1..=label.len()].copy_from_slice(label.as_bytes());
+        for (word, chunk) in self.label.iter().zip(bytes.chunks_exact(8)) {
+            let value = u64::from_le_bytes(chunk.try_into().expect("chunks of 8"));
+            word.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// Reads the label; an impossible length or invalid UTF-8 from a corrupted
+    /// table is shown lossily rather than refused.
+    pub fn load_label(&self) -> String {
+        let mut bytes = [0u8; LABEL_MAX + 1];
+        for (word, chunk) in self.label.iter().zip(bytes.chunks_exact_mut(8)) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        }
+        let len = usize::from(bytes[0]).min(LABEL_MAX);
+        String::from_utf8_lossy(&bytes[1..=len]).into_owned()
+    }
+}

@@ -1,0 +1,59 @@
+//! A lock-free shared-memory liveness registry.
+//!
+//! Worker processes register in a [`Table`] mapped from `/dev/shm` and prove
+//! they are alive by writing a timestamp into their own slot
+//! ([`Worker::heartbeat`]: one clock read and one compare-and-swap, no system
+//! call). A [`Reaper`] scans the slots every `reap_timeout / 4`, ends the
+//! registrations that went silent or whose process exited, and calls drop
+//! handlers so a server frees what it held for them.
+//!
+//! ```
+//! use livereg::{Reason, Table, TableOptions};
+//! use std::sync::mpsc;
+//! use std::time::Duration;
+//!
+//! let name = format!("livereg-doc-lib-{}", std::process::id());
+//! let options = TableOptions { reap_timeout: Duration::from_millis(200), ..TableOptions::default() };
+//! let table = Table::create(&name, &options)?;
+//!
+//! // The server: a reaper whose handler frees a worker's resources.
+//! let (freed, dropped) = mpsc::channel();
+//! let reaper = table.reaper().on_drop(move |event| Ok(freed.send(event.clone())?)).spawn()?;
+//!
+//! // A worker (normally another process, opening the table by name).
+//! let worker = Table::open(&name)?.register(7, "gpu0")?;
+//! worker.heartbeat()?;
+//! worker.deregister()?;
+//!
+//! let event = dropped.recv_timeout(Duration::from_secs(5)).unwrap();
+//! assert_eq!((event.instance_id, event.reason), (7, Reason::Deregistered));
+//! reaper.stop();
+//! Table::unlink(&name)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![deny(missing_docs)]
+
+mod clock;
+mod error;
+mod event;
+mod layout;
+mod location;
+mod os;
+mod protocol;
+mod reaper;
+mod reaper_thread;
+mod status;
+mod sync;
+mod table;
+mod worker;
+
+pub use clock::{monotonic_ns, Clock, ManualClock};
+pub use error::{Error, Result};
+pub use event::{DropEvent, Reason};
+pub use layout::{table_size, HEADER_SIZE, LABEL_MAX, MAGIC, MAX_CAPACITY, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR};
+pub use reaper::{HandlerError, Reaper, ReaperBuilder, ScanReport};
+pub use reaper_thread::ReaperThread;
+pub use status::{RegistrationStatus, Status};
+pub use table::{Table, TableOptions};
+pub use worker::{Registration, Worker};

@@ -1,0 +1,5 @@
+//! The few Linux calls the table needs beyond `std`, one module per area.
+
+pub(crate) mod futex;
+pub(crate) mod lock;
+pub(crate) mod process;

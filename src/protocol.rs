@@ -1,0 +1,323 @@
+//! The slot state machine, over a plain `&Slot` so that `loom` can check it.
+//!
+//! Two words carry a registration's life:
+//!
+//! - `state = generation << 32 | phase`, phase one of [`FREE`], [`CLAIMING`],
+//!   [`LIVE`]. A registrant claims a free slot with a compare-and-swap
+//!   `FREE(g) → CLAIMING(g)`, writes its fields, and publishes `LIVE(g)`. The
+//!   reaper releases an ended registration with `LIVE(g) → FREE(g + 1)`, so a
+//!   handle from generation `g` never matches the next owner.
+//! - `beat = tag << 48 | time`, where `tag` is the generation's low 16 bits and
+//!   `time` is the owner's clock in microseconds (rounded up, so a slot never
+//!   looks older than it is), `0` before the first heartbeat, or
+//!   `ENDED | reason` once the registration has ended.
+//!
+//! Every change to whether a registration is alive is one compare-and-swap on
+//! `beat`: a heartbeat replaces a time with a later one; the reaper, a
+//! deregistration, a clear or a replacement replace the time the reaper judged
+//! with an end marker. So a heartbeat that races an eviction either lands first
+//! (the reaper's CAS fails: the beat is counted) or finds the marker (the worker
+//! is told it was evicted). The tag, plus a check of the full generation in
+//! `state`, keeps a stale handle's CAS from landing on a later owner.
+//!
+//! An ended registration stays `LIVE` with an end marker until the reaper has
+//! run its drop handlers and releases it; a reaper that dies in between leaves
+//! it so, and the next reaper runs the drop again.
+
+use crate::event::Reason;
+use crate::layout::Slot;
+use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+/// Phase of a slot nobody holds.
+pub(crate) const FREE: u32 = 0;
+/// Phase of a slot a registrant is filling in.
+pub(crate) const CLAIMING: u32 = 1;
+/// Phase of a published registration (possibly ended, awaiting its drop).
+pub(crate) const LIVE: u32 = 2;
+
+const TIME_BITS: u32 = 48;
+const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
+/// Times at or above this are end markers; the low byte is the reason.
+const ENDED: u64 = TIME_MASK & !0xFF;
+/// Latest representable heartbeat time, in microseconds (~8.9 years of uptime).
+const TIME_MAX_US: u64 = ENDED - 1;
+
+/// Packs a state word.
+pub(crate) fn state_word(generation: u32, phase: u32) -> u64 {
+    (u64::from(generation) << 32) | u64::from(phase)
+}
+
+/// Splits a state word into `(generation, phase)`.
+pub(crate) fn split_state(word: u64) -> (u32, u32) {
+    ((word >> 32) as u32, word as u32)
+}
+
+fn tag(generation: u32) -> u64 {
+    u64::from(generation as u16) << TIME_BITS
+}
+
+/// What a beat word says about its registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Beat {
+    /// Registered, no heartbeat yet.
+    Never,
+    /// Last heartbeat at this time (nanoseconds on the owner's clock).
+    At(u64),
+    /// Ended, for this reason (`None`: a marker no writer of ours produces).
+    Ended(Option<Reason>),
+}
+
+/// Decodes a beat word.
+pub(crate) fn decode_beat(word: u64) -> Beat {
+    match word & TIME_MASK {
+        0 => Beat::Never,
+        t if t >= ENDED => Beat::Ended(Reason::from_code(t as u8)),
+        t => Beat::At(t * 1_000),
+    }
+}
+
+fn beat_word(generation: u32, now_ns: u64) -> u64 {
+    let micros = now_ns.div_ceil(1_000).clamp(1, TIME_MAX_US);
+    tag(generation) | micros
+}
+
+fn ended_word(generation: u32, reason: Reason) -> u64 {
+    tag(generation) | ENDED | reason as u64
+}
+
+/// Why an operation through a handle was refused: its registration is over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// The registration ended for this reason and awaits (or is in) its drop.
+    Ended(Option<Reason>),
+    /// The slot was released; it may belong to someone else now.
+    Reused,
+}
+
+/// Claims `slot` if it is free: `FREE(g) → CLAIMING(g)`; returns `g`.
+pub(crate) fn try_claim(slot: &Slot) -> Option<u32> {
+    let word = slot.state.load(Relaxed);
+    let (generation, phase) = split_state(word);
+    if phase != FREE {
+        return None;
+    }
+    slot.state
+        .compare_exchange(word, state_word(generation, CLAIMING), Acquire, Relaxed)
+        .ok()
+        .map(|_| generation)
+}
+
+/// Gives back a claim without publishing it: `CLAIMING(g) → FREE(g + 1)`.
+/// Returns false if the slot was not in that state.
+pub(crate) fn abandon_claim(slot: &Slot, generation: u32) -> bool {
+    slot.state
+        .compare_exchange(
+            state_word(generation, CLAIMING),
+            state_word(generation.wrapping_add(1), FREE),
+            Release,
+            Relaxed,
+        )
+        .is_ok()
+}
+
+/// What a registrant writes into its claimed slot.
+pub(crate) struct SlotFields<'a> {
+    pub instance_id: u64,
+    pub label: &'a str,
+    pub pid: u32,
+    pub process_start: u64,
+    pub registered_ns: u64,
+}
+
+/// Fills a slot claimed as generation `generation` and publishes it `LIVE`.
+pub(crate) fn publish(slot: &Slot, generation: u32, registration: &SlotFields<'_>) {
+    slot.instance_id.store(registration.instance_id, Relaxed);
+    slot.pid.store(registration.pid, Relaxed);
+    slot.process_start.store(registration.process_start, Relaxed);
+    slot.registered_ns.store(registration.registered_ns, Relaxed);
+    slot.beats.store(0, Relaxed);
+    slot.store_label(registration.label);
+    slot.beat.store(tag(generation), Relaxed);
+    // Release: a reader that sees LIVE(g) sees every field above.
+    slot.state.store(state_word(generation, LIVE), Release);
+}
+
+/// Checks that the handle's generation still owns the slot, then applies
+/// `next` to the current beat word with a CAS, retrying if the word moved.
+/// With `remember`, the word being replaced is kept in `final_beat` first, so
+/// whoever sees the end marker also sees the last heartbeat.
+fn update_beat(slot: &Slot, generation: u32, remember: bool, next: impl Fn(u64) -> u64) -> Result<(), Gone> {
+    if slot.state.load(Acquire) != state_word(generation, LIVE) {
+        return Err(Gone::Reused);
+    }
+    let mut current = slot.beat.load(Relaxed);
+    loop {
+        if current & !TIME_MASK != tag(generation) {
+            return Err(Gone::Reused);
+        }
+        if let Beat::Ended(reason) = decode_beat(current) {
+            return Err(Gone::Ended(reason));
+        }
+        if remember {
+            slot.final_beat.store(current, Relaxed);
+        }
+        // Release on success: pairs with the reaper's acquire of `beat`.
+        match slot.beat.compare_exchange_weak(current, next(current), AcqRel, Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// A heartbeat at `now_ns` through a handle of generation `generation`.
+pub(crate) fn beat(slot: &Slot, generation: u32, now_ns: u64) -> Result<(), Gone> {
+    let stamp = beat_word(generation, now_ns);
+    update_beat(slot, generation, false, |current| current.max(stamp))
+}
+
+/// Ends the registration of generation `generation` for `reason`, whatever its
+/// last heartbeat (deregistration, clear, replacement).
+pub(crate) fn end(slot: &Slot, generation: u32, reason: Reason) -> Result<(), Gone> {
+    update_beat(slot, generation, true, |_| ended_word(generation, reason))
+}
+
+/// The reaper's eviction: ends the registration only if its beat word is still
+/// `judged`, the value the verdict was made on. Returns the word found instead
+/// when a heartbeat (or another ending) got there first.
+pub(crate) fn evict(slot: &Slot, generation: u32, judged: u64, reason: Reason) -> Result<(), u64> {
+    slot.final_beat.store(judged, Relaxed);
+    slot.beat
+        .compare_exchange(judged, ended_word(generation, reason), AcqRel, Acquire)
+        .map(|_| ())
+}
+
+/// The last heartbeat of an ended registration, as its ender recorded it.
+pub(crate) fn final_beat(slot: &Slot) -> Beat {
+    decode_beat(slot.final_beat.load(Acquire))
+}
+
+/// Frees an ended registration after its drop: `LIVE(g) → FREE(g + 1)`.
+/// Returns false if the slot was not in that state.
+pub(crate) fn release(slot: &Slot, generation: u32) -> bool {
+    slot.state
+        .compare_exchange(
+            state_word(generation, LIVE),
+            state_word(generation.wrapping_add(1), FREE),
+            AcqRel,
+            Relaxed,
+        )
+        .is_ok()
+}
+
+/// Whether a beat word belongs to generation `generation`.
+pub(crate) fn beat_matches(word: u64, generation: u32) -> bool {
+    word & !TIME_MASK == tag(generation)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn slot() -> Box<Slot> {
+        // SAFETY:
+        // - `Slot` is made only of atomic integers, for which all-zero bytes
+        //   are a valid value (a FREE slot of generation 0).
+        unsafe { Box::new(std::mem::zeroed()) }
+    }
+
+    fn registration() -> SlotFields<'static> {
+        SlotFields { instance_id: 7, label: "gpu0", pid: 1, process_start: 0, registered_ns: 10 }
+    }
+
+    fn live_slot() -> (Box<Slot>, u32) {
+        let slot = slot();
+        let generation = try_claim(&slot).expect("a zeroed slot is free");
+        publish(&slot, generation, &registration());
+        (slot, generation)
+    }
+
+    #[test]
+    fn claim_takes_a_free_slot_once() {
+        let slot = slot();
+        assert_eq!(try_claim(&slot), Some(0));
+        assert_eq!(try_claim(&slot), None);
+    }
+
+    #[test]
+    fn published_slot_starts_never_beaten() {
+        let (slot, _) = live_slot();
+        assert_eq!(decode_beat(slot.beat.load(Relaxed)), Beat::Never);
+        assert_eq!(slot.load_label(), "gpu0");
+    }
+
+    #[test]
+    fn beat_is_rounded_up_to_the_microsecond() {
+        let (slot, generation) = live_slot();
+        beat(&slot, generation, 1_000_001).unwrap();
+        assert_eq!(decode_beat(slot.beat.load(Relaxed)), Beat::At(1_001_000));
+    }
+
+    #[test]
+    fn beat_never_moves_time_backwards() {
+        let (slot, generation) = live_slot();
+        beat(&slot, generation, 5_000).unwrap();
+        beat(&slot, generation, 3_000).unwrap();
+        assert_eq!(decode_beat(slot.beat.load(Relaxed)), Beat::At(5_000));
+    }
+
+    #[test]
+    fn eviction_on_a_judged_word_wins_over_a_later_beat() {
+        let (slot, generation) = live_slot();
+        let judged = slot.beat.load(Relaxed);
+        evict(&slot, generation, judged, Reason::Timeout).unwrap();
+        assert_eq!(beat(&slot, generation, 9_000), Err(Gone::Ended(Some(Reason::Timeout))));
+        assert_eq!(final_beat(&slot), Beat::Never);
+    }
+
+    #[test]
+    fn ending_keeps_the_last_heartbeat() {
+        let (slot, generation) = live_slot();
+        beat(&slot, generation, 7_000).unwrap();
+        end(&slot, generation, Reason::Deregistered).unwrap();
+        assert_eq!(final_beat(&slot), Beat::At(7_000));
+        assert_eq!(decode_beat(slot.beat.load(Relaxed)), Beat::Ended(Some(Reason::Deregistered)));
+    }
+
+    #[test]
+    fn beat_before_eviction_makes_the_eviction_fail() {
+        let (slot, generation) = live_slot();
+        let judged = slot.beat.load(Relaxed);
+        beat(&slot, generation, 9_000).unwrap();
+        assert!(evict(&slot, generation, judged, Reason::Timeout).is_err());
+        assert_eq!(decode_beat(slot.beat.load(Relaxed)), Beat::At(9_000));
+    }
+
+    #[test]
+    fn stale_generation_cannot_touch_the_next_owner() {
+        let (slot, old) = live_slot();
+        end(&slot, old, Reason::Deregistered).unwrap();
+        assert!(release(&slot, old));
+        let new = try_claim(&slot).unwrap();
+        publish(&slot, new, &registration());
+        let before = slot.beat.load(Relaxed);
+        assert_eq!(beat(&slot, old, 50_000), Err(Gone::Reused));
+        assert_eq!(end(&slot, old, Reason::Deregistered), Err(Gone::Reused));
+        assert_eq!(slot.beat.load(Relaxed), before);
+    }
+
+    #[test]
+    fn release_needs_the_matching_generation() {
+        let (slot, generation) = live_slot();
+        assert!(!release(&slot, generation + 1));
+        assert!(release(&slot, generation));
+        assert!(!release(&slot, generation));
+    }
+
+    #[test]
+    fn abandoned_claim_bumps_the_generation() {
+        let slot = slot();
+        let generation = try_claim(&slot).unwrap();
+        assert!(abandon_claim(&slot, generation));
+        assert_eq!(try_claim(&slot), Some(generation + 1));
+    }
+}

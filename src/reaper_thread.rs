@@ -1,0 +1,111 @@
+//! The reaper in a background thread: a scan every `timeout / 4`, and at once
+//! when a deregistration, a replacement or a clear request wakes it.
+
+use crate::error::Result;
+use crate::os::futex;
+use crate::reaper::{Reaper, ReaperBuilder};
+use crate::sync::Ordering::Acquire;
+use crate::table::Table;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// A reaper running in its own thread; stops (and gives up the table) when
+/// stopped or dropped.
+///
+/// # Examples
+///
+/// ```
+/// use livereg::{Table, TableOptions};
+/// use std::time::Duration;
+///
+/// let table = Table::in_memory(&TableOptions::default())?;
+/// let reaper = table.reaper().on_drop(|event| {
+///     println!("free what instance {} held ({})", event.instance_id, event.reason);
+///     Ok(())
+/// }).spawn()?;
+/// assert!(table.probe().is_ok());
+/// table.register(1, "gpu1")?.deregister()?;
+/// table.clear(Duration::from_secs(5))?;
+/// reaper.stop();
+/// assert!(table.probe().is_err());
+/// # Ok::<(), livereg::Error>(())
+/// ```
+pub struct ReaperThread {
+    table: Table,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ReaperBuilder {
+    /// Takes the reaper role and starts scanning in a background thread named
+    /// `livereg-reaper`. With a zero reap timeout reaping is disabled: no
+    /// thread starts, no role is taken, and the handle reports
+    /// [`ReaperThread::is_running`] false.
+    ///
+    /// # Errors
+    ///
+    /// As [`ReaperBuilder::build`], or [`Error::Io`](crate::Error::Io) if the
+    /// thread cannot be spawned.
+    pub fn spawn(self) -> Result<ReaperThread> {
+        let table = self.table_handle();
+        let stop = Arc::new(AtomicBool::new(false));
+        if table.reap_timeout().is_zero() {
+            return Ok(ReaperThread { table, stop, thread: None });
+        }
+        let mut reaper = self.build()?;
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("livereg-reaper".into())
+            .spawn(move || run(&mut reaper, &stopping))
+            .map_err(|source| crate::Error::Io {
+                context: format!("table '{}': spawn the reaper thread", table.name()),
+                source,
+            })?;
+        Ok(ReaperThread { table, stop, thread: Some(thread) })
+    }
+}
+
+fn run(reaper: &mut Reaper, stop: &AtomicBool) {
+    let table = reaper.table().clone();
+    let wake = &table.inner.header().wake;
+    let interval = reaper.interval();
+    while !stop.load(Ordering::Acquire) {
+        let seen = wake.load(Acquire);
+        reaper.scan();
+        if !stop.load(Ordering::Acquire) {
+            futex::wait(wake, seen, interval);
+        }
+    }
+}
+
+impl ReaperThread {
+    /// Whether a scanning thread runs (false when reaping is disabled).
+    pub fn is_running(&self) -> bool {
+        self.thread.is_some()
+    }
+
+    /// The table this reaper holds.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    /// Stops the thread after its current scan and gives up the table.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.stop.store(true, Ordering::Release);
+            self.table.inner.wake_reaper();
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ReaperThread {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}

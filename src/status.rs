@@ -1,0 +1,157 @@
+//! A snapshot of a table for operators and dashboards, serialisable with serde.
+
+use crate::event::Reason;
+use crate::protocol::{self, Beat, LIVE};
+use crate::sync::Ordering::{Acquire, Relaxed};
+use crate::table::Table;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What a table holds and how its reaper is doing. Serialises to the keys of
+/// the reference's `worker_liveness` (`enabled`, `reap_timeout_seconds`,
+/// `registration_grace_seconds`, `tracked_instances`) and more.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    /// The table's name.
+    pub table: String,
+    /// Whether reaping is configured (a non-zero reap timeout).
+    pub enabled: bool,
+    /// Silence budget of workers that have beaten.
+    pub reap_timeout_seconds: f64,
+    /// Silence budget of workers that never beat.
+    pub registration_grace_seconds: f64,
+    /// How often the reaper scans.
+    pub scan_interval_seconds: f64,
+    /// Live (not ended) registrations.
+    pub tracked_instances: usize,
+    /// Number of slots.
+    pub capacity: u32,
+    /// Whether a reaper holds the table and scans.
+    pub reaper_alive: bool,
+    /// The reaper's pid in its own namespace (0: none recorded).
+    pub reaper_pid: u32,
+    /// Changes whenever a reaper (re)starts.
+    pub boot_token: u64,
+    /// Time since the reaper's last scan, on this handle's clock.
+    pub reaper_heartbeat_age_seconds: f64,
+    /// Scans done by all reapers of this table.
+    pub scans: u64,
+    /// Duration of the last scan.
+    pub last_scan_seconds: f64,
+    /// Ended registrations by reason (`timeout`, `grace`, …), since creation.
+    pub ended: BTreeMap<&'static str, u64>,
+    /// The sum of `ended`.
+    pub ended_total: u64,
+    /// Drop and clear handlers that failed or panicked, since creation.
+    pub handler_failures: u64,
+    /// Slots the last scan found in a state no writer of ours produces.
+    pub corrupt_slots: u64,
+    /// Clears requested and completed, since creation.
+    pub clears_requested: u64,
+    /// Clears the reaper completed.
+    pub clears_completed: u64,
+    /// Every occupied slot.
+    pub registrations: Vec<RegistrationStatus>,
+}
+
+/// One occupied slot.
+#[derive(Clone, Debug, Serialize)]
+pub struct RegistrationStatus {
+    /// Slot index.
+    pub slot: u32,
+    /// The slot's generation.
+    pub generation: u32,
+    /// Registered instance id.
+    pub instance_id: u64,
+    /// Label (may be empty).
+    pub label: String,
+    /// Registered pid, in the registrant's namespace.
+    pub pid: u32,
+    /// `live`, or `ending` while its drop is pending.
+    pub state: &'static str,
+    /// Why it ended, once it has.
+    pub ended_reason: Option<Reason>,
+    /// Heartbeats counted (advisory).
+    pub heartbeats: u64,
+    /// Time since its last heartbeat, or `None` if it never beat.
+    pub last_heartbeat_age_seconds: Option<f64>,
+    /// Time since it registered.
+    pub registered_age_seconds: f64,
+    /// How its process's exit is detected: `lock` (a kernel-held lock on a
+    /// shared table) or `none` (a heap table).
+    pub exit_detection: &'static str,
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+impl Table {
+    /// A snapshot of the table. Reading cannot fail; slots in impossible
+    /// states are counted in `corrupt_slots` by the reaper and left out here.
+    pub fn status(&self) -> Status {
+        let inner = &self.inner;
+        let header = inner.header();
+        let now = self.clock.now_ns();
+        let age = |then: u64| seconds(now.saturating_sub(then));
+        let exit_detection = if inner.file().is_some() { "lock" } else { "none" };
+        let registrations: Vec<RegistrationStatus> = (0..inner.capacity)
+            .filter_map(|index| {
+                let slot = inner.slot(index);
+                let (generation, phase) = protocol::split_state(slot.state.load(Acquire));
+                let word = slot.beat.load(Acquire);
+                if phase != LIVE || !protocol::beat_matches(word, generation) {
+                    return None;
+                }
+                let (last_beat, ended_reason) = match protocol::decode_beat(word) {
+                    Beat::Never => (None, None),
+                    Beat::At(ns) => (Some(ns), None),
+                    Beat::Ended(reason) => match protocol::final_beat(slot) {
+                        Beat::At(ns) => (Some(ns), reason),
+                        _ => (None, reason),
+                    },
+                };
+                Some(RegistrationStatus {
+                    slot: index,
+                    generation,
+                    instance_id: slot.instance_id.load(Relaxed),
+                    label: slot.load_label(),
+                    pid: slot.pid.load(Relaxed),
+                    state: if matches!(protocol::decode_beat(word), Beat::Ended(_)) { "ending" } else { "live" },
+                    ended_reason,
+                    heartbeats: slot.beats.load(Relaxed),
+                    last_heartbeat_age_seconds: last_beat.map(age),
+                    registered_age_seconds: age(slot.registered_ns.load(Relaxed)),
+                    exit_detection,
+                })
+            })
+            .collect();
+        let ended: BTreeMap<&'static str, u64> = Reason::ALL
+            .into_iter()
+            .map(|reason| (reason.as_str(), header.ended[reason.index()].load(Relaxed)))
+            .collect();
+        let timeout_ns = header.reap_timeout_ns.load(Relaxed);
+        Status {
+            table: inner.name.clone(),
+            enabled: timeout_ns > 0,
+            reap_timeout_seconds: seconds(timeout_ns),
+            registration_grace_seconds: seconds(header.registration_grace_ns.load(Relaxed)),
+            scan_interval_seconds: seconds(timeout_ns / 4),
+            tracked_instances: registrations.iter().filter(|r| r.state == "live").count(),
+            capacity: inner.capacity,
+            reaper_alive: self.reaper_alive(),
+            reaper_pid: header.reaper_pid.load(Relaxed),
+            boot_token: header.boot_token.load(Acquire),
+            reaper_heartbeat_age_seconds: age(header.reaper_heartbeat_ns.load(Acquire)),
+            scans: header.scans.load(Relaxed),
+            last_scan_seconds: seconds(header.last_scan_duration_ns.load(Relaxed)),
+            ended_total: ended.values().sum(),
+            ended,
+            handler_failures: header.handler_failures.load(Relaxed),
+            corrupt_slots: header.corrupt_slots.load(Relaxed),
+            clears_requested: header.clear_requested.load(Relaxed),
+            clears_completed: header.clear_completed.load(Relaxed),
+            registrations,
+        }
+    }
+}

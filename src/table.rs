@@ -1,0 +1,611 @@
+//! Create, open, validate and unlink a table: the one place that maps memory.
+
+use crate::clock::{duration_ns, Clock};
+use crate::error::{Error, Result};
+use crate::layout::{
+    table_size, Header, Slot, HEADER_SIZE, MAGIC, MAX_CAPACITY, READY, SLOT_SIZE, VERSION_MAJOR,
+    VERSION_MINOR,
+};
+use crate::location;
+use crate::os::{futex, lock};
+use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use memmap2::{MmapOptions, MmapRaw};
+use std::alloc::{self, Layout};
+use std::fs::{File, OpenOptions, Permissions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How long an opener waits for a creator to finish the header.
+const READY_WAIT: Duration = Duration::from_secs(1);
+/// How long a registrant waits for the registration lock.
+const REGISTRATION_LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// How a new table is made.
+///
+/// # Examples
+///
+/// ```
+/// use livereg::TableOptions;
+/// use std::time::Duration;
+///
+/// let options = TableOptions {
+///     capacity: 64,
+///     reap_timeout: Duration::from_secs(2),
+///     registration_grace: Duration::from_secs(10),
+///     ..TableOptions::default()
+/// };
+/// assert_eq!(options.mode, 0o600);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableOptions {
+    /// Number of slots, 1 to 1,048,576.
+    pub capacity: u32,
+    /// Permission bits of the object (default `0o600`; `0o660` shares it with
+    /// a group). The owner always needs read and write.
+    pub mode: u32,
+    /// Silence budget of a worker that has beaten at least once; zero disables
+    /// reaping.
+    pub reap_timeout: Duration,
+    /// Silence budget of a worker that registered and never beat; at least
+    /// `reap_timeout`.
+    pub registration_grace: Duration,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        TableOptions {
+            capacity: 256,
+            mode: 0o600,
+            reap_timeout: Duration::from_secs(10),
+            registration_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+impl TableOptions {
+    fn validate(&self) -> Result<()> {
+        let invalid = |message: String| Err(Error::InvalidArgument(message));
+        if self.capacity == 0 || self.capacity > MAX_CAPACITY {
+            return invalid(format!("capacity {} is out of range, expected 1 to {MAX_CAPACITY}", self.capacity));
+        }
+        if self.mode & !0o777 != 0 || self.mode & 0o600 != 0o600 {
+            return invalid(format!(
+                "mode {:o} is not usable, expected permission bits (at most 777) including owner read/write (600)",
+                self.mode
+            ));
+        }
+        if self.registration_grace < self.reap_timeout {
+            return invalid(format!(
+                "registration grace {:?} is shorter than the reap timeout {:?}, expected grace >= timeout",
+                self.registration_grace, self.reap_timeout
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A handle to a table. Cheap to clone; clones share the mapping.
+///
+/// All processes that open the same name share one table. The table outlives
+/// every handle: only [`Table::unlink`] removes it.
+///
+/// # Examples
+///
+/// ```
+/// use livereg::{Table, TableOptions};
+///
+/// let name = format!("livereg-doc-table-{}", std::process::id());
+/// let table = Table::create(&name, &TableOptions::default())?;
+/// let worker = table.register(42, "gpu0")?;
+/// worker.heartbeat()?;
+/// assert_eq!(table.status().tracked_instances, 1);
+/// worker.deregister()?;
+/// Table::unlink(&name)?;
+/// # Ok::<(), livereg::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Table {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) clock: Clock,
+}
+
+/// The memory behind a table handle.
+pub(crate) struct Inner {
+    pub name: String,
+    pub capacity: u32,
+    memory: Memory,
+    /// Serialises registrations of this process; the kernel lock orders them
+    /// against other processes.
+    registrations: Mutex<()>,
+}
+
+enum Memory {
+    /// A shared object or file, mapped.
+    Mapped { file: File, map: MmapRaw },
+    /// Process-private memory, for tests (and Miri) that need no OS objects.
+    Heap { base: NonNull<u8>, layout: Layout, reaper_taken: AtomicBool },
+}
+
+// SAFETY:
+// - the heap allocation is owned by `Inner` and freed only in its `Drop`;
+// - every byte of it is accessed through atomics (`Header`, `Slot`), so shared
+//   access from several threads is data-race free.
+unsafe impl Send for Inner {}
+// SAFETY: as above.
+unsafe impl Sync for Inner {}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Memory::Heap { base, layout, .. } = &self.memory {
+            // SAFETY:
+            // - `base` was returned by `alloc_zeroed(layout)` in `in_memory`
+            //   and is freed exactly once, here.
+            unsafe { alloc::dealloc(base.as_ptr(), *layout) };
+        }
+    }
+}
+
+impl Table {
+    /// Creates a table exclusively (`O_CREAT | O_EXCL`) with the options'
+    /// mode, sized for `capacity` slots, and marks it ready.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`]: a bad name or options.
+    /// - [`Error::Exists`]: a table of that name exists.
+    /// - [`Error::Permission`]: the OS refused to create it.
+    /// - [`Error::Io`]: another OS failure; nothing is left behind.
+    pub fn create(name: &str, options: &TableOptions) -> Result<Table> {
+        options.validate()?;
+        let path = location::resolve(name)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(options.mode)
+            .open(&path)
+            .map_err(|e| Error::os(name, "create", e))?;
+        Self::initialise(name, file, options).inspect_err(|_| {
+            let _ = std::fs::remove_file(&path);
+        })
+    }
+
+    fn initialise(name: &str, file: File, options: &TableOptions) -> Result<Table> {
+        let size = table_size(options.capacity);
+        // The umask may have cleared bits of the mode; make it exactly what
+        // was asked before anyone can see the table ready.
+        file.set_permissions(Permissions::from_mode(options.mode))
+            .map_err(|e| Error::os(name, "set permissions", e))?;
+        file.set_len(size as u64).map_err(|e| Error::os(name, "size the object", e))?;
+        let map = MmapOptions::new()
+            .len(size)
+            .map_raw(&file)
+            .map_err(|e| Error::os(name, "map", e))?;
+        let table = Table::from_inner(name, options.capacity, Memory::Mapped { file, map });
+        table.write_header(options);
+        Ok(table)
+    }
+
+    /// A table in this process's heap, for tests that need no OS objects.
+    /// Exit detection and kernel locks are absent; everything else behaves as
+    /// a shared table.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for bad options.
+    pub fn in_memory(options: &TableOptions) -> Result<Table> {
+        options.validate()?;
+        let layout = Layout::from_size_align(table_size(options.capacity), SLOT_SIZE)
+            .map_err(|e| Error::InvalidArgument(format!("capacity {}: {e}", options.capacity)))?;
+        // SAFETY:
+        // - `layout` has a non-zero size (at least the header).
+        let base = NonNull::new(unsafe { alloc::alloc_zeroed(layout) })
+            .unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        let memory = Memory::Heap { base, layout, reaper_taken: AtomicBool::new(false) };
+        let table = Table::from_inner("(in memory)", options.capacity, memory);
+        table.write_header(options);
+        Ok(table)
+    }
+
+    fn from_inner(name: &str, capacity: u32, memory: Memory) -> Table {
+        let inner = Inner { name: name.to_owned(), capacity, memory, registrations: Mutex::new(()) };
+        Table { inner: Arc::new(inner), clock: Clock::monotonic() }
+    }
+
+    fn write_header(&self, options: &TableOptions) {
+        let header = self.inner.header();
+        header.magic.store(MAGIC, Relaxed);
+        header.version_major.store(VERSION_MAJOR, Relaxed);
+        header.version_minor.store(VERSION_MINOR, Relaxed);
+        header.header_size.store(HEADER_SIZE as u32, Relaxed);
+        header.slot_size.store(SLOT_SIZE as u32, Relaxed);
+        header.capacity.store(options.capacity, Relaxed);
+        header.reap_timeout_ns.store(duration_ns(options.reap_timeout), Relaxed);
+        header.registration_grace_ns.store(duration_ns(options.registration_grace), Relaxed);
+        // Release: an opener that reads READY sees every field above.
+        header.ready.store(READY, Release);
+    }
+
+    /// Opens an existing table and validates it before touching any slot:
+    /// magic, layout version, header and slot size, and that the object's size
+    /// is exactly header + capacity × slot size. If its creator has not
+    /// finished, waits up to a second for it.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::NotFound`]: no such table.
+    /// - [`Error::Permission`]: the OS refused access (its mode, its owner).
+    /// - [`Error::Incompatible`]: another layout version or slot size.
+    /// - [`Error::Corrupt`]: not a livereg table, a size that does not match,
+    ///   a truncated object, or a header never finished.
+    /// - [`Error::InvalidArgument`]: a bad name.
+    pub fn open(name: &str) -> Result<Table> {
+        let path = location::resolve(name)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::os(name, "open", e))?;
+        let size = wait_until_ready(name, &file)?;
+        let corrupt = |detail: String| Error::Corrupt(format!("table '{name}': {detail}"));
+        let mapped_len = usize::try_from(size).map_err(|_| corrupt(format!("size {size} bytes is not mappable")))?;
+        let map = MmapOptions::new()
+            .len(mapped_len)
+            .map_raw(&file)
+            .map_err(|e| Error::os(name, "map", e))?;
+        // SAFETY:
+        // - the map is at least HEADER_SIZE bytes (checked by
+        //   `wait_until_ready`) and page-aligned, so it holds a `Header`;
+        // - `Header` is made of atomics, so shared access is race-free.
+        let header = unsafe { &*map.as_ptr().cast::<Header>() };
+        let capacity = validate(name, header, size)?;
+        Ok(Table::from_inner(name, capacity, Memory::Mapped { file, map }))
+    }
+
+    /// Removes the table's name. Processes that have it open keep using it
+    /// until they close it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`], [`Error::Permission`], [`Error::InvalidArgument`]
+    /// for a bad name, or [`Error::Io`].
+    pub fn unlink(name: &str) -> Result<()> {
+        let path = location::resolve(name)?;
+        std::fs::remove_file(path).map_err(|e| Error::os(name, "unlink", e))
+    }
+
+    /// This handle, reading time from `clock` for heartbeats, probes, status
+    /// and the reapers it builds. Tests use [`Clock::manual`].
+    pub fn with_clock(&self, clock: Clock) -> Table {
+        Table { inner: self.inner.clone(), clock }
+    }
+
+    /// The clock this handle reads.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The name the table was opened by.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Number of slots.
+    pub fn capacity(&self) -> u32 {
+        self.inner.capacity
+    }
+
+    /// The silence budget of workers that have beaten; zero if reaping is off.
+    pub fn reap_timeout(&self) -> Duration {
+        Duration::from_nanos(self.inner.header().reap_timeout_ns.load(Relaxed))
+    }
+
+    /// The silence budget of workers that never beat.
+    pub fn registration_grace(&self) -> Duration {
+        Duration::from_nanos(self.inner.header().registration_grace_ns.load(Relaxed))
+    }
+
+    /// How often a reaper scans: a quarter of the reap timeout.
+    pub fn scan_interval(&self) -> Duration {
+        self.reap_timeout() / 4
+    }
+
+    /// Whether a reaper holds the table and has scanned recently (within two
+    /// scan intervals plus a second, on this handle's clock).
+    pub fn reaper_alive(&self) -> bool {
+        let header = self.inner.header();
+        let age = self.clock.now_ns().saturating_sub(header.reaper_heartbeat_ns.load(Acquire));
+        let fresh = age <= duration_ns(self.scan_interval() * 2 + Duration::from_secs(1));
+        fresh && self.inner.reaper_role_taken()
+    }
+
+    /// The boot token of the live reaper: it changes whenever a reaper
+    /// (re)starts, so a worker that sees a new one knows the server restarted
+    /// and may register again. The shared-memory form of a "ping".
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoReaper`] when no reaper is alive.
+    pub fn probe(&self) -> Result<u64> {
+        if self.reaper_alive() {
+            Ok(self.inner.header().boot_token.load(Acquire))
+        } else {
+            Err(self.inner.no_reaper())
+        }
+    }
+
+    /// Asks the reaper to end every current registration (reason
+    /// [`Cleared`](crate::Reason::Cleared)) and run its clear handlers, and
+    /// waits up to `wait` for it. Requests made while one is pending share it.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::NoReaper`]: no reaper is alive (then nothing is requested).
+    /// - [`Error::Timeout`]: the clear did not complete within `wait`.
+    pub fn clear(&self, wait: Duration) -> Result<()> {
+        if !self.reaper_alive() {
+            return Err(self.inner.no_reaper());
+        }
+        let header = self.inner.header();
+        let ticket = header.clear_requested.fetch_add(1, AcqRel) + 1;
+        self.inner.wake_reaper();
+        let done = self.inner.wait_settled(wait, || header.clear_completed.load(Acquire) >= ticket);
+        if done {
+            Ok(())
+        } else {
+            Err(Error::Timeout(format!(
+                "table '{}': the clear was not completed within {wait:?} (reaper pid {})",
+                self.inner.name,
+                header.reaper_pid.load(Relaxed)
+            )))
+        }
+    }
+}
+
+/// Waits until the creator marks the header ready; returns the object's size.
+fn wait_until_ready(name: &str, file: &File) -> Result<u64> {
+    let corrupt = |detail: String| Error::Corrupt(format!("table '{name}': {detail}"));
+    let started = Instant::now();
+    loop {
+        let size = file.metadata().map_err(|e| Error::os(name, "stat", e))?.len();
+        let mut bytes = [0u8; HEADER_SIZE];
+        let header_read = size >= HEADER_SIZE as u64 && file.read_exact_at(&mut bytes, 0).is_ok();
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+        let magic = word(0);
+        if header_read && magic != 0 && magic != MAGIC {
+            return Err(corrupt(format!("not a livereg table: magic {magic:#018x}, expected {MAGIC:#018x}")));
+        }
+        let at = std::mem::offset_of!(Header, ready);
+        let ready = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        if header_read && ready == READY {
+            return Ok(size);
+        }
+        if started.elapsed() >= READY_WAIT {
+            return Err(if size < HEADER_SIZE as u64 {
+                corrupt(format!("truncated: the object has {size} bytes, a table needs at least {HEADER_SIZE}"))
+            } else {
+                corrupt(format!(
+                    "header not marked ready after {READY_WAIT:?} (ready word {ready:#x}, expected {READY:#x}): \
+                     its creator may have died while creating it"
+                ))
+            });
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Checks a ready header against the object's size; returns the capacity.
+fn validate(name: &str, header: &Header, size: u64) -> Result<u32> {
+    let incompatible = |detail: String| Err(Error::Incompatible(format!("table '{name}': {detail}")));
+    let corrupt = |detail: String| Err(Error::Corrupt(format!("table '{name}': {detail}")));
+    let magic = header.magic.load(Relaxed);
+    if magic != MAGIC {
+        return corrupt(format!("not a livereg table: magic {magic:#018x}, expected {MAGIC:#018x}"));
+    }
+    let major = header.version_major.load(Relaxed);
+    if major != VERSION_MAJOR {
+        let minor = header.version_minor.load(Relaxed);
+        return incompatible(format!(
+            "layout version {major}.{minor}, this build reads {VERSION_MAJOR}.x"
+        ));
+    }
+    let header_size = header.header_size.load(Relaxed);
+    if header_size as usize != HEADER_SIZE {
+        return incompatible(format!("header size {header_size}, this build expects {HEADER_SIZE}"));
+    }
+    let slot_size = header.slot_size.load(Relaxed);
+    if slot_size as usize != SLOT_SIZE {
+        return incompatible(format!("slot size {slot_size}, this build expects {SLOT_SIZE}"));
+    }
+    let capacity = header.capacity.load(Relaxed);
+    if capacity == 0 || capacity > MAX_CAPACITY {
+        return corrupt(format!("capacity {capacity}, expected 1 to {MAX_CAPACITY}"));
+    }
+    let expected = table_size(capacity) as u64;
+    if size != expected {
+        return corrupt(format!(
+            "object is {size} bytes, expected {expected} ({HEADER_SIZE} + {capacity} slots x {SLOT_SIZE})"
+        ));
+    }
+    let timeout = header.reap_timeout_ns.load(Relaxed);
+    let grace = header.registration_grace_ns.load(Relaxed);
+    if grace < timeout {
+        return corrupt(format!("registration grace {grace} ns is shorter than the reap timeout {timeout} ns"));
+    }
+    Ok(capacity)
+}
+
+impl Inner {
+    fn base(&self) -> *const u8 {
+        match &self.memory {
+            Memory::Mapped { map, .. } => map.as_ptr(),
+            Memory::Heap { base, .. } => base.as_ptr(),
+        }
+    }
+
+    pub fn header(&self) -> &Header {
+        // SAFETY:
+        // - the memory is at least `table_size(capacity)` bytes (validated at
+        //   open, sized at create) and aligned to at least 128 bytes (a page
+        //   for maps, `SLOT_SIZE` for the heap), so a `Header` fits at 0;
+        // - it lives as long as `self`; all fields are atomics.
+        unsafe { &*self.base().cast::<Header>() }
+    }
+
+    /// Slot `index`.
+    ///
+    /// # Panics
+    ///
+    /// If `index >= capacity`: indexes come from this handle's own counting
+    /// or from handles it made, never from the table.
+    pub fn slot(&self, index: u32) -> &Slot {
+        assert!(index < self.capacity, "slot {index} out of {}", self.capacity);
+        // SAFETY:
+        // - `index < capacity`, and the memory holds `capacity` slots after
+        //   the header, each `SLOT_SIZE`-aligned (HEADER_SIZE is a multiple);
+        // - it lives as long as `self`; all fields are atomics.
+        unsafe { &*self.base().add(HEADER_SIZE + index as usize * SLOT_SIZE).cast::<Slot>() }
+    }
+
+    /// The table's descriptor, when it is an OS object.
+    pub fn file(&self) -> Option<&File> {
+        match &self.memory {
+            Memory::Mapped { file, .. } => Some(file),
+            Memory::Heap { .. } => None,
+        }
+    }
+
+    pub fn no_reaper(&self) -> Error {
+        Error::NoReaper(format!("table '{}': no reaper is alive", self.name))
+    }
+
+    /// Wakes a sleeping reaper.
+    pub fn wake_reaper(&self) {
+        let header = self.header();
+        header.wake.fetch_add(1, Release);
+        futex::wake_all(&header.wake);
+    }
+
+    /// Tells waiters that slots were released or a clear completed.
+    pub fn announce_settled(&self) {
+        let header = self.header();
+        header.settled.fetch_add(1, Release);
+        futex::wake_all(&header.settled);
+    }
+
+    /// Waits up to `wait` for `done()`, rechecking whenever the reaper
+    /// announces progress. Returns whether `done()` held.
+    pub fn wait_settled(&self, wait: Duration, done: impl Fn() -> bool) -> bool {
+        let settled = &self.header().settled;
+        let deadline = Instant::now() + wait;
+        loop {
+            let seen = settled.load(Acquire);
+            if done() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            futex::wait(settled, seen, left.min(Duration::from_millis(50)));
+        }
+    }
+
+    /// Whether some reaper holds this table's reaper role.
+    pub fn reaper_role_taken(&self) -> bool {
+        match &self.memory {
+            Memory::Mapped { file, .. } => lock::held_by_other(file, lock::REAPER_LOCK).unwrap_or(false),
+            Memory::Heap { reaper_taken, .. } => reaper_taken.load(Acquire),
+        }
+    }
+
+    /// Takes the reaper role: on a shared table, a lock on a new open file
+    /// description that the kernel drops when its holder dies.
+    pub fn take_reaper_role(self: &Arc<Self>) -> Result<ReaperRole> {
+        let busy = || {
+            Error::Busy(format!(
+                "table '{}': another reaper (pid {}) is running",
+                self.name,
+                self.header().reaper_pid.load(Relaxed)
+            ))
+        };
+        match &self.memory {
+            Memory::Mapped { file, .. } => {
+                let own = lock::reopen(file).map_err(|e| Error::os(&self.name, "open for the reaper lock", e))?;
+                match lock::try_lock(&own, lock::REAPER_LOCK) {
+                    Ok(true) => Ok(ReaperRole { inner: self.clone(), lock: Some(own) }),
+                    Ok(false) => Err(busy()),
+                    Err(e) => Err(Error::os(&self.name, "take the reaper lock", e)),
+                }
+            }
+            Memory::Heap { reaper_taken, .. } => {
+                if reaper_taken.swap(true, AcqRel) {
+                    Err(busy())
+                } else {
+                    Ok(ReaperRole { inner: self.clone(), lock: None })
+                }
+            }
+        }
+    }
+
+    /// Takes the registration lock: this process's mutex, then (on a shared
+    /// table) the kernel lock, polling for up to five seconds.
+    pub fn lock_registrations(&self) -> Result<RegistrationGuard<'_>> {
+        let local = self.registrations.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(file) = self.file() else {
+            return Ok(RegistrationGuard { _local: local, file: None });
+        };
+        let started = Instant::now();
+        loop {
+            match lock::try_lock(file, lock::REGISTRATION_LOCK) {
+                Ok(true) => return Ok(RegistrationGuard { _local: local, file: Some(file) }),
+                Ok(false) if started.elapsed() < REGISTRATION_LOCK_WAIT => {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Ok(false) => {
+                    return Err(Error::Busy(format!(
+                        "table '{}': another process has held the registration lock for {REGISTRATION_LOCK_WAIT:?} \
+                         (stopped in the middle of registering?)",
+                        self.name
+                    )))
+                }
+                Err(e) => return Err(Error::os(&self.name, "take the registration lock", e)),
+            }
+        }
+    }
+
+}
+
+/// The registration lock, released on drop.
+pub(crate) struct RegistrationGuard<'a> {
+    _local: MutexGuard<'a, ()>,
+    file: Option<&'a File>,
+}
+
+impl Drop for RegistrationGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(file) = self.file {
+            let _ = lock::unlock(file, lock::REGISTRATION_LOCK);
+        }
+    }
+}
+
+/// The reaper role of a table, held until dropped.
+pub(crate) struct ReaperRole {
+    inner: Arc<Inner>,
+    /// The role's own open file description: it holds the reaper lock, and
+    /// checks slot locks (any other description's lock is "someone else's").
+    pub lock: Option<File>,
+}
+
+impl Drop for ReaperRole {
+    fn drop(&mut self) {
+        self.inner.header().reaper_pid.store(0, Relaxed);
+        if let Memory::Heap { reaper_taken, .. } = &self.inner.memory {
+            reaper_taken.store(false, Release);
+        }
+    }
+}

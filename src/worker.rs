@@ -1,0 +1,333 @@
+//! Registering a worker, and the handle it beats through.
+
+use crate::error::{Error, Result};
+use crate::event::Reason;
+use crate::layout::LABEL_MAX;
+use crate::os::{lock, process};
+use crate::protocol::{self, Beat, Gone, LIVE};
+use crate::sync::Ordering::{Acquire, Relaxed};
+use crate::table::Table;
+use std::fs::File;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a registration waits for the drop of the same instance id's
+/// previous registration (evicted, deregistered or replaced) to finish.
+const PREVIOUS_DROP_WAIT: Duration = Duration::from_secs(5);
+
+/// A registration being prepared: [`Table::registration`] makes one.
+///
+/// # Examples
+///
+/// ```
+/// use livereg::{Table, TableOptions};
+///
+/// let table = Table::in_memory(&TableOptions::default())?;
+/// let first = table.registration(7).label("gpu0").register()?;
+/// // Registering a live id again is refused unless it replaces the old one.
+/// assert!(table.register(7, "gpu0").is_err());
+/// let second = table.registration(7).label("gpu0").replace(true).register()?;
+/// assert!(first.heartbeat().is_err());
+/// second.heartbeat()?;
+/// # Ok::<(), livereg::Error>(())
+/// ```
+#[must_use = "a registration does nothing until `register` is called"]
+pub struct Registration<'t> {
+    table: &'t Table,
+    instance_id: u64,
+    label: &'t str,
+    pid: u32,
+    replace: bool,
+}
+
+impl Table {
+    /// Prepares a registration of `instance_id` (see [`Registration`]).
+    pub fn registration(&self, instance_id: u64) -> Registration<'_> {
+        Registration { table: self, instance_id, label: "", pid: std::process::id(), replace: false }
+    }
+
+    /// Registers `instance_id` with `label`; shorthand for
+    /// `self.registration(instance_id).label(label).register()`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registration::register`].
+    pub fn register(&self, instance_id: u64, label: &str) -> Result<Worker> {
+        self.registration(instance_id).label(label).register()
+    }
+}
+
+impl<'t> Registration<'t> {
+    /// A label of at most 47 bytes of UTF-8 shown in status and drop events.
+    pub fn label(mut self, label: &'t str) -> Self {
+        self.label = label;
+        self
+    }
+
+    /// The process id to record (default: this process), e.g. the program a
+    /// wrapper registers on behalf of. Exit detection follows the process
+    /// holding the [`Worker`], whatever this says.
+    pub fn pid(mut self, pid: u32) -> Self {
+        self.pid = pid;
+        self
+    }
+
+    /// If a live registration of the same id exists, end it (reason
+    /// [`Replaced`](Reason::Replaced)) and take its place.
+    pub fn replace(mut self, replace: bool) -> Self {
+        self.replace = replace;
+        self
+    }
+
+    /// Claims a free slot and publishes the registration.
+    ///
+    /// When a previous registration of the same id has ended but its drop
+    /// handlers have not yet run, waits (up to five seconds) for them while a
+    /// reaper is alive, so a server never drops state of the new registration.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`]: instance id 0, or a label over 47 bytes.
+    /// - [`Error::Exists`]: the id is registered and alive (and `replace` is off).
+    /// - [`Error::Full`]: no slot is free.
+    /// - [`Error::Timeout`]: the previous registration's drop did not finish.
+    /// - [`Error::Busy`]: another process holds the registration lock for
+    ///   over five seconds.
+    /// - [`Error::Io`]: opening the slot's exit-detection lock failed.
+    pub fn register(self) -> Result<Worker> {
+        let table = self.table;
+        let inner = &table.inner;
+        if self.instance_id == 0 {
+            return Err(Error::InvalidArgument("instance id 0 is reserved, expected 1 or more".into()));
+        }
+        if self.label.len() > LABEL_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "label is {} bytes of UTF-8, expected at most {LABEL_MAX}",
+                self.label.len()
+            )));
+        }
+        let started = Instant::now();
+        let mut waited_for = None;
+        loop {
+            let guard = inner.lock_registrations()?;
+            let pending = match self.find_current() {
+                None => return self.claim(),
+                Some((index, generation, false)) if self.replace => {
+                    let _ = protocol::end(inner.slot(index), generation, Reason::Replaced);
+                    inner.wake_reaper();
+                    (index, generation)
+                }
+                Some((index, _, false)) => {
+                    return Err(Error::Exists(format!(
+                        "table '{}': instance {} is already registered (slot {index}, pid {})",
+                        inner.name,
+                        self.instance_id,
+                        inner.slot(index).pid.load(Relaxed)
+                    )))
+                }
+                Some((index, generation, true)) => (index, generation),
+            };
+            drop(guard);
+            if waited_for == Some(pending) || !table.reaper_alive() {
+                // No reaper to wait for, or it has had its chance: the drop
+                // will run whenever a reaper next scans.
+                let _guard = inner.lock_registrations()?;
+                return self.claim();
+            }
+            let (index, generation) = pending;
+            let slot = inner.slot(index);
+            let left = PREVIOUS_DROP_WAIT.saturating_sub(started.elapsed());
+            let released = inner.wait_settled(left, || slot.state.load(Acquire) != protocol::state_word(generation, LIVE));
+            if !released {
+                return Err(Error::Timeout(format!(
+                    "table '{}': instance {}'s previous registration (slot {index}) was not dropped within {PREVIOUS_DROP_WAIT:?}",
+                    inner.name, self.instance_id
+                )));
+            }
+            waited_for = Some(pending);
+        }
+    }
+
+    /// The slot holding a registration of this id: `(index, generation,
+    /// ended)`. Called under the registration lock.
+    fn find_current(&self) -> Option<(u32, u32, bool)> {
+        let inner = &self.table.inner;
+        (0..inner.capacity).find_map(|index| {
+            let slot = inner.slot(index);
+            let (generation, phase) = protocol::split_state(slot.state.load(Acquire));
+            if phase != LIVE || slot.instance_id.load(Relaxed) != self.instance_id {
+                return None;
+            }
+            let ended = matches!(protocol::decode_beat(slot.beat.load(Acquire)), Beat::Ended(_));
+            Some((index, generation, ended))
+        })
+    }
+
+    /// Claims the first free slot whose exit-detection lock can be taken (a
+    /// stopped, evicted owner may still hold its old slot's), fills it in and
+    /// publishes it. Called under the registration lock.
+    fn claim(&self) -> Result<Worker> {
+        let table = self.table;
+        let inner = &table.inner;
+        let lock_file = match inner.file() {
+            Some(file) => Some(
+                lock::reopen(file).map_err(|e| Error::os(&inner.name, "open the slot lock", e))?,
+            ),
+            None => None,
+        };
+        for index in 0..inner.capacity {
+            let slot = inner.slot(index);
+            let Some(generation) = protocol::try_claim(slot) else { continue };
+            if let Some(file) = &lock_file {
+                match lock::try_lock(file, lock::SLOT_LOCKS + u64::from(index)) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        protocol::abandon_claim(slot, generation);
+                        continue;
+                    }
+                    Err(e) => {
+                        protocol::abandon_claim(slot, generation);
+                        return Err(Error::os(&inner.name, "take the slot lock", e));
+                    }
+                }
+            }
+            let fields = protocol::SlotFields {
+                instance_id: self.instance_id,
+                label: self.label,
+                pid: self.pid,
+                process_start: process::own_start_time(),
+                registered_ns: table.clock.now_ns(),
+            };
+            protocol::publish(slot, generation, &fields);
+            inner.header().registrations_total.fetch_add(1, Relaxed);
+            return Ok(Worker {
+                table: table.clone(),
+                index,
+                generation,
+                instance_id: self.instance_id,
+                lock: Mutex::new(lock_file),
+                finished: false,
+            });
+        }
+        Err(Error::Full(format!(
+            "table '{}' is full: all {} slots are taken",
+            inner.name, inner.capacity
+        )))
+    }
+}
+
+/// A live registration: beat through it, deregister it, or drop it (which
+/// deregisters).
+///
+/// The handle is `Send` and `Sync`; heartbeats from several threads are safe.
+pub struct Worker {
+    table: Table,
+    index: u32,
+    generation: u32,
+    instance_id: u64,
+    /// The open file description holding the slot's exit-detection lock;
+    /// closed as soon as the registration is known to have ended.
+    lock: Mutex<Option<File>>,
+    finished: bool,
+}
+
+impl Worker {
+    /// Proves this worker alive: one clock read and one compare-and-swap on
+    /// its own slot, no system call, no allocation.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Evicted`] once the registration has ended (evicted, cleared,
+    /// replaced): the heartbeat was not counted; register again.
+    #[inline]
+    pub fn heartbeat(&self) -> Result<()> {
+        let slot = self.table.inner.slot(self.index);
+        match protocol::beat(slot, self.generation, self.table.clock.now_ns()) {
+            Ok(()) => {
+                // Advisory count for status; a plain store on a line the
+                // CAS just made ours.
+                slot.beats.store(slot.beats.load(Relaxed).wrapping_add(1), Relaxed);
+                Ok(())
+            }
+            Err(gone) => Err(self.gone(gone)),
+        }
+    }
+
+    /// Ends the registration cleanly (reason
+    /// [`Deregistered`](Reason::Deregistered)); the reaper runs the drop
+    /// handlers. Consumes the handle.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Evicted`] if it had already ended; it is gone either way.
+    pub fn deregister(mut self) -> Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.finished = true;
+        let inner = &self.table.inner;
+        let result = protocol::end(inner.slot(self.index), self.generation, Reason::Deregistered);
+        inner.wake_reaper();
+        match result {
+            Ok(()) => {
+                self.release_lock();
+                Ok(())
+            }
+            Err(gone) => Err(self.gone(gone)),
+        }
+    }
+
+    fn gone(&self, gone: Gone) -> Error {
+        self.release_lock();
+        let reason = match gone {
+            Gone::Ended(reason) => reason,
+            Gone::Reused => None,
+        };
+        Error::Evicted { instance_id: self.instance_id, reason }
+    }
+
+    fn release_lock(&self) {
+        let mut lock = self.lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *lock = None;
+    }
+
+    /// The registered instance id.
+    pub fn instance_id(&self) -> u64 {
+        self.instance_id
+    }
+
+    /// The slot this registration occupies.
+    pub fn slot(&self) -> u32 {
+        self.index
+    }
+
+    /// The slot's generation for this registration.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// The table this worker is registered in.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.finish();
+        }
+    }
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("table", &self.table.inner.name)
+            .field("instance_id", &self.instance_id)
+            .field("slot", &self.index)
+            .field("generation", &self.generation)
+            .finish()
+    }
+}

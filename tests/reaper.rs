@@ -1,0 +1,250 @@
+//! The reaper: handler isolation, exactly-once drops, clears, probe, one
+//! reaper per table, and status.
+
+mod common;
+
+use common::{manual_setup, options, Recorder, TempTable, SECOND};
+use livereg::{Error, Reason, Table, TableOptions};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[test]
+fn panicking_and_failing_handlers_do_not_stop_the_others() {
+    let table = Table::in_memory(&options()).unwrap();
+    let recorder = Recorder::default();
+    let sink = recorder.clone();
+    let mut reaper = table
+        .reaper()
+        .on_drop(|event| if event.instance_id == 1 { panic!("handler bug") } else { Ok(()) })
+        .on_drop(|_| Err("cannot free the buffer".into()))
+        .on_drop(move |event| {
+            sink.0.lock().unwrap().push(event.clone());
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    table.register(1, "a").unwrap().deregister().unwrap();
+    table.register(2, "b").unwrap().deregister().unwrap();
+    let report = reaper.scan();
+    assert_eq!(report.handler_failures, 3, "one panic and two errors");
+    assert_eq!(recorder.reasons(), vec![(1, Reason::Deregistered), (2, Reason::Deregistered)]);
+    let status = table.status();
+    assert_eq!(status.handler_failures, 3);
+    assert_eq!(status.ended["deregistered"], 2);
+    assert!(status.registrations.is_empty(), "slots are freed despite the failures");
+}
+
+#[test]
+fn every_ended_registration_is_dropped_exactly_once() {
+    let (table, clock, mut reaper, recorder) = manual_setup(&TableOptions { capacity: 16, ..options() });
+    let mut expected = 0;
+    for round in 0..20u64 {
+        let keep = table.register(1000 + round, "beats").unwrap();
+        let quit = table.register(2000 + round, "quits").unwrap();
+        let _silent = std::mem::ManuallyDrop::new(table.register(3000 + round, "silent").unwrap());
+        keep.heartbeat().unwrap();
+        quit.deregister().unwrap();
+        for _ in 0..8 {
+            clock.advance(Duration::from_millis(250));
+            reaper.scan_once(clock.now_ns());
+            let _ = keep.heartbeat();
+        }
+        drop(keep);
+        reaper.scan_once(clock.now_ns());
+        expected += 3;
+    }
+    // The last silent registrations need their grace to pass.
+    clock.advance(Duration::from_secs(3));
+    reaper.scan_once(clock.now_ns());
+    let events = recorder.events();
+    assert_eq!(events.len(), expected);
+    let unique: HashSet<(u32, u32)> = events.iter().map(|e| (e.slot, e.generation)).collect();
+    assert_eq!(unique.len(), expected, "a registration was dropped twice");
+    assert_eq!(table.status().ended_total, expected as u64);
+    assert!(table.status().registrations.is_empty());
+}
+
+#[test]
+fn handlers_run_outside_locks_and_before_the_slot_is_reused() {
+    let table = Table::in_memory(&TableOptions { capacity: 1, ..options() }).unwrap();
+    let seen = Arc::new(Mutex::new(None));
+    let inside = seen.clone();
+    let in_handler = table.clone();
+    let mut reaper = table
+        .reaper()
+        .on_drop(move |_| {
+            // Registering from a handler would deadlock if the scan held the
+            // registration lock; the only slot is still held, so: Full.
+            *inside.lock().unwrap() = Some(in_handler.register(2, "from handler").map(|_| ()));
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    table.register(1, "w").unwrap().deregister().unwrap();
+    reaper.scan();
+    assert!(matches!(seen.lock().unwrap().take(), Some(Err(Error::Full(_)))));
+    table.register(3, "after").unwrap();
+}
+
+#[test]
+fn clear_ends_every_registration_and_runs_clear_handlers_once() {
+    let table = Table::in_memory(&options()).unwrap();
+    let recorder = Recorder::default();
+    let sink = recorder.clone();
+    let clears = Arc::new(AtomicU32::new(0));
+    let counted = clears.clone();
+    let reaper = table
+        .reaper()
+        .on_drop(move |event| {
+            sink.0.lock().unwrap().push(event.clone());
+            Ok(())
+        })
+        .on_clear(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .spawn()
+        .unwrap();
+    let a = table.register(1, "a").unwrap();
+    let b = table.register(2, "b").unwrap();
+    a.heartbeat().unwrap();
+    table.clear(Duration::from_secs(5)).unwrap();
+    assert_eq!(clears.load(Ordering::SeqCst), 1);
+    let mut reasons = recorder.reasons();
+    reasons.sort_by_key(|(id, _)| *id);
+    assert_eq!(reasons, vec![(1, Reason::Cleared), (2, Reason::Cleared)]);
+    assert!(matches!(a.heartbeat(), Err(Error::Evicted { .. })));
+    assert!(matches!(b.heartbeat(), Err(Error::Evicted { .. })));
+    table.register(1, "a again").unwrap().heartbeat().unwrap();
+    assert_eq!(table.status().ended["cleared"], 2);
+    reaper.stop();
+}
+
+#[test]
+fn concurrent_clear_requests_coalesce() {
+    let (table, clock, mut reaper, _recorder) = manual_setup(&options());
+    let clears = Arc::new(AtomicU32::new(0));
+    drop(reaper);
+    let counted = clears.clone();
+    let mut reaper = table
+        .reaper()
+        .on_clear(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    reaper.scan_once(clock.now_ns());
+    std::thread::scope(|scope| {
+        let requests: Vec<_> = (0..3).map(|_| scope.spawn(|| table.clear(Duration::from_secs(10)))).collect();
+        while table.status().clears_requested < 3 {
+            std::thread::yield_now();
+        }
+        reaper.scan_once(clock.now_ns());
+        for request in requests {
+            request.join().unwrap().unwrap();
+        }
+    });
+    assert_eq!(clears.load(Ordering::SeqCst), 1, "three pending requests, one clear");
+}
+
+#[test]
+fn clear_and_probe_without_a_reaper_say_no_reaper() {
+    let table = Table::in_memory(&options()).unwrap();
+    assert!(matches!(table.clear(Duration::from_secs(1)), Err(Error::NoReaper(_))));
+    assert!(matches!(table.probe(), Err(Error::NoReaper(_))));
+    assert_eq!(table.status().clears_requested, 0, "nothing was requested");
+}
+
+#[test]
+fn clear_times_out_when_the_reaper_does_not_scan() {
+    let (table, _clock, _reaper, _recorder) = manual_setup(&options());
+    match table.clear(Duration::from_millis(50)) {
+        Err(Error::Timeout(message)) => assert!(message.contains("not completed"), "{message}"),
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+}
+
+#[test]
+fn probe_returns_a_boot_token_that_changes_when_a_reaper_restarts() {
+    let (table, clock, reaper, _recorder) = manual_setup(&options());
+    let first = table.probe().unwrap();
+    assert_eq!(first, reaper.boot_token());
+    drop(reaper);
+    assert!(table.probe().is_err());
+    let mut second = table.reaper().build().unwrap();
+    second.scan_once(clock.now_ns());
+    let token = table.probe().unwrap();
+    assert_ne!(token, first);
+    assert_ne!(token, 0);
+}
+
+#[test]
+fn probe_says_no_reaper_once_the_reaper_stops_scanning() {
+    let (table, clock, _reaper, _recorder) = manual_setup(&options());
+    assert!(table.probe().is_ok());
+    clock.advance(Duration::from_secs(10));
+    assert!(matches!(table.probe(), Err(Error::NoReaper(_))));
+}
+
+#[test]
+fn second_reaper_is_refused_with_busy() {
+    let (table, _clock, _reaper, _recorder) = manual_setup(&options());
+    match table.reaper().build() {
+        Err(Error::Busy(message)) => assert!(message.contains("another reaper"), "{message}"),
+        other => panic!("expected Busy, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn second_reaper_through_another_handle_in_this_process_is_refused() {
+    let temp = TempTable::new("busy", &options());
+    let _first = temp.table.reaper().build().unwrap();
+    let other = Table::open(&temp.name).unwrap();
+    assert!(matches!(other.reaper().build(), Err(Error::Busy(_))));
+    assert!(matches!(temp.table.reaper().build(), Err(Error::Busy(_))));
+}
+
+#[test]
+fn status_has_the_reference_keys_and_more() {
+    let (table, clock, mut reaper, _recorder) = manual_setup(&options());
+    let worker = table.register(8, "gpu8").unwrap();
+    worker.heartbeat().unwrap();
+    clock.advance(Duration::from_millis(500));
+    reaper.scan_once(clock.now_ns());
+    let json = serde_json::to_value(table.status()).unwrap();
+    for key in [
+        "enabled",
+        "reap_timeout_seconds",
+        "registration_grace_seconds",
+        "tracked_instances",
+        "capacity",
+        "scan_interval_seconds",
+        "reaper_alive",
+        "boot_token",
+        "ended",
+        "handler_failures",
+        "last_scan_seconds",
+        "registrations",
+    ] {
+        assert!(json.get(key).is_some(), "missing {key} in {json}");
+    }
+    assert_eq!(json["enabled"], true);
+    assert_eq!(json["reap_timeout_seconds"], 1.0);
+    assert_eq!(json["registration_grace_seconds"], 3.0);
+    assert_eq!(json["tracked_instances"], 1);
+    assert_eq!(json["reaper_alive"], true);
+    for reason in Reason::ALL {
+        assert_eq!(json["ended"][reason.as_str()], 0);
+    }
+    let registration = &json["registrations"][0];
+    assert_eq!(registration["instance_id"], 8);
+    assert_eq!(registration["label"], "gpu8");
+    assert_eq!(registration["pid"], std::process::id());
+    assert_eq!(registration["heartbeats"], 1);
+    assert_eq!(registration["last_heartbeat_age_seconds"], 0.5);
+    assert_eq!(registration["state"], "live");
+    let _ = SECOND;
+}

@@ -1,0 +1,47 @@
+//! `livereg create NAME`
+
+use crate::{duration, Outcome};
+use livereg::{Table, TableOptions};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Table name (a /dev/shm name, or a path containing '/').
+    name: String,
+    /// Number of slots.
+    #[arg(long, default_value_t = TableOptions::default().capacity)]
+    capacity: u32,
+    /// Silence budget of a worker that has beaten (0s disables reaping).
+    #[arg(long, value_parser = duration::parse, default_value = "10s")]
+    timeout: Duration,
+    /// Silence budget of a worker that never beat [default: the larger of 30s and the timeout].
+    #[arg(long, value_parser = duration::parse)]
+    grace: Option<Duration>,
+    /// Permission bits, octal.
+    #[arg(long, default_value = "600", value_parser = parse_mode)]
+    mode: u32,
+}
+
+fn parse_mode(text: &str) -> Result<u32, String> {
+    u32::from_str_radix(text, 8).map_err(|_| format!("'{text}' is not an octal mode like 600 or 660"))
+}
+
+pub fn run(args: Args) -> Outcome {
+    let options = TableOptions {
+        capacity: args.capacity,
+        mode: args.mode,
+        reap_timeout: args.timeout,
+        registration_grace: args.grace.unwrap_or(args.timeout.max(Duration::from_secs(30))),
+    };
+    let table = Table::create(&args.name, &options)?;
+    println!(
+        "created table '{}': {} slots, timeout {}, grace {}, mode {:o}",
+        args.name,
+        table.capacity(),
+        duration::show(table.reap_timeout()),
+        duration::show(table.registration_grace()),
+        options.mode
+    );
+    Ok(ExitCode::SUCCESS)
+}

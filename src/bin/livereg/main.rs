@@ -1,0 +1,72 @@
+//! `livereg`: operate tables, run a reaper, wrap programs, and the demo.
+
+mod clear;
+mod create;
+mod demo;
+mod duration;
+mod probe;
+mod reap;
+mod rm;
+mod run;
+mod signals;
+mod status;
+mod worker;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// A lock-free shared-memory liveness registry.
+#[derive(Parser)]
+#[command(name = "livereg", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a table (refuses an existing one).
+    Create(create::Args),
+    /// Run the reaper in the foreground.
+    Reap(reap::Args),
+    /// Show a table's registrations and its reaper.
+    Status(status::Args),
+    /// Exit 0 and print the boot token if a reaper is alive.
+    Probe(probe::Args),
+    /// End every registration through the reaper and wait for it.
+    Clear(clear::Args),
+    /// Remove a table.
+    Rm(rm::Args),
+    /// Register on behalf of a program and beat while it runs.
+    Run(run::Args),
+    /// Show the whole system working: workers killed, hung, stopped, cleared.
+    Demo(demo::Args),
+    /// A worker process for the demo and the tests.
+    #[command(hide = true)]
+    Worker(worker::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Create(args) => create::run(args),
+        Command::Reap(args) => reap::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Probe(args) => probe::run(args),
+        Command::Clear(args) => clear::run(args),
+        Command::Rm(args) => rm::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Worker(args) => worker::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("livereg: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What a subcommand returns: its exit code, or an error printed on one line.
+type Outcome = Result<ExitCode, Box<dyn std::error::Error>>;

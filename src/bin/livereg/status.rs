@@ -1,0 +1,80 @@
+//! `livereg status NAME [--json]`
+
+use crate::{duration, Outcome};
+use livereg::{Status, Table};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Table name.
+    name: String,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Outcome {
+    let status = Table::open(&args.name)?.status();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print!("{}", render(&status));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn age(seconds: f64) -> String {
+    duration::show(Duration::try_from_secs_f64(seconds).unwrap_or_default())
+}
+
+/// The human view: a header block, then one line per registration.
+pub fn render(status: &Status) -> String {
+    let reaper = if status.reaper_alive {
+        format!("alive (pid {}, boot token {:#018x}, last scan {} ago)", status.reaper_pid, status.boot_token, age(status.reaper_heartbeat_age_seconds))
+    } else {
+        "NONE ALIVE (registrations are not being reaped)".to_owned()
+    };
+    let ended: Vec<String> = status.ended.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
+    let mut out = format!(
+        "table '{}': {}/{} slots live, timeout {}, grace {}, scan every {}\n\
+         reaper: {reaper}\n\
+         ended: {} (total {}), handler failures {}, corrupt slots {}\n\n",
+        status.table,
+        status.tracked_instances,
+        status.capacity,
+        age(status.reap_timeout_seconds),
+        age(status.registration_grace_seconds),
+        age(status.scan_interval_seconds),
+        ended.join(", "),
+        status.ended_total,
+        status.handler_failures,
+        status.corrupt_slots,
+    );
+    out += &format!(
+        "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}\n",
+        "SLOT", "INSTANCE", "LABEL", "PID", "STATE", "LAST BEAT", "BEATS", "REGISTERED"
+    );
+    for r in &status.registrations {
+        let state = match r.ended_reason {
+            Some(reason) => format!("ending ({reason})"),
+            None => r.state.to_owned(),
+        };
+        let last = r.last_heartbeat_age_seconds.map(|s| format!("{} ago", age(s))).unwrap_or_else(|| "never".into());
+        out += &format!(
+            "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}\n",
+            r.slot,
+            r.instance_id,
+            r.label,
+            r.pid,
+            state,
+            last,
+            r.heartbeats,
+            format!("{} ago", age(r.registered_age_seconds)),
+        );
+    }
+    if status.registrations.is_empty() {
+        out += "(no registrations)\n";
+    }
+    out
+}

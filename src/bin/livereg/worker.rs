@@ -1,0 +1,82 @@
+//! `livereg worker NAME --instance ID` (hidden): a worker process for the demo
+//! and the tests. It prints one line per event on stdout:
+//! `registered SLOT GENERATION`, `evicted`, `deregistered`.
+
+use crate::{duration, Outcome};
+use livereg::{Error, Table, Worker};
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Table name.
+    name: String,
+    /// Instance id to register.
+    #[arg(long)]
+    instance: u64,
+    /// Label.
+    #[arg(long, default_value = "")]
+    label: String,
+    /// Time between heartbeats.
+    #[arg(long, value_parser = duration::parse, default_value = "100ms")]
+    interval: Duration,
+    /// Register again after being evicted (otherwise exit 3).
+    #[arg(long)]
+    reregister: bool,
+    /// Deregister and exit 0 after this long.
+    #[arg(long, value_parser = duration::parse)]
+    exit_after: Option<Duration>,
+    /// Register, then exit without ever beating or deregistering.
+    #[arg(long)]
+    never_beat: bool,
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn register(table: &Table, args: &Args) -> Result<Worker, Error> {
+    let worker = table.register(args.instance, &args.label)?;
+    say(&format!("registered {} {}", worker.slot(), worker.generation()));
+    Ok(worker)
+}
+
+pub fn run(args: Args) -> Outcome {
+    let table = Table::open(&args.name)?;
+    let mut worker = register(&table, &args)?;
+    if args.never_beat {
+        std::mem::forget(worker);
+        loop {
+            std::thread::park();
+        }
+    }
+    let started = Instant::now();
+    loop {
+        std::thread::sleep(args.interval);
+        if args.exit_after.is_some_and(|after| started.elapsed() >= after) {
+            worker.deregister()?;
+            say("deregistered");
+            return Ok(ExitCode::SUCCESS);
+        }
+        match worker.heartbeat() {
+            Ok(()) => {}
+            Err(Error::Evicted { .. }) => {
+                say("evicted");
+                if !args.reregister {
+                    return Ok(ExitCode::from(3));
+                }
+                worker = loop {
+                    match register(&table, &args) {
+                        Ok(worker) => break worker,
+                        Err(Error::Exists(_) | Error::Timeout(_)) => std::thread::sleep(args.interval),
+                        Err(e) => return Err(e.into()),
+                    }
+                };
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}

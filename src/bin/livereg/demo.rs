@@ -1,2 +1,351 @@
-pub fn run(_args: Args) -> crate::Outcome { todo!() }
-#[derive(clap::Args)] pub struct Args {}
+//! `livereg demo`: the whole system on a private table. Worker processes (this
+//! binary in its hidden worker mode) register and beat; one is killed, one
+//! hung, one exits cleanly, the rest are cleared and come back, and the hung
+//! one, resumed, learns it was evicted and registers again. Every ended
+//! registration is checked against its expected reason and bound.
+
+use crate::{duration, Outcome};
+use livereg::{DropEvent, Reason, Table, TableOptions};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::time::{Duration, Instant};
+
+const TIMEOUT: Duration = Duration::from_millis(1000);
+const GRACE: Duration = Duration::from_millis(2000);
+const BEAT_EVERY: Duration = Duration::from_millis(200);
+/// Slack for scheduling on a loaded 2-core machine, added to every bound.
+const SLACK: Duration = Duration::from_millis(250);
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Number of worker processes (at least 4: killed, hung, clean, cleared).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(4..=64))]
+    workers: u64,
+}
+
+/// What the demo hears: drop events from its reaper, lines from its workers.
+enum Heard {
+    Dropped(DropEvent),
+    Said(u64, String),
+}
+
+struct Worker {
+    id: u64,
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+/// One line of the summary.
+struct Check {
+    scenario: String,
+    instance: u64,
+    expected: String,
+    observed: String,
+    took: Option<Duration>,
+    bound: String,
+    ok: bool,
+}
+
+struct Demo {
+    table: Table,
+    heard: Receiver<(Heard, Instant)>,
+    backlog: Vec<(Heard, Instant)>,
+    checks: Vec<Check>,
+    fancy: bool,
+    started: Instant,
+}
+
+/// Removes the private table however the demo ends.
+struct Unlink(String);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        let _ = Table::unlink(&self.0);
+    }
+}
+
+pub fn run(args: Args) -> Outcome {
+    let name = format!("livereg-demo-{}", std::process::id());
+    let options = TableOptions { capacity: 64, reap_timeout: TIMEOUT, registration_grace: GRACE, ..TableOptions::default() };
+    let table = Table::create(&name, &options)?;
+    let _unlink = Unlink(name.clone());
+    let (tell, heard) = mpsc::channel();
+    let from_reaper = tell.clone();
+    let reaper = table
+        .reaper()
+        .on_drop(move |event| Ok(from_reaper.send((Heard::Dropped(event.clone()), Instant::now()))?))
+        .spawn()?;
+    let mut demo = Demo {
+        table,
+        heard,
+        backlog: Vec::new(),
+        checks: Vec::new(),
+        fancy: std::io::stdout().is_terminal(),
+        started: Instant::now(),
+    };
+    demo.say(&format!(
+        "table '{name}': timeout {}, grace {}, reaper scans every {}; a silent worker is evicted within [{}, {}]",
+        duration::show(TIMEOUT),
+        duration::show(GRACE),
+        duration::show(TIMEOUT / 4),
+        duration::show(TIMEOUT),
+        duration::show(TIMEOUT + TIMEOUT / 4)
+    ));
+    let mut workers: Vec<Worker> = (1..=args.workers).map(|id| spawn_worker(&name, id, &tell)).collect::<Result<_, _>>()?;
+    let result = demo.scenarios(&mut workers);
+    for worker in &mut workers {
+        let _ = worker.child.kill();
+        let _ = worker.child.wait();
+    }
+    reaper.stop();
+    result?;
+    Ok(demo.summary())
+}
+
+fn spawn_worker(table: &str, id: u64, tell: &Sender<(Heard, Instant)>) -> Result<Worker, Box<dyn std::error::Error>> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["worker", table, "--instance", &id.to_string(), "--label", &format!("gpu{id}")])
+        .args(["--interval", &format!("{}ms", BEAT_EVERY.as_millis()), "--reregister", "--until-stdin-closes"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let tell = tell.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tell.send((Heard::Said(id, line), Instant::now())).is_err() {
+                break;
+            }
+        }
+    });
+    let stdin = child.stdin.take();
+    Ok(Worker { id, child, stdin })
+}
+
+fn signal(worker: &Worker, signal: i32) {
+    // SAFETY:
+    // - `kill` has no memory effects; the pid is our own child, which has not
+    //   been waited for, so it cannot have been reused.
+    unsafe { libc::kill(worker.child.id() as libc::pid_t, signal) };
+}
+
+impl Demo {
+    fn say(&self, line: &str) {
+        let at = self.started.elapsed().as_secs_f64();
+        if self.fancy {
+            println!("\x1b[2m{at:6.2}s\x1b[0m  {line}");
+        } else {
+            println!("{at:6.2}s  {line}");
+        }
+        let _ = std::io::stdout().flush();
+    }
+
+    /// Waits up to `within` for something `wanted`, keeping the rest for later.
+    fn wait_for(&mut self, what: &str, within: Duration, wanted: impl Fn(&Heard) -> bool) -> Option<(Heard, Instant)> {
+        if let Some(at) = self.backlog.iter().position(|(heard, _)| wanted(heard)) {
+            return Some(self.backlog.remove(at));
+        }
+        let deadline = Instant::now() + within;
+        let waiting_since = Instant::now();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.clear_progress();
+                return None;
+            }
+            if self.fancy {
+                print!("\r\x1b[K        ... waiting for {what} ({})", duration::show(waiting_since.elapsed()));
+                let _ = std::io::stdout().flush();
+            }
+            match self.heard.recv_timeout(left.min(Duration::from_millis(50))) {
+                Ok(item) if wanted(&item.0) => {
+                    self.clear_progress();
+                    return Some(item);
+                }
+                Ok(item) => self.backlog.push(item),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+            }
+        }
+    }
+
+    fn clear_progress(&self) {
+        if self.fancy {
+            print!("\r\x1b[K");
+        }
+    }
+
+    fn dropped(&mut self, id: u64, within: Duration) -> Option<(DropEvent, Instant)> {
+        let found = self.wait_for(&format!("instance {id} to be dropped"), within, |heard| {
+            matches!(heard, Heard::Dropped(event) if event.instance_id == id)
+        });
+        match found {
+            Some((Heard::Dropped(event), at)) => Some((event, at)),
+            _ => None,
+        }
+    }
+
+    fn said(&mut self, id: u64, prefix: &str, within: Duration) -> Option<Instant> {
+        let found = self.wait_for(&format!("worker {id} to say '{prefix}'"), within, |heard| {
+            matches!(heard, Heard::Said(who, line) if *who == id && line.starts_with(prefix))
+        });
+        found.map(|(_, at)| at)
+    }
+
+    /// Records whether `id` ended with `expected` within `bound` of `since`.
+    fn expect_drop(&mut self, scenario: &str, id: u64, expected: Reason, since: Instant, bound: Duration, bound_text: &str) {
+        let outcome = self.dropped(id, bound + SLACK + Duration::from_secs(2));
+        let (observed, took, ok) = match &outcome {
+            Some((event, at)) => {
+                let took = at.saturating_duration_since(since);
+                let in_bound = took <= bound + SLACK;
+                let silence_ok = match expected {
+                    Reason::Timeout => event.silent_for >= TIMEOUT,
+                    _ => true,
+                };
+                (event.reason.to_string(), Some(took), event.reason == expected && in_bound && silence_ok)
+            }
+            None => ("not detected".to_owned(), None, false),
+        };
+        let mark = if ok { "ok" } else { "UNEXPECTED" };
+        let detail = match &outcome {
+            Some((event, _)) => format!(
+                "{} after {} (silent {}), bound {bound_text}: {mark}",
+                event.reason,
+                duration::show(took.unwrap_or_default()),
+                duration::show(event.silent_for)
+            ),
+            None => format!("not detected within {}: {mark}", duration::show(bound + SLACK)),
+        };
+        self.say(&format!("  -> instance {id} dropped: {detail}"));
+        self.checks.push(Check {
+            scenario: scenario.to_owned(),
+            instance: id,
+            expected: expected.to_string(),
+            observed,
+            took,
+            bound: bound_text.to_owned(),
+            ok,
+        });
+    }
+
+    fn expect(&mut self, scenario: &str, instance: u64, expected: &str, observed: Option<Duration>, bound: Duration) {
+        let ok = observed.is_some_and(|took| took <= bound + SLACK);
+        self.checks.push(Check {
+            scenario: scenario.to_owned(),
+            instance,
+            expected: expected.to_owned(),
+            observed: if observed.is_some() { expected.to_owned() } else { "not seen".to_owned() },
+            took: observed,
+            bound: duration::show(bound),
+            ok,
+        });
+    }
+
+    fn scenarios(&mut self, workers: &mut [Worker]) -> Result<(), Box<dyn std::error::Error>> {
+        let bound = TIMEOUT + TIMEOUT / 4;
+        let scan = TIMEOUT / 4;
+
+        self.say(&format!("starting {} workers, each beating every {}", workers.len(), duration::show(BEAT_EVERY)));
+        for worker in workers.iter() {
+            let id = worker.id;
+            let at = self.said(id, "registered", Duration::from_secs(10)).ok_or(format!("worker {id} never registered"))?;
+            let registered = at.saturating_duration_since(self.started);
+            self.say(&format!("  worker {id} (gpu{id}, pid {}) registered after {}", worker.child.id(), duration::show(registered)));
+        }
+        std::thread::sleep(TIMEOUT);
+        let status = self.table.status();
+        self.say(&format!("{} workers live and beating; nobody evicted after a full timeout", status.tracked_instances));
+
+        self.say("SIGKILL worker 1: a crash. The kernel drops its slot lock; the next scan sees it.");
+        let killed_at = Instant::now();
+        signal(&workers[0], libc::SIGKILL);
+        self.expect_drop("killed (SIGKILL)", 1, Reason::ProcessExited, killed_at, scan, &format!("next scan <= {}", duration::show(scan)));
+
+        self.say("SIGSTOP worker 2: a hang. Alive, holding its lock, silent: only the timeout catches it.");
+        let stopped_at = Instant::now();
+        signal(&workers[1], libc::SIGSTOP);
+        self.expect_drop(
+            "hung (SIGSTOP)",
+            2,
+            Reason::Timeout,
+            stopped_at,
+            bound,
+            &format!("silent {}..{}", duration::show(TIMEOUT), duration::show(bound)),
+        );
+
+        self.say("worker 3 exits cleanly: it deregisters, and the idle reaper is woken at once.");
+        let closed_at = Instant::now();
+        workers[2].stdin = None;
+        self.expect_drop("clean exit", 3, Reason::Deregistered, closed_at, Duration::from_millis(5), "5ms (wake-up)");
+
+        self.say("a clear is requested through the table: every live registration ends.");
+        let cleared_at = Instant::now();
+        self.table.clear(Duration::from_secs(5))?;
+        self.say(&format!("  clear completed in {}", duration::show(cleared_at.elapsed())));
+        for id in 4..=workers.len() as u64 {
+            self.expect_drop("cleared", id, Reason::Cleared, cleared_at, Duration::from_millis(5), "5ms (wake-up)");
+        }
+        for id in 4..=workers.len() as u64 {
+            let back = self.said(id, "registered", TIMEOUT + SLACK).map(|at| at.saturating_duration_since(cleared_at));
+            self.say(&format!("  worker {id} was told 'evicted' at its next beat and registered again after {}", back.map(duration::show).unwrap_or("never".into())));
+            self.expect("cleared, came back", id, "registered again", back, BEAT_EVERY);
+        }
+
+        self.say("SIGCONT worker 2: its next heartbeat returns Evicted, so it registers again.");
+        let resumed_at = Instant::now();
+        signal(&workers[1], libc::SIGCONT);
+        let told = self.said(2, "evicted", Duration::from_secs(2)).map(|at| at.saturating_duration_since(resumed_at));
+        let back = self.said(2, "registered", Duration::from_secs(2)).map(|at| at.saturating_duration_since(resumed_at));
+        self.say(&format!(
+            "  worker 2 told 'evicted' after {}, registered again after {}",
+            told.map(duration::show).unwrap_or("never".into()),
+            back.map(duration::show).unwrap_or("never".into())
+        ));
+        self.expect("hung, resumed, came back", 2, "registered again", back, BEAT_EVERY);
+
+        let live = self.table.status();
+        self.say(&format!("{} workers live again; stopping them cleanly", live.tracked_instances));
+        let survivors: Vec<u64> = std::iter::once(2).chain(4..=workers.len() as u64).collect();
+        for worker in workers.iter_mut().filter(|w| survivors.contains(&w.id)) {
+            worker.stdin = None;
+        }
+        let stopping = Instant::now();
+        for id in survivors {
+            self.expect_drop("shutdown", id, Reason::Deregistered, stopping, Duration::from_millis(50), "50ms");
+        }
+        Ok(())
+    }
+
+    fn summary(&self) -> ExitCode {
+        println!();
+        println!("{:<26} {:>8}  {:<17} {:<17} {:>9}  {:<20} RESULT", "SCENARIO", "INSTANCE", "EXPECTED", "OBSERVED", "TOOK", "BOUND");
+        for check in &self.checks {
+            println!(
+                "{:<26} {:>8}  {:<17} {:<17} {:>9}  {:<20} {}",
+                check.scenario,
+                check.instance,
+                check.expected,
+                check.observed,
+                check.took.map(duration::show).unwrap_or("-".into()),
+                check.bound,
+                if check.ok { "ok" } else { "FAILED" }
+            );
+        }
+        let failed = self.checks.iter().filter(|c| !c.ok).count();
+        let status = self.table.status();
+        println!();
+        println!(
+            "{} checks, {failed} failed; ended by reason: {}; handler failures {}",
+            self.checks.len(),
+            status.ended.iter().filter(|(_, n)| **n > 0).map(|(r, n)| format!("{r} {n}")).collect::<Vec<_>>().join(", "),
+            status.handler_failures
+        );
+        if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -6,6 +6,8 @@ use crate::{duration, Outcome};
 use livereg::{Error, Table, Worker};
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -30,6 +32,9 @@ pub struct Args {
     /// Register, then exit without ever beating or deregistering.
     #[arg(long)]
     never_beat: bool,
+    /// Deregister and exit 0 when stdin closes.
+    #[arg(long)]
+    until_stdin_closes: bool,
 }
 
 fn say(line: &str) {
@@ -54,13 +59,27 @@ pub fn run(args: Args) -> Outcome {
         }
     }
     let started = Instant::now();
+    let stdin_closed = Arc::new(AtomicBool::new(false));
+    if args.until_stdin_closes {
+        let closed = stdin_closed.clone();
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            closed.store(true, Ordering::SeqCst);
+        });
+    }
+    let tick = args.interval.min(Duration::from_millis(10));
+    let mut next_beat = started + args.interval;
     loop {
-        std::thread::sleep(args.interval);
-        if args.exit_after.is_some_and(|after| started.elapsed() >= after) {
+        std::thread::sleep(tick);
+        if args.exit_after.is_some_and(|after| started.elapsed() >= after) || stdin_closed.load(Ordering::SeqCst) {
             worker.deregister()?;
             say("deregistered");
             return Ok(ExitCode::SUCCESS);
         }
+        if Instant::now() < next_beat {
+            continue;
+        }
+        next_beat = Instant::now() + args.interval;
         match worker.heartbeat() {
             Ok(()) => {}
             Err(Error::Evicted { .. }) => {

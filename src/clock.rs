@@ -81,7 +81,10 @@ impl ManualClock {
 /// `clock_gettime(CLOCK_MONOTONIC)` in nanoseconds: a vDSO read, no system call.
 #[inline]
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY:
     // - `ts` is a valid, writable `timespec` for the duration of the call.
     // - CLOCK_MONOTONIC is supported on every Linux, so the call cannot fail;

@@ -77,7 +77,9 @@ impl Error {
     pub(crate) fn os(table: &str, step: &str, source: io::Error) -> Error {
         let context = format!("table '{table}': {step}");
         match source.kind() {
-            io::ErrorKind::NotFound => Error::NotFound(format!("{context}: no such table ({source})")),
+            io::ErrorKind::NotFound => {
+                Error::NotFound(format!("{context}: no such table ({source})"))
+            }
             io::ErrorKind::AlreadyExists => {
                 Error::Exists(format!("{context}: a table of that name already exists"))
             }

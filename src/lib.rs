@@ -51,9 +51,16 @@ mod worker;
 pub use clock::{monotonic_ns, Clock, ManualClock};
 pub use error::{Error, Result};
 pub use event::{DropEvent, Reason};
-pub use layout::{table_size, HEADER_SIZE, LABEL_MAX, MAGIC, MAX_CAPACITY, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR};
+pub use layout::{
+    table_size, HEADER_SIZE, LABEL_MAX, MAGIC, MAX_CAPACITY, SLOT_SIZE, VERSION_MAJOR,
+    VERSION_MINOR,
+};
 pub use reaper::{HandlerError, Reaper, ReaperBuilder, ScanReport};
 pub use reaper_thread::ReaperThread;
 pub use status::{RegistrationStatus, Status};
 pub use table::{Table, TableOptions};
 pub use worker::{Registration, Worker};
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

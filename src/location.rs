@@ -30,13 +30,18 @@ pub(crate) fn resolve(name: &str) -> Result<PathBuf> {
             name.len()
         )));
     }
-    if let Some(bad) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || "._-".contains(*c))) {
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "._-".contains(*c)))
+    {
         return Err(Error::InvalidArgument(format!(
             "table name '{name}' contains {bad:?}, expected only A-Z a-z 0-9 . _ - (or a path with '/')"
         )));
     }
     if name == "." || name == ".." {
-        return Err(Error::InvalidArgument(format!("table name '{name}' is reserved")));
+        return Err(Error::InvalidArgument(format!(
+            "table name '{name}' is reserved"
+        )));
     }
     Ok(PathBuf::from(SHM_DIR).join(name))
 }
@@ -47,7 +52,10 @@ mod tests {
 
     #[test]
     fn plain_names_live_in_dev_shm() {
-        assert_eq!(resolve("gpu-workers.v1_a").unwrap(), PathBuf::from("/dev/shm/gpu-workers.v1_a"));
+        assert_eq!(
+            resolve("gpu-workers.v1_a").unwrap(),
+            PathBuf::from("/dev/shm/gpu-workers.v1_a")
+        );
     }
 
     #[test]
@@ -57,7 +65,12 @@ mod tests {
 
     #[test]
     fn bad_names_are_refused_with_the_reason() {
-        for (name, says) in [("", "0 characters"), ("a b", "' '"), ("..", "reserved"), ("é", "'é'")] {
+        for (name, says) in [
+            ("", "0 characters"),
+            ("a b", "' '"),
+            ("..", "reserved"),
+            ("é", "'é'"),
+        ] {
             let message = resolve(name).unwrap_err().to_string();
             assert!(message.contains(says), "{name:?}: {message}");
         }

@@ -133,8 +133,10 @@ pub(crate) struct SlotFields<'a> {
 pub(crate) fn publish(slot: &Slot, generation: u32, registration: &SlotFields<'_>) {
     slot.instance_id.store(registration.instance_id, Relaxed);
     slot.pid.store(registration.pid, Relaxed);
-    slot.process_start.store(registration.process_start, Relaxed);
-    slot.registered_ns.store(registration.registered_ns, Relaxed);
+    slot.process_start
+        .store(registration.process_start, Relaxed);
+    slot.registered_ns
+        .store(registration.registered_ns, Relaxed);
     slot.beats.store(0, Relaxed);
     slot.store_label(registration.label);
     slot.beat.store(tag(generation), Relaxed);
@@ -146,7 +148,12 @@ pub(crate) fn publish(slot: &Slot, generation: u32, registration: &SlotFields<'_
 /// `next` to the current beat word with a CAS, retrying if the word moved.
 /// With `remember`, the word being replaced is kept in `final_beat` first, so
 /// whoever sees the end marker also sees the last heartbeat.
-fn update_beat(slot: &Slot, generation: u32, remember: bool, next: impl Fn(u64) -> u64) -> Result<(), Gone> {
+fn update_beat(
+    slot: &Slot,
+    generation: u32,
+    remember: bool,
+    next: impl Fn(u64) -> u64,
+) -> Result<(), Gone> {
     if slot.state.load(Acquire) != state_word(generation, LIVE) {
         return Err(Gone::Reused);
     }
@@ -162,7 +169,10 @@ fn update_beat(slot: &Slot, generation: u32, remember: bool, next: impl Fn(u64) 
             slot.final_beat.store(current, Relaxed);
         }
         // Release on success: pairs with the reaper's acquire of `beat`.
-        match slot.beat.compare_exchange_weak(current, next(current), AcqRel, Relaxed) {
+        match slot
+            .beat
+            .compare_exchange_weak(current, next(current), AcqRel, Relaxed)
+        {
             Ok(_) => return Ok(()),
             Err(actual) => current = actual,
         }
@@ -226,7 +236,13 @@ mod tests {
     }
 
     fn registration() -> SlotFields<'static> {
-        SlotFields { instance_id: 7, label: "gpu0", pid: 1, process_start: 0, registered_ns: 10 }
+        SlotFields {
+            instance_id: 7,
+            label: "gpu0",
+            pid: 1,
+            process_start: 0,
+            registered_ns: 10,
+        }
     }
 
     fn live_slot() -> (Box<Slot>, u32) {
@@ -270,7 +286,10 @@ mod tests {
         let (slot, generation) = live_slot();
         let judged = slot.beat.load(Relaxed);
         evict(&slot, generation, judged, Reason::Timeout).unwrap();
-        assert_eq!(beat(&slot, generation, 9_000), Err(Gone::Ended(Some(Reason::Timeout))));
+        assert_eq!(
+            beat(&slot, generation, 9_000),
+            Err(Gone::Ended(Some(Reason::Timeout)))
+        );
         assert_eq!(final_beat(&slot), Beat::Never);
     }
 
@@ -280,7 +299,10 @@ mod tests {
         beat(&slot, generation, 7_000).unwrap();
         end(&slot, generation, Reason::Deregistered).unwrap();
         assert_eq!(final_beat(&slot), Beat::At(7_000));
-        assert_eq!(decode_beat(slot.beat.load(Relaxed)), Beat::Ended(Some(Reason::Deregistered)));
+        assert_eq!(
+            decode_beat(slot.beat.load(Relaxed)),
+            Beat::Ended(Some(Reason::Deregistered))
+        );
     }
 
     #[test]

@@ -52,7 +52,11 @@ impl Table {
     /// Starts configuring this table's reaper; it reads time from this
     /// handle's clock.
     pub fn reaper(&self) -> ReaperBuilder {
-        ReaperBuilder { table: self.clone(), drop_handlers: Vec::new(), clear_handlers: Vec::new() }
+        ReaperBuilder {
+            table: self.clone(),
+            drop_handlers: Vec::new(),
+            clear_handlers: Vec::new(),
+        }
     }
 }
 
@@ -103,7 +107,9 @@ impl ReaperBuilder {
         let header = inner.header();
         let now = self.table.clock.now_ns();
         let previous = header.boot_token.load(Acquire);
-        header.boot_token.store(next_boot_token(previous, now), Release);
+        header
+            .boot_token
+            .store(next_boot_token(previous, now), Release);
         header.reaper_pid.store(std::process::id(), Relaxed);
         header.reaper_heartbeat_ns.store(now, Release);
         Ok(Reaper {
@@ -148,7 +154,11 @@ struct Seen {
 impl Seen {
     /// An impossible beat word (generation tag 0xFFFF with an unknown end
     /// marker), so the first real word always counts as new.
-    const NONE: Seen = Seen { word: u64::MAX, first_seen: 0, window_start: 0 };
+    const NONE: Seen = Seen {
+        word: u64::MAX,
+        first_seen: 0,
+        window_start: 0,
+    };
 }
 
 /// The outcome of one scan.
@@ -189,7 +199,10 @@ impl Reaper {
         header.reaper_heartbeat_ns.store(now_ns, Release);
         let clear_ticket = header.clear_requested.load(Acquire);
         let clearing = clear_ticket > header.clear_completed.load(Acquire);
-        let mut report = ScanReport { cleared: clearing, ..ScanReport::default() };
+        let mut report = ScanReport {
+            cleared: clearing,
+            ..ScanReport::default()
+        };
 
         for index in 0..inner.capacity {
             let slot = inner.slot(index);
@@ -210,7 +223,9 @@ impl Reaper {
                 Verdict::Keep => {}
                 Verdict::Corrupt => report.corrupt_slots += 1,
                 Verdict::Ended(reason, silent_ns) => {
-                    report.ended.push(drop_event(slot, index, generation, reason, silent_ns));
+                    report
+                        .ended
+                        .push(drop_event(slot, index, generation, reason, silent_ns));
                 }
             }
         }
@@ -231,9 +246,15 @@ impl Reaper {
         }
 
         header.scans.fetch_add(1, Relaxed);
-        header.handler_failures.fetch_add(u64::from(report.handler_failures), Relaxed);
-        header.corrupt_slots.store(u64::from(report.corrupt_slots), Relaxed);
-        header.last_scan_duration_ns.store(monotonic_ns().saturating_sub(started), Relaxed);
+        header
+            .handler_failures
+            .fetch_add(u64::from(report.handler_failures), Relaxed);
+        header
+            .corrupt_slots
+            .store(u64::from(report.corrupt_slots), Relaxed);
+        header
+            .last_scan_duration_ns
+            .store(monotonic_ns().saturating_sub(started), Relaxed);
         if !report.ended.is_empty() || clearing {
             inner.announce_settled();
         }
@@ -257,7 +278,14 @@ impl Reaper {
     }
 
     /// Decides one `LIVE` slot's fate and, if it ends, makes it so.
-    fn judge(&mut self, index: u32, slot: &Slot, generation: u32, now_ns: u64, clearing: bool) -> Verdict {
+    fn judge(
+        &mut self,
+        index: u32,
+        slot: &Slot,
+        generation: u32,
+        now_ns: u64,
+        clearing: bool,
+    ) -> Verdict {
         let word = slot.beat.load(Acquire);
         if !protocol::beat_matches(word, generation) {
             return Verdict::Corrupt;
@@ -265,7 +293,11 @@ impl Reaper {
         let (stamp, budget, timed_reason) = match protocol::decode_beat(word) {
             Beat::Ended(Some(reason)) => return Verdict::Ended(reason, 0),
             Beat::Ended(None) => return Verdict::Corrupt,
-            Beat::Never => (slot.registered_ns.load(Relaxed), self.grace_ns, Reason::Grace),
+            Beat::Never => (
+                slot.registered_ns.load(Relaxed),
+                self.grace_ns,
+                Reason::Grace,
+            ),
             Beat::At(stamp) => (stamp, self.timeout_ns, Reason::Timeout),
         };
         if clearing {
@@ -302,7 +334,11 @@ impl Reaper {
     fn last_signal(&mut self, index: u32, word: u64, stamp: u64, now_ns: u64) -> u64 {
         let seen = &mut self.seen[index as usize];
         if seen.word != word {
-            *seen = Seen { word, first_seen: now_ns, window_start: self.last_scan_ns.unwrap_or(0) };
+            *seen = Seen {
+                word,
+                first_seen: now_ns,
+                window_start: self.last_scan_ns.unwrap_or(0),
+            };
         }
         let interval = self.timeout_ns / 4;
         if (seen.window_start..=now_ns.saturating_add(interval)).contains(&stamp) {
@@ -317,7 +353,10 @@ impl Reaper {
     /// is gone. Heap tables have no such lock.
     fn process_exited(&self, index: u32) -> bool {
         match &self.role.lock {
-            Some(file) => matches!(lock::held_by_other(file, lock::SLOT_LOCKS + u64::from(index)), Ok(false)),
+            Some(file) => matches!(
+                lock::held_by_other(file, lock::SLOT_LOCKS + u64::from(index)),
+                Ok(false)
+            ),
             None => false,
         }
     }
@@ -326,8 +365,10 @@ impl Reaper {
     /// holds the registration lock, so nobody is claiming. Frees it.
     fn free_orphaned_claim(&self, slot: &Slot, generation: u32) {
         if let Some(file) = &self.role.lock {
-            if matches!(lock::held_by_other(file, lock::REGISTRATION_LOCK), Ok(false))
-                && slot.state.load(Acquire) == protocol::state_word(generation, CLAIMING)
+            if matches!(
+                lock::held_by_other(file, lock::REGISTRATION_LOCK),
+                Ok(false)
+            ) && slot.state.load(Acquire) == protocol::state_word(generation, CLAIMING)
             {
                 protocol::abandon_claim(slot, generation);
             }
@@ -353,7 +394,10 @@ impl Reaper {
         for handler in &mut self.clear_handlers {
             if let Err(cause) = isolate(handler) {
                 failures += 1;
-                eprintln!("livereg: table '{}': clear handler failed: {cause}", self.table.inner.name);
+                eprintln!(
+                    "livereg: table '{}': clear handler failed: {cause}",
+                    self.table.inner.name
+                );
             }
         }
         failures
@@ -386,7 +430,13 @@ enum Verdict {
     Ended(Reason, u64),
 }
 
-fn drop_event(slot: &Slot, index: u32, generation: u32, reason: Reason, silent_ns: u64) -> DropEvent {
+fn drop_event(
+    slot: &Slot,
+    index: u32,
+    generation: u32,
+    reason: Reason,
+    silent_ns: u64,
+) -> DropEvent {
     let last_heartbeat_ns = match protocol::final_beat(slot) {
         Beat::At(ns) => Some(ns),
         _ => None,

@@ -51,7 +51,11 @@ impl ReaperBuilder {
         let table = self.table_handle();
         let stop = Arc::new(AtomicBool::new(false));
         if table.reap_timeout().is_zero() {
-            return Ok(ReaperThread { table, stop, thread: None });
+            return Ok(ReaperThread {
+                table,
+                stop,
+                thread: None,
+            });
         }
         let mut reaper = self.build()?;
         let stopping = stop.clone();
@@ -62,7 +66,11 @@ impl ReaperBuilder {
                 context: format!("table '{}': spawn the reaper thread", table.name()),
                 source,
             })?;
-        Ok(ReaperThread { table, stop, thread: Some(thread) })
+        Ok(ReaperThread {
+            table,
+            stop,
+            thread: Some(thread),
+        })
     }
 }
 

@@ -94,7 +94,11 @@ impl Table {
         let header = inner.header();
         let now = self.clock.now_ns();
         let age = |then: u64| seconds(now.saturating_sub(then));
-        let exit_detection = if inner.file().is_some() { "lock" } else { "none" };
+        let exit_detection = if inner.file().is_some() {
+            "lock"
+        } else {
+            "none"
+        };
         let registrations: Vec<RegistrationStatus> = (0..inner.capacity)
             .filter_map(|index| {
                 let slot = inner.slot(index);
@@ -117,7 +121,11 @@ impl Table {
                     instance_id: slot.instance_id.load(Relaxed),
                     label: slot.load_label(),
                     pid: slot.pid.load(Relaxed),
-                    state: if matches!(protocol::decode_beat(word), Beat::Ended(_)) { "ending" } else { "live" },
+                    state: if matches!(protocol::decode_beat(word), Beat::Ended(_)) {
+                        "ending"
+                    } else {
+                        "live"
+                    },
                     ended_reason,
                     heartbeats: slot.beats.load(Relaxed),
                     last_heartbeat_age_seconds: last_beat.map(age),

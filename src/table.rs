@@ -69,7 +69,10 @@ impl TableOptions {
     fn validate(&self) -> Result<()> {
         let invalid = |message: String| Err(Error::InvalidArgument(message));
         if self.capacity == 0 || self.capacity > MAX_CAPACITY {
-            return invalid(format!("capacity {} is out of range, expected 1 to {MAX_CAPACITY}", self.capacity));
+            return invalid(format!(
+                "capacity {} is out of range, expected 1 to {MAX_CAPACITY}",
+                self.capacity
+            ));
         }
         if self.mode & !0o777 != 0 || self.mode & 0o600 != 0o600 {
             return invalid(format!(
@@ -126,7 +129,11 @@ enum Memory {
     /// A shared object or file, mapped.
     Mapped { file: File, map: MmapRaw },
     /// Process-private memory, for tests (and Miri) that need no OS objects.
-    Heap { base: NonNull<u8>, layout: Layout, reaper_taken: AtomicBool },
+    Heap {
+        base: NonNull<u8>,
+        layout: Layout,
+        reaper_taken: AtomicBool,
+    },
 }
 
 // SAFETY:
@@ -179,7 +186,8 @@ impl Table {
         // was asked before anyone can see the table ready.
         file.set_permissions(Permissions::from_mode(options.mode))
             .map_err(|e| Error::os(name, "set permissions", e))?;
-        file.set_len(size as u64).map_err(|e| Error::os(name, "size the object", e))?;
+        file.set_len(size as u64)
+            .map_err(|e| Error::os(name, "size the object", e))?;
         let map = MmapOptions::new()
             .len(size)
             .map_raw(&file)
@@ -204,15 +212,27 @@ impl Table {
         // - `layout` has a non-zero size (at least the header).
         let base = NonNull::new(unsafe { alloc::alloc_zeroed(layout) })
             .unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        let memory = Memory::Heap { base, layout, reaper_taken: AtomicBool::new(false) };
+        let memory = Memory::Heap {
+            base,
+            layout,
+            reaper_taken: AtomicBool::new(false),
+        };
         let table = Table::from_inner("(in memory)", options.capacity, memory);
         table.write_header(options);
         Ok(table)
     }
 
     fn from_inner(name: &str, capacity: u32, memory: Memory) -> Table {
-        let inner = Inner { name: name.to_owned(), capacity, memory, registrations: Mutex::new(()) };
-        Table { inner: Arc::new(inner), clock: Clock::monotonic() }
+        let inner = Inner {
+            name: name.to_owned(),
+            capacity,
+            memory,
+            registrations: Mutex::new(()),
+        };
+        Table {
+            inner: Arc::new(inner),
+            clock: Clock::monotonic(),
+        }
     }
 
     fn write_header(&self, options: &TableOptions) {
@@ -223,8 +243,12 @@ impl Table {
         header.header_size.store(HEADER_SIZE as u32, Relaxed);
         header.slot_size.store(SLOT_SIZE as u32, Relaxed);
         header.capacity.store(options.capacity, Relaxed);
-        header.reap_timeout_ns.store(duration_ns(options.reap_timeout), Relaxed);
-        header.registration_grace_ns.store(duration_ns(options.registration_grace), Relaxed);
+        header
+            .reap_timeout_ns
+            .store(duration_ns(options.reap_timeout), Relaxed);
+        header
+            .registration_grace_ns
+            .store(duration_ns(options.registration_grace), Relaxed);
         // Release: an opener that reads READY sees every field above.
         header.ready.store(READY, Release);
     }
@@ -251,7 +275,8 @@ impl Table {
             .map_err(|e| Error::os(name, "open", e))?;
         let size = wait_until_ready(name, &file)?;
         let corrupt = |detail: String| Error::Corrupt(format!("table '{name}': {detail}"));
-        let mapped_len = usize::try_from(size).map_err(|_| corrupt(format!("size {size} bytes is not mappable")))?;
+        let mapped_len = usize::try_from(size)
+            .map_err(|_| corrupt(format!("size {size} bytes is not mappable")))?;
         let map = MmapOptions::new()
             .len(mapped_len)
             .map_raw(&file)
@@ -262,7 +287,11 @@ impl Table {
         // - `Header` is made of atomics, so shared access is race-free.
         let header = unsafe { &*map.as_ptr().cast::<Header>() };
         let capacity = validate(name, header, size)?;
-        Ok(Table::from_inner(name, capacity, Memory::Mapped { file, map }))
+        Ok(Table::from_inner(
+            name,
+            capacity,
+            Memory::Mapped { file, map },
+        ))
     }
 
     /// Removes the table's name. Processes that have it open keep using it
@@ -280,7 +309,10 @@ impl Table {
     /// This handle, reading time from `clock` for heartbeats, probes, status
     /// and the reapers it builds. Tests use [`Clock::manual`].
     pub fn with_clock(&self, clock: Clock) -> Table {
-        Table { inner: self.inner.clone(), clock }
+        Table {
+            inner: self.inner.clone(),
+            clock,
+        }
     }
 
     /// The clock this handle reads.
@@ -317,7 +349,10 @@ impl Table {
     /// scan intervals plus a second, on this handle's clock).
     pub fn reaper_alive(&self) -> bool {
         let header = self.inner.header();
-        let age = self.clock.now_ns().saturating_sub(header.reaper_heartbeat_ns.load(Acquire));
+        let age = self
+            .clock
+            .now_ns()
+            .saturating_sub(header.reaper_heartbeat_ns.load(Acquire));
         let fresh = age <= duration_ns(self.scan_interval() * 2 + Duration::from_secs(1));
         fresh && self.inner.reaper_role_taken()
     }
@@ -352,7 +387,9 @@ impl Table {
         let header = self.inner.header();
         let ticket = header.clear_requested.fetch_add(1, AcqRel) + 1;
         self.inner.wake_reaper();
-        let done = self.inner.wait_settled(wait, || header.clear_completed.load(Acquire) >= ticket);
+        let done = self
+            .inner
+            .wait_settled(wait, || header.clear_completed.load(Acquire) >= ticket);
         if done {
             Ok(())
         } else {
@@ -370,13 +407,18 @@ fn wait_until_ready(name: &str, file: &File) -> Result<u64> {
     let corrupt = |detail: String| Error::Corrupt(format!("table '{name}': {detail}"));
     let started = Instant::now();
     loop {
-        let size = file.metadata().map_err(|e| Error::os(name, "stat", e))?.len();
+        let size = file
+            .metadata()
+            .map_err(|e| Error::os(name, "stat", e))?
+            .len();
         let mut bytes = [0u8; HEADER_SIZE];
         let header_read = size >= HEADER_SIZE as u64 && file.read_exact_at(&mut bytes, 0).is_ok();
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
         let magic = word(0);
         if header_read && magic != 0 && magic != MAGIC {
-            return Err(corrupt(format!("not a livereg table: magic {magic:#018x}, expected {MAGIC:#018x}")));
+            return Err(corrupt(format!(
+                "not a livereg table: magic {magic:#018x}, expected {MAGIC:#018x}"
+            )));
         }
         let at = std::mem::offset_of!(Header, ready);
         let ready = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
@@ -385,7 +427,9 @@ fn wait_until_ready(name: &str, file: &File) -> Result<u64> {
         }
         if started.elapsed() >= READY_WAIT {
             return Err(if size < HEADER_SIZE as u64 {
-                corrupt(format!("truncated: the object has {size} bytes, a table needs at least {HEADER_SIZE}"))
+                corrupt(format!(
+                    "truncated: the object has {size} bytes, a table needs at least {HEADER_SIZE}"
+                ))
             } else {
                 corrupt(format!(
                     "header not marked ready after {READY_WAIT:?} (ready word {ready:#x}, expected {READY:#x}): \
@@ -399,11 +443,14 @@ fn wait_until_ready(name: &str, file: &File) -> Result<u64> {
 
 /// Checks a ready header against the object's size; returns the capacity.
 fn validate(name: &str, header: &Header, size: u64) -> Result<u32> {
-    let incompatible = |detail: String| Err(Error::Incompatible(format!("table '{name}': {detail}")));
+    let incompatible =
+        |detail: String| Err(Error::Incompatible(format!("table '{name}': {detail}")));
     let corrupt = |detail: String| Err(Error::Corrupt(format!("table '{name}': {detail}")));
     let magic = header.magic.load(Relaxed);
     if magic != MAGIC {
-        return corrupt(format!("not a livereg table: magic {magic:#018x}, expected {MAGIC:#018x}"));
+        return corrupt(format!(
+            "not a livereg table: magic {magic:#018x}, expected {MAGIC:#018x}"
+        ));
     }
     let major = header.version_major.load(Relaxed);
     if major != VERSION_MAJOR {
@@ -414,11 +461,15 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<u32> {
     }
     let header_size = header.header_size.load(Relaxed);
     if header_size as usize != HEADER_SIZE {
-        return incompatible(format!("header size {header_size}, this build expects {HEADER_SIZE}"));
+        return incompatible(format!(
+            "header size {header_size}, this build expects {HEADER_SIZE}"
+        ));
     }
     let slot_size = header.slot_size.load(Relaxed);
     if slot_size as usize != SLOT_SIZE {
-        return incompatible(format!("slot size {slot_size}, this build expects {SLOT_SIZE}"));
+        return incompatible(format!(
+            "slot size {slot_size}, this build expects {SLOT_SIZE}"
+        ));
     }
     let capacity = header.capacity.load(Relaxed);
     if capacity == 0 || capacity > MAX_CAPACITY {
@@ -433,7 +484,9 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<u32> {
     let timeout = header.reap_timeout_ns.load(Relaxed);
     let grace = header.registration_grace_ns.load(Relaxed);
     if grace < timeout {
-        return corrupt(format!("registration grace {grace} ns is shorter than the reap timeout {timeout} ns"));
+        return corrupt(format!(
+            "registration grace {grace} ns is shorter than the reap timeout {timeout} ns"
+        ));
     }
     Ok(capacity)
 }
@@ -462,12 +515,21 @@ impl Inner {
     /// If `index >= capacity`: indexes come from this handle's own counting
     /// or from handles it made, never from the table.
     pub fn slot(&self, index: u32) -> &Slot {
-        assert!(index < self.capacity, "slot {index} out of {}", self.capacity);
+        assert!(
+            index < self.capacity,
+            "slot {index} out of {}",
+            self.capacity
+        );
         // SAFETY:
         // - `index < capacity`, and the memory holds `capacity` slots after
         //   the header, each `SLOT_SIZE`-aligned (HEADER_SIZE is a multiple);
         // - it lives as long as `self`; all fields are atomics.
-        unsafe { &*self.base().add(HEADER_SIZE + index as usize * SLOT_SIZE).cast::<Slot>() }
+        unsafe {
+            &*self
+                .base()
+                .add(HEADER_SIZE + index as usize * SLOT_SIZE)
+                .cast::<Slot>()
+        }
     }
 
     /// The table's descriptor, when it is an OS object.
@@ -517,7 +579,9 @@ impl Inner {
     /// Whether some reaper holds this table's reaper role.
     pub fn reaper_role_taken(&self) -> bool {
         match &self.memory {
-            Memory::Mapped { file, .. } => lock::held_by_other(file, lock::REAPER_LOCK).unwrap_or(false),
+            Memory::Mapped { file, .. } => {
+                lock::held_by_other(file, lock::REAPER_LOCK).unwrap_or(false)
+            }
             Memory::Heap { reaper_taken, .. } => reaper_taken.load(Acquire),
         }
     }
@@ -534,9 +598,13 @@ impl Inner {
         };
         match &self.memory {
             Memory::Mapped { file, .. } => {
-                let own = lock::reopen(file).map_err(|e| Error::os(&self.name, "open for the reaper lock", e))?;
+                let own = lock::reopen(file)
+                    .map_err(|e| Error::os(&self.name, "open for the reaper lock", e))?;
                 match lock::try_lock(&own, lock::REAPER_LOCK) {
-                    Ok(true) => Ok(ReaperRole { inner: self.clone(), lock: Some(own) }),
+                    Ok(true) => Ok(ReaperRole {
+                        inner: self.clone(),
+                        lock: Some(own),
+                    }),
                     Ok(false) => Err(busy()),
                     Err(e) => Err(Error::os(&self.name, "take the reaper lock", e)),
                 }
@@ -545,7 +613,10 @@ impl Inner {
                 if reaper_taken.swap(true, AcqRel) {
                     Err(busy())
                 } else {
-                    Ok(ReaperRole { inner: self.clone(), lock: None })
+                    Ok(ReaperRole {
+                        inner: self.clone(),
+                        lock: None,
+                    })
                 }
             }
         }
@@ -554,9 +625,15 @@ impl Inner {
     /// Takes the registration lock: this process's mutex, then (on a shared
     /// table) the kernel lock, polling for up to five seconds.
     pub fn lock_registrations(&self) -> Result<RegistrationGuard<'_>> {
-        let local = self.registrations.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let local = self
+            .registrations
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(file) = self.file() else {
-            return Ok(RegistrationGuard { _local: local, file: None });
+            return Ok(RegistrationGuard {
+                _local: local,
+                file: None,
+            });
         };
         let started = Instant::now();
         loop {
@@ -576,7 +653,6 @@ impl Inner {
             }
         }
     }
-
 }
 
 /// The registration lock, released on drop.

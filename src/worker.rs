@@ -43,7 +43,13 @@ pub struct Registration<'t> {
 impl Table {
     /// Prepares a registration of `instance_id` (see [`Registration`]).
     pub fn registration(&self, instance_id: u64) -> Registration<'_> {
-        Registration { table: self, instance_id, label: "", pid: std::process::id(), replace: false }
+        Registration {
+            table: self,
+            instance_id,
+            label: "",
+            pid: std::process::id(),
+            replace: false,
+        }
     }
 
     /// Registers `instance_id` with `label`; shorthand for
@@ -98,7 +104,9 @@ impl<'t> Registration<'t> {
         let table = self.table;
         let inner = &table.inner;
         if self.instance_id == 0 {
-            return Err(Error::InvalidArgument("instance id 0 is reserved, expected 1 or more".into()));
+            return Err(Error::InvalidArgument(
+                "instance id 0 is reserved, expected 1 or more".into(),
+            ));
         }
         if self.label.len() > LABEL_MAX {
             return Err(Error::InvalidArgument(format!(
@@ -137,7 +145,9 @@ impl<'t> Registration<'t> {
             let (index, generation) = pending;
             let slot = inner.slot(index);
             let left = PREVIOUS_DROP_WAIT.saturating_sub(started.elapsed());
-            let released = inner.wait_settled(left, || slot.state.load(Acquire) != protocol::state_word(generation, LIVE));
+            let released = inner.wait_settled(left, || {
+                slot.state.load(Acquire) != protocol::state_word(generation, LIVE)
+            });
             if !released {
                 return Err(Error::Timeout(format!(
                     "table '{}': instance {}'s previous registration (slot {index}) was not dropped within {PREVIOUS_DROP_WAIT:?}",
@@ -158,7 +168,10 @@ impl<'t> Registration<'t> {
             if phase != LIVE || slot.instance_id.load(Relaxed) != self.instance_id {
                 return None;
             }
-            let ended = matches!(protocol::decode_beat(slot.beat.load(Acquire)), Beat::Ended(_));
+            let ended = matches!(
+                protocol::decode_beat(slot.beat.load(Acquire)),
+                Beat::Ended(_)
+            );
             Some((index, generation, ended))
         })
     }
@@ -177,7 +190,9 @@ impl<'t> Registration<'t> {
         };
         for index in 0..inner.capacity {
             let slot = inner.slot(index);
-            let Some(generation) = protocol::try_claim(slot) else { continue };
+            let Some(generation) = protocol::try_claim(slot) else {
+                continue;
+            };
             if let Some(file) = &lock_file {
                 match lock::try_lock(file, lock::SLOT_LOCKS + u64::from(index)) {
                     Ok(true) => {}
@@ -246,7 +261,8 @@ impl Worker {
             Ok(()) => {
                 // Advisory count for status; a plain store on a line the
                 // CAS just made ours.
-                slot.beats.store(slot.beats.load(Relaxed).wrapping_add(1), Relaxed);
+                slot.beats
+                    .store(slot.beats.load(Relaxed).wrapping_add(1), Relaxed);
                 Ok(())
             }
             Err(gone) => Err(self.gone(gone)),
@@ -267,7 +283,11 @@ impl Worker {
     fn finish(&mut self) -> Result<()> {
         self.finished = true;
         let inner = &self.table.inner;
-        let result = protocol::end(inner.slot(self.index), self.generation, Reason::Deregistered);
+        let result = protocol::end(
+            inner.slot(self.index),
+            self.generation,
+            Reason::Deregistered,
+        );
         inner.wake_reaper();
         match result {
             Ok(()) => {
@@ -284,11 +304,17 @@ impl Worker {
             Gone::Ended(reason) => reason,
             Gone::Reused => None,
         };
-        Error::Evicted { instance_id: self.instance_id, reason }
+        Error::Evicted {
+            instance_id: self.instance_id,
+            reason,
+        }
     }
 
     fn release_lock(&self) {
-        let mut lock = self.lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut lock = self
+            .lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         *lock = None;
     }
 

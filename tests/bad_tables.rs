@@ -15,7 +15,10 @@ fn path(name: &str) -> String {
 /// Creates a valid table, then writes `bytes` at `offset` of its object.
 fn tampered(tag: &str, offset: u64, bytes: &[u8]) -> TempTable {
     let temp = TempTable::new(tag, &options());
-    let file = OpenOptions::new().write(true).open(path(&temp.name)).unwrap();
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path(&temp.name))
+        .unwrap();
     file.write_all_at(bytes, offset).unwrap();
     temp
 }
@@ -31,7 +34,10 @@ fn open_error(name: &str) -> Error {
 fn wrong_magic_is_not_a_livereg_table() {
     let temp = tampered("magic", 0, b"NOTOURS!");
     match open_error(&temp.name) {
-        Error::Corrupt(message) => assert!(message.contains("not a livereg table") && message.contains("expected"), "{message}"),
+        Error::Corrupt(message) => assert!(
+            message.contains("not a livereg table") && message.contains("expected"),
+            "{message}"
+        ),
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
@@ -40,7 +46,10 @@ fn wrong_magic_is_not_a_livereg_table() {
 fn another_major_version_is_incompatible() {
     let temp = tampered("major", 8, &2u32.to_le_bytes());
     match open_error(&temp.name) {
-        Error::Incompatible(message) => assert!(message.contains("layout version 2.0, this build reads 1.x"), "{message}"),
+        Error::Incompatible(message) => assert!(
+            message.contains("layout version 2.0, this build reads 1.x"),
+            "{message}"
+        ),
         other => panic!("expected Incompatible, got {other:?}"),
     }
 }
@@ -49,7 +58,10 @@ fn another_major_version_is_incompatible() {
 fn another_slot_size_is_incompatible() {
     let temp = tampered("slot-size", 20, &64u32.to_le_bytes());
     match open_error(&temp.name) {
-        Error::Incompatible(message) => assert!(message.contains("slot size 64, this build expects 128"), "{message}"),
+        Error::Incompatible(message) => assert!(
+            message.contains("slot size 64, this build expects 128"),
+            "{message}"
+        ),
         other => panic!("expected Incompatible, got {other:?}"),
     }
 }
@@ -60,7 +72,10 @@ fn size_not_matching_the_capacity_is_corrupt() {
     match open_error(&temp.name) {
         Error::Corrupt(message) => {
             let expected = HEADER_SIZE + 9 * SLOT_SIZE;
-            assert!(message.contains(&format!("expected {expected}")), "{message}")
+            assert!(
+                message.contains(&format!("expected {expected}")),
+                "{message}"
+            )
         }
         other => panic!("expected Corrupt, got {other:?}"),
     }
@@ -69,9 +84,17 @@ fn size_not_matching_the_capacity_is_corrupt() {
 #[test]
 fn truncated_object_is_corrupt() {
     let temp = TempTable::new("truncated", &options());
-    OpenOptions::new().write(true).open(path(&temp.name)).unwrap().set_len(100).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(path(&temp.name))
+        .unwrap()
+        .set_len(100)
+        .unwrap();
     match open_error(&temp.name) {
-        Error::Corrupt(message) => assert!(message.contains("truncated: the object has 100 bytes"), "{message}"),
+        Error::Corrupt(message) => assert!(
+            message.contains("truncated: the object has 100 bytes"),
+            "{message}"
+        ),
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
@@ -80,9 +103,17 @@ fn truncated_object_is_corrupt() {
 fn object_cut_inside_the_slots_is_corrupt() {
     let temp = TempTable::new("cut", &options());
     let cut = (HEADER_SIZE + 3 * SLOT_SIZE) as u64;
-    OpenOptions::new().write(true).open(path(&temp.name)).unwrap().set_len(cut).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(path(&temp.name))
+        .unwrap()
+        .set_len(cut)
+        .unwrap();
     match open_error(&temp.name) {
-        Error::Corrupt(message) => assert!(message.contains(&format!("object is {cut} bytes")), "{message}"),
+        Error::Corrupt(message) => assert!(
+            message.contains(&format!("object is {cut} bytes")),
+            "{message}"
+        ),
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
@@ -95,12 +126,18 @@ fn header_never_marked_ready_fails_after_a_short_wait() {
         Error::Corrupt(message) => assert!(message.contains("not marked ready"), "{message}"),
         other => panic!("expected Corrupt, got {other:?}"),
     }
-    assert!(started.elapsed() >= std::time::Duration::from_millis(900), "it waited for the creator");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(900),
+        "it waited for the creator"
+    );
 }
 
 #[test]
 fn missing_table_is_not_found() {
-    assert!(matches!(Table::open(&unique_name("missing")), Err(Error::NotFound(_))));
+    assert!(matches!(
+        Table::open(&unique_name("missing")),
+        Err(Error::NotFound(_))
+    ));
 }
 
 #[test]
@@ -117,7 +154,9 @@ fn existing_table_cannot_be_created_again() {
 fn foreign_file_of_random_bytes_is_refused() {
     let name = unique_name("foreign");
     let _guard = UnlinkOnDrop(name.clone());
-    let bytes: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let bytes: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     std::fs::write(path(&name), bytes).unwrap();
     assert!(matches!(open_error(&name), Error::Corrupt(_)));
 }
@@ -136,12 +175,22 @@ impl Rng {
 
 #[test]
 fn scan_over_garbage_slots_reports_them_and_keeps_working() {
-    let temp = TempTable::new("garbage", &TableOptions { capacity: 64, ..options() });
-    let file = OpenOptions::new().write(true).open(path(&temp.name)).unwrap();
+    let temp = TempTable::new(
+        "garbage",
+        &TableOptions {
+            capacity: 64,
+            ..options()
+        },
+    );
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path(&temp.name))
+        .unwrap();
     let mut rng = Rng(0x5EED);
     // Slots 0..8 stay clean for real registrations; the rest is noise.
     let noise: Vec<u8> = (0..56 * SLOT_SIZE).map(|_| rng.next() as u8).collect();
-    file.write_all_at(&noise, (HEADER_SIZE + 8 * SLOT_SIZE) as u64).unwrap();
+    file.write_all_at(&noise, (HEADER_SIZE + 8 * SLOT_SIZE) as u64)
+        .unwrap();
 
     let table = Table::open(&temp.name).unwrap();
     let worker = table.register(1, "real").unwrap();
@@ -151,17 +200,32 @@ fn scan_over_garbage_slots_reports_them_and_keeps_working() {
     for _ in 0..5 {
         reaper.scan();
     }
-    worker.heartbeat().expect("a real registration is untouched by garbage around it");
+    worker
+        .heartbeat()
+        .expect("a real registration is untouched by garbage around it");
     let status = table.status();
     assert!(status.corrupt_slots > 0);
-    assert!(status.registrations.iter().any(|r| r.instance_id == 1 && r.state == "live"));
+    assert!(status
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == 1 && r.state == "live"));
 }
 
 #[test]
 fn random_bytes_anywhere_never_panic() {
     let mut rng = Rng(0xC0FFEE);
-    let temp = TempTable::new("hostile", &TableOptions { capacity: 4, ..options() });
-    let file = OpenOptions::new().read(true).write(true).open(path(&temp.name)).unwrap();
+    let temp = TempTable::new(
+        "hostile",
+        &TableOptions {
+            capacity: 4,
+            ..options()
+        },
+    );
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path(&temp.name))
+        .unwrap();
     let size = (HEADER_SIZE + 4 * SLOT_SIZE) as u64;
     let mut pristine = vec![0u8; size as usize];
     file.read_exact_at(&mut pristine, 0).unwrap();

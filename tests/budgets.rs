@@ -39,7 +39,11 @@ fn never_beaten_worker_is_judged_by_the_grace_not_the_timeout() {
     let registered_at = clock.now_ns();
     reaper.scan_once(registered_at + SECOND);
     reaper.scan_once(registered_at + 3 * SECOND - 1);
-    assert!(recorder.events().is_empty(), "evicted before the grace: {:?}", recorder.events());
+    assert!(
+        recorder.events().is_empty(),
+        "evicted before the grace: {:?}",
+        recorder.events()
+    );
     reaper.scan_once(registered_at + 3 * SECOND);
     assert_eq!(recorder.reasons(), vec![(2, Reason::Grace)]);
     assert_eq!(recorder.events()[0].last_heartbeat_ns, None);
@@ -53,7 +57,10 @@ fn heartbeat_after_eviction_reports_evicted() {
     clock.advance(Duration::from_secs(1));
     reaper.scan_once(clock.now_ns());
     match worker.heartbeat() {
-        Err(Error::Evicted { instance_id: 3, reason }) => {
+        Err(Error::Evicted {
+            instance_id: 3,
+            reason,
+        }) => {
             // The slot was released after the drop, so its reason may be gone.
             assert!(reason.is_none() || reason == Some(Reason::Timeout));
         }
@@ -75,7 +82,10 @@ fn evicted_worker_can_register_again() {
 
 #[test]
 fn zero_timeout_disables_reaping() {
-    let options = TableOptions { reap_timeout: Duration::ZERO, ..options() };
+    let options = TableOptions {
+        reap_timeout: Duration::ZERO,
+        ..options()
+    };
     let (table, clock, mut reaper, recorder) = manual_setup(&options);
     let worker = table.register(5, "w").unwrap();
     worker.heartbeat().unwrap();
@@ -97,7 +107,10 @@ fn grace_shorter_than_timeout_is_refused() {
     };
     match Table::in_memory(&options) {
         Err(Error::InvalidArgument(message)) => {
-            assert!(message.contains("grace") && message.contains(">= timeout"), "{message}");
+            assert!(
+                message.contains("grace") && message.contains(">= timeout"),
+                "{message}"
+            );
         }
         other => panic!("expected InvalidArgument, got {:?}", other.map(|_| ())),
     }

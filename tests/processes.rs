@@ -19,7 +19,14 @@ struct WorkerProcess {
 impl WorkerProcess {
     fn spawn(table: &str, instance: u64, extra: &[&str]) -> WorkerProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_livereg"))
-            .args(["worker", table, "--instance", &instance.to_string(), "--interval", "50ms"])
+            .args([
+                "worker",
+                table,
+                "--instance",
+                &instance.to_string(),
+                "--interval",
+                "50ms",
+            ])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -51,7 +58,9 @@ impl Drop for WorkerProcess {
 }
 
 /// A reaper thread on `table` that forwards drop events to a channel.
-fn reaper_with_channel(table: &Table) -> (livereg::ReaperThread, mpsc::Receiver<(DropEvent, Instant)>) {
+fn reaper_with_channel(
+    table: &Table,
+) -> (livereg::ReaperThread, mpsc::Receiver<(DropEvent, Instant)>) {
     let (sender, events) = mpsc::channel();
     let reaper = table
         .reaper()
@@ -76,9 +85,18 @@ fn sigkilled_worker_ends_as_process_exited_long_before_its_timeout() {
     worker.signal(libc::SIGKILL);
     // The 30 s timeout cannot pass this: only exit detection at the next scan
     // (every 7.5 s) or sooner can. Generous margin over one scan interval.
-    let (event, at) = events.recv_timeout(Duration::from_secs(10)).expect("the killed worker is dropped");
-    assert_eq!((event.instance_id, event.reason), (11, Reason::ProcessExited));
-    assert!(at - killed < Duration::from_secs(9), "took {:?}", at - killed);
+    let (event, at) = events
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the killed worker is dropped");
+    assert_eq!(
+        (event.instance_id, event.reason),
+        (11, Reason::ProcessExited)
+    );
+    assert!(
+        at - killed < Duration::from_secs(9),
+        "took {:?}",
+        at - killed
+    );
 }
 
 #[test]
@@ -94,9 +112,18 @@ fn sigkilled_worker_is_dropped_within_the_timeout_bound() {
     assert!(worker.next_line().unwrap().starts_with("registered"));
     let killed = Instant::now();
     worker.signal(libc::SIGKILL);
-    let (event, at) = events.recv_timeout(Duration::from_secs(5)).expect("dropped");
-    assert_eq!((event.instance_id, event.reason), (12, Reason::ProcessExited));
-    assert!(at - killed <= Duration::from_millis(500) + Duration::from_secs(2), "took {:?}", at - killed);
+    let (event, at) = events
+        .recv_timeout(Duration::from_secs(5))
+        .expect("dropped");
+    assert_eq!(
+        (event.instance_id, event.reason),
+        (12, Reason::ProcessExited)
+    );
+    assert!(
+        at - killed <= Duration::from_millis(500) + Duration::from_secs(2),
+        "took {:?}",
+        at - killed
+    );
 }
 
 #[test]
@@ -112,14 +139,23 @@ fn sigstopped_worker_is_evicted_and_registers_again_after_sigcont() {
     let first = worker.next_line().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     worker.signal(libc::SIGSTOP);
-    let (event, _) = events.recv_timeout(Duration::from_secs(5)).expect("the stopped worker is evicted");
+    let (event, _) = events
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the stopped worker is evicted");
     assert_eq!((event.instance_id, event.reason), (13, Reason::Timeout));
-    assert!(event.silent_for >= Duration::from_millis(400), "evicted early: {:?}", event.silent_for);
+    assert!(
+        event.silent_for >= Duration::from_millis(400),
+        "evicted early: {:?}",
+        event.silent_for
+    );
     worker.signal(libc::SIGCONT);
     assert_eq!(worker.next_line().as_deref(), Some("evicted"));
     let again = worker.next_line().unwrap();
     assert!(again.starts_with("registered"), "{again}");
-    assert_ne!(again, first, "a fresh registration (new generation or slot)");
+    assert_ne!(
+        again, first,
+        "a fresh registration (new generation or slot)"
+    );
     let status = temp.table.status();
     assert_eq!(status.tracked_instances, 1);
     assert_eq!(status.registrations[0].pid, worker.child.id());
@@ -129,7 +165,9 @@ fn sigstopped_worker_is_evicted_and_registers_again_after_sigcont() {
 fn processes_racing_to_register_one_id_have_exactly_one_winner() {
     let temp = TempTable::new("race", &common::options());
     for round in 1..=5u64 {
-        let racers: Vec<WorkerProcess> = (0..3).map(|_| WorkerProcess::spawn(&temp.name, 100 + round, &[])).collect();
+        let racers: Vec<WorkerProcess> = (0..3)
+            .map(|_| WorkerProcess::spawn(&temp.name, 100 + round, &[]))
+            .collect();
         let mut lines: Vec<Option<String>> = Vec::new();
         for mut racer in racers {
             // Losers exit at once (stdout closes: None); the winner prints.
@@ -139,7 +177,10 @@ fn processes_racing_to_register_one_id_have_exactly_one_winner() {
                 drop(racer);
             }
         }
-        let winners = lines.iter().filter(|l| l.as_deref().is_some_and(|l| l.starts_with("registered"))).count();
+        let winners = lines
+            .iter()
+            .filter(|l| l.as_deref().is_some_and(|l| l.starts_with("registered")))
+            .count();
         assert_eq!(winners, 1, "round {round}: {lines:?}");
     }
 }
@@ -171,7 +212,13 @@ fn helper_reaper_stuck_in_its_drop_handler() {
 fn killed_reaper_mid_drop_is_resumed_by_the_next() {
     let temp = TempTable::new("reaper-restart", &common::options());
     let mut helper = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "helper_reaper_stuck_in_its_drop_handler", "--nocapture", "--test-threads=1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "helper_reaper_stuck_in_its_drop_handler",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("LIVEREG_HELPER_TABLE", &temp.name)
         .stdout(Stdio::piped())
         .spawn()
@@ -191,7 +238,10 @@ fn killed_reaper_mid_drop_is_resumed_by_the_next() {
     let leaves = temp.table.register(2, "leaves").unwrap();
     let (slot, generation) = (leaves.slot(), leaves.generation());
     leaves.deregister().unwrap();
-    assert_eq!(next_with("in handler"), format!("in handler {slot} {generation}"));
+    assert_eq!(
+        next_with("in handler"),
+        format!("in handler {slot} {generation}")
+    );
 
     let _ = helper.kill();
     let _ = helper.wait();
@@ -208,11 +258,20 @@ fn killed_reaper_mid_drop_is_resumed_by_the_next() {
         })
         .build()
         .unwrap();
-    assert_ne!(reaper.boot_token(), first_token, "a new reaper, a new boot token");
+    assert_ne!(
+        reaper.boot_token(),
+        first_token,
+        "a new reaper, a new boot token"
+    );
     reaper.scan();
     let events = recorder.events();
     assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!((events[0].slot, events[0].generation, events[0].reason), (slot, generation, Reason::Deregistered));
-    stays.heartbeat().expect("registrations survive a reaper restart");
+    assert_eq!(
+        (events[0].slot, events[0].generation, events[0].reason),
+        (slot, generation, Reason::Deregistered)
+    );
+    stays
+        .heartbeat()
+        .expect("registrations survive a reaper restart");
     assert_eq!(temp.table.status().tracked_instances, 1);
 }

@@ -17,7 +17,13 @@ fn panicking_and_failing_handlers_do_not_stop_the_others() {
     let sink = recorder.clone();
     let mut reaper = table
         .reaper()
-        .on_drop(|event| if event.instance_id == 1 { panic!("handler bug") } else { Ok(()) })
+        .on_drop(|event| {
+            if event.instance_id == 1 {
+                panic!("handler bug")
+            } else {
+                Ok(())
+            }
+        })
         .on_drop(|_| Err("cannot free the buffer".into()))
         .on_drop(move |event| {
             sink.0.lock().unwrap().push(event.clone());
@@ -29,16 +35,25 @@ fn panicking_and_failing_handlers_do_not_stop_the_others() {
     table.register(2, "b").unwrap().deregister().unwrap();
     let report = reaper.scan();
     assert_eq!(report.handler_failures, 3, "one panic and two errors");
-    assert_eq!(recorder.reasons(), vec![(1, Reason::Deregistered), (2, Reason::Deregistered)]);
+    assert_eq!(
+        recorder.reasons(),
+        vec![(1, Reason::Deregistered), (2, Reason::Deregistered)]
+    );
     let status = table.status();
     assert_eq!(status.handler_failures, 3);
     assert_eq!(status.ended["deregistered"], 2);
-    assert!(status.registrations.is_empty(), "slots are freed despite the failures");
+    assert!(
+        status.registrations.is_empty(),
+        "slots are freed despite the failures"
+    );
 }
 
 #[test]
 fn every_ended_registration_is_dropped_exactly_once() {
-    let (table, clock, mut reaper, recorder) = manual_setup(&TableOptions { capacity: 16, ..options() });
+    let (table, clock, mut reaper, recorder) = manual_setup(&TableOptions {
+        capacity: 16,
+        ..options()
+    });
     let mut expected = 0;
     for round in 0..20u64 {
         let keep = table.register(1000 + round, "beats").unwrap();
@@ -68,7 +83,11 @@ fn every_ended_registration_is_dropped_exactly_once() {
 
 #[test]
 fn handlers_run_outside_locks_and_before_the_slot_is_reused() {
-    let table = Table::in_memory(&TableOptions { capacity: 1, ..options() }).unwrap();
+    let table = Table::in_memory(&TableOptions {
+        capacity: 1,
+        ..options()
+    })
+    .unwrap();
     let seen = Arc::new(Mutex::new(None));
     let inside = seen.clone();
     let in_handler = table.clone();
@@ -84,7 +103,10 @@ fn handlers_run_outside_locks_and_before_the_slot_is_reused() {
         .unwrap();
     table.register(1, "w").unwrap().deregister().unwrap();
     reaper.scan();
-    assert!(matches!(seen.lock().unwrap().take(), Some(Err(Error::Full(_)))));
+    assert!(matches!(
+        seen.lock().unwrap().take(),
+        Some(Err(Error::Full(_)))
+    ));
     table.register(3, "after").unwrap();
 }
 
@@ -124,9 +146,9 @@ fn clear_ends_every_registration_and_runs_clear_handlers_once() {
 
 #[test]
 fn concurrent_clear_requests_coalesce() {
-    let (table, clock, mut reaper, _recorder) = manual_setup(&options());
+    let (table, clock, recording_reaper, _recorder) = manual_setup(&options());
+    drop(recording_reaper);
     let clears = Arc::new(AtomicU32::new(0));
-    drop(reaper);
     let counted = clears.clone();
     let mut reaper = table
         .reaper()
@@ -138,7 +160,9 @@ fn concurrent_clear_requests_coalesce() {
         .unwrap();
     reaper.scan_once(clock.now_ns());
     std::thread::scope(|scope| {
-        let requests: Vec<_> = (0..3).map(|_| scope.spawn(|| table.clear(Duration::from_secs(10)))).collect();
+        let requests: Vec<_> = (0..3)
+            .map(|_| scope.spawn(|| table.clear(Duration::from_secs(10))))
+            .collect();
         while table.status().clears_requested < 3 {
             std::thread::yield_now();
         }
@@ -147,13 +171,20 @@ fn concurrent_clear_requests_coalesce() {
             request.join().unwrap().unwrap();
         }
     });
-    assert_eq!(clears.load(Ordering::SeqCst), 1, "three pending requests, one clear");
+    assert_eq!(
+        clears.load(Ordering::SeqCst),
+        1,
+        "three pending requests, one clear"
+    );
 }
 
 #[test]
 fn clear_and_probe_without_a_reaper_say_no_reaper() {
     let table = Table::in_memory(&options()).unwrap();
-    assert!(matches!(table.clear(Duration::from_secs(1)), Err(Error::NoReaper(_))));
+    assert!(matches!(
+        table.clear(Duration::from_secs(1)),
+        Err(Error::NoReaper(_))
+    ));
     assert!(matches!(table.probe(), Err(Error::NoReaper(_))));
     assert_eq!(table.status().clears_requested, 0, "nothing was requested");
 }

@@ -11,7 +11,9 @@ use std::time::Duration;
 fn instance_id_zero_is_refused() {
     let table = Table::in_memory(&options()).unwrap();
     match table.register(0, "w") {
-        Err(Error::InvalidArgument(message)) => assert!(message.contains("instance id 0"), "{message}"),
+        Err(Error::InvalidArgument(message)) => {
+            assert!(message.contains("instance id 0"), "{message}")
+        }
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
 }
@@ -26,7 +28,10 @@ fn label_of_47_bytes_is_kept_whole_and_48_is_refused() {
     drop(worker);
     match table.register(2, &"é".repeat(24)) {
         Err(Error::InvalidArgument(message)) => {
-            assert!(message.contains("48 bytes") && message.contains("at most 47"), "{message}")
+            assert!(
+                message.contains("48 bytes") && message.contains("at most 47"),
+                "{message}"
+            )
         }
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
@@ -45,7 +50,11 @@ fn live_duplicate_id_is_refused_with_exists() {
 
 #[test]
 fn full_table_is_refused_and_frees_up_after_a_deregistration() {
-    let table = Table::in_memory(&TableOptions { capacity: 2, ..options() }).unwrap();
+    let table = Table::in_memory(&TableOptions {
+        capacity: 2,
+        ..options()
+    })
+    .unwrap();
     let _a = table.register(1, "").unwrap();
     let b = table.register(2, "").unwrap();
     match table.register(3, "") {
@@ -74,10 +83,18 @@ fn replace_ends_the_old_registration_first() {
         .spawn()
         .unwrap();
     let old = table.register(5, "old").unwrap();
-    let new = table.registration(5).label("new").replace(true).register().unwrap();
+    let new = table
+        .registration(5)
+        .label("new")
+        .replace(true)
+        .register()
+        .unwrap();
     // The old registration's drop ran before the new one was published.
     assert_eq!(recorder.reasons(), vec![(5, Reason::Replaced)]);
-    assert!(matches!(old.heartbeat(), Err(Error::Evicted { instance_id: 5, .. })));
+    assert!(matches!(
+        old.heartbeat(),
+        Err(Error::Evicted { instance_id: 5, .. })
+    ));
     new.heartbeat().unwrap();
     let status = table.status();
     assert_eq!(status.tracked_instances, 1);
@@ -87,31 +104,51 @@ fn replace_ends_the_old_registration_first() {
 
 #[test]
 fn stale_handle_after_slot_reuse_cannot_touch_the_new_owner() {
-    let (table, clock, mut reaper, recorder) = manual_setup(&TableOptions { capacity: 1, ..options() });
+    let (table, clock, mut reaper, recorder) = manual_setup(&TableOptions {
+        capacity: 1,
+        ..options()
+    });
     let stale = table.register(1, "old").unwrap();
     stale.heartbeat().unwrap();
     clock.advance(Duration::from_secs(1));
     reaper.scan_once(clock.now_ns());
     let owner = table.register(2, "new").unwrap();
-    assert_eq!(owner.slot(), stale.slot(), "capacity 1: the slot was reused");
+    assert_eq!(
+        owner.slot(),
+        stale.slot(),
+        "capacity 1: the slot was reused"
+    );
     assert_ne!(owner.generation(), stale.generation());
     owner.heartbeat().unwrap();
     let before = table.status().registrations[0].clone();
 
     clock.advance(Duration::from_millis(900));
-    assert!(matches!(stale.heartbeat(), Err(Error::Evicted { instance_id: 1, reason: None })));
+    assert!(matches!(
+        stale.heartbeat(),
+        Err(Error::Evicted {
+            instance_id: 1,
+            reason: None
+        })
+    ));
     assert!(matches!(stale.deregister(), Err(Error::Evicted { .. })));
 
     let after = table.status().registrations[0].clone();
     assert_eq!(
-        (after.instance_id, after.heartbeats, after.last_heartbeat_age_seconds.unwrap()),
+        (
+            after.instance_id,
+            after.heartbeats,
+            after.last_heartbeat_age_seconds.unwrap()
+        ),
         (2, before.heartbeats, 0.9),
         "the stale handle changed the new owner"
     );
     // The new owner's clock is untouched: it is still evicted on its own time.
     clock.advance(Duration::from_millis(100));
     reaper.scan_once(clock.now_ns());
-    assert_eq!(recorder.reasons(), vec![(1, Reason::Timeout), (2, Reason::Timeout)]);
+    assert_eq!(
+        recorder.reasons(),
+        vec![(1, Reason::Timeout), (2, Reason::Timeout)]
+    );
 }
 
 #[test]
@@ -128,14 +165,21 @@ fn deregister_after_eviction_reports_evicted_and_ends_nothing_else() {
     let worker = table.register(4, "w").unwrap();
     clock.advance(Duration::from_secs(3));
     reaper.scan_once(clock.now_ns());
-    assert!(matches!(worker.deregister(), Err(Error::Evicted { instance_id: 4, .. })));
+    assert!(matches!(
+        worker.deregister(),
+        Err(Error::Evicted { instance_id: 4, .. })
+    ));
     reaper.scan_once(clock.now_ns() + SECOND);
     assert_eq!(recorder.reasons(), vec![(4, Reason::Grace)]);
 }
 
 #[test]
 fn concurrent_registrations_of_one_id_have_one_winner() {
-    let table = Table::in_memory(&TableOptions { capacity: 64, ..options() }).unwrap();
+    let table = Table::in_memory(&TableOptions {
+        capacity: 64,
+        ..options()
+    })
+    .unwrap();
     for round in 1..=50u64 {
         let barrier = std::sync::Barrier::new(4);
         let wins: Vec<bool> = std::thread::scope(|scope| {
@@ -149,6 +193,10 @@ fn concurrent_registrations_of_one_id_have_one_winner() {
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        assert_eq!(wins.iter().filter(|w| **w).count(), 1, "round {round}: {wins:?}");
+        assert_eq!(
+            wins.iter().filter(|w| **w).count(),
+            1,
+            "round {round}: {wins:?}"
+        );
     }
 }

@@ -37,7 +37,11 @@ impl Drop for UnlinkOnDrop {
 
 pub fn unique_name(tag: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!("livereg-test-{tag}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "livereg-test-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 pub const SECOND: u64 = 1_000_000_000;
@@ -62,14 +66,19 @@ impl Recorder {
     }
 
     pub fn reasons(&self) -> Vec<(u64, livereg::Reason)> {
-        self.events().iter().map(|e| (e.instance_id, e.reason)).collect()
+        self.events()
+            .iter()
+            .map(|e| (e.instance_id, e.reason))
+            .collect()
     }
 }
 
 /// A heap table on a manual clock at 100 s, with a recording reaper.
 pub fn manual_setup(options: &TableOptions) -> (Table, ManualClock, Reaper, Recorder) {
     let manual = Clock::manual(100 * SECOND);
-    let table = Table::in_memory(options).unwrap().with_clock(manual.clock());
+    let table = Table::in_memory(options)
+        .unwrap()
+        .with_clock(manual.clock());
     let recorder = Recorder::default();
     let sink = recorder.clone();
     let reaper = table

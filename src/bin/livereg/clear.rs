@@ -19,6 +19,9 @@ pub fn run(args: Args) -> Outcome {
     let before = table.status().ended["cleared"];
     table.clear(args.wait)?;
     let cleared = table.status().ended["cleared"] - before;
-    println!("cleared table '{}': {cleared} registrations ended", args.name);
+    out!(
+        "cleared table '{}': {cleared} registrations ended",
+        args.name
+    );
     Ok(ExitCode::SUCCESS)
 }

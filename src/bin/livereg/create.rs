@@ -24,7 +24,8 @@ pub struct Args {
 }
 
 fn parse_mode(text: &str) -> Result<u32, String> {
-    u32::from_str_radix(text, 8).map_err(|_| format!("'{text}' is not an octal mode like 600 or 660"))
+    u32::from_str_radix(text, 8)
+        .map_err(|_| format!("'{text}' is not an octal mode like 600 or 660"))
 }
 
 pub fn run(args: Args) -> Outcome {
@@ -32,10 +33,12 @@ pub fn run(args: Args) -> Outcome {
         capacity: args.capacity,
         mode: args.mode,
         reap_timeout: args.timeout,
-        registration_grace: args.grace.unwrap_or(args.timeout.max(Duration::from_secs(30))),
+        registration_grace: args
+            .grace
+            .unwrap_or(args.timeout.max(Duration::from_secs(30))),
     };
     let table = Table::create(&args.name, &options)?;
-    println!(
+    out!(
         "created table '{}': {} slots, timeout {}, grace {}, mode {:o}",
         args.name,
         table.capacity(),

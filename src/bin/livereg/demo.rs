@@ -4,7 +4,7 @@
 //! one, resumed, learns it was evicted and registers again. Every ended
 //! registration is checked against its expected reason and bound.
 
-use crate::{duration, Outcome};
+use crate::{duration, signals, Outcome};
 use livereg::{DropEvent, Reason, Table, TableOptions};
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
@@ -54,6 +54,7 @@ struct Demo {
     checks: Vec<Check>,
     fancy: bool,
     started: Instant,
+    interrupted: bool,
 }
 
 /// Removes the private table however the demo ends.
@@ -66,15 +67,23 @@ impl Drop for Unlink {
 }
 
 pub fn run(args: Args) -> Outcome {
+    signals::catch_termination();
     let name = format!("livereg-demo-{}", std::process::id());
-    let options = TableOptions { capacity: 64, reap_timeout: TIMEOUT, registration_grace: GRACE, ..TableOptions::default() };
+    let options = TableOptions {
+        capacity: 64,
+        reap_timeout: TIMEOUT,
+        registration_grace: GRACE,
+        ..TableOptions::default()
+    };
     let table = Table::create(&name, &options)?;
     let _unlink = Unlink(name.clone());
     let (tell, heard) = mpsc::channel();
     let from_reaper = tell.clone();
     let reaper = table
         .reaper()
-        .on_drop(move |event| Ok(from_reaper.send((Heard::Dropped(event.clone()), Instant::now()))?))
+        .on_drop(
+            move |event| Ok(from_reaper.send((Heard::Dropped(event.clone()), Instant::now()))?),
+        )
         .spawn()?;
     let mut demo = Demo {
         table,
@@ -83,6 +92,7 @@ pub fn run(args: Args) -> Outcome {
         checks: Vec::new(),
         fancy: std::io::stdout().is_terminal(),
         started: Instant::now(),
+        interrupted: false,
     };
     demo.say(&format!(
         "table '{name}': timeout {}, grace {}, reaper scans every {}; a silent worker is evicted within [{}, {}]",
@@ -92,7 +102,9 @@ pub fn run(args: Args) -> Outcome {
         duration::show(TIMEOUT),
         duration::show(TIMEOUT + TIMEOUT / 4)
     ));
-    let mut workers: Vec<Worker> = (1..=args.workers).map(|id| spawn_worker(&name, id, &tell)).collect::<Result<_, _>>()?;
+    let mut workers: Vec<Worker> = (1..=args.workers)
+        .map(|id| spawn_worker(&name, id, &tell))
+        .collect::<Result<_, _>>()?;
     let result = demo.scenarios(&mut workers);
     for worker in &mut workers {
         let _ = worker.child.kill();
@@ -103,10 +115,26 @@ pub fn run(args: Args) -> Outcome {
     Ok(demo.summary())
 }
 
-fn spawn_worker(table: &str, id: u64, tell: &Sender<(Heard, Instant)>) -> Result<Worker, Box<dyn std::error::Error>> {
+fn spawn_worker(
+    table: &str,
+    id: u64,
+    tell: &Sender<(Heard, Instant)>,
+) -> Result<Worker, Box<dyn std::error::Error>> {
     let mut child = Command::new(std::env::current_exe()?)
-        .args(["worker", table, "--instance", &id.to_string(), "--label", &format!("gpu{id}")])
-        .args(["--interval", &format!("{}ms", BEAT_EVERY.as_millis()), "--reregister", "--until-stdin-closes"])
+        .args([
+            "worker",
+            table,
+            "--instance",
+            &id.to_string(),
+            "--label",
+            &format!("gpu{id}"),
+        ])
+        .args([
+            "--interval",
+            &format!("{}ms", BEAT_EVERY.as_millis()),
+            "--reregister",
+            "--until-stdin-closes",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
@@ -134,15 +162,19 @@ impl Demo {
     fn say(&self, line: &str) {
         let at = self.started.elapsed().as_secs_f64();
         if self.fancy {
-            println!("\x1b[2m{at:6.2}s\x1b[0m  {line}");
+            out!("\x1b[2m{at:6.2}s\x1b[0m  {line}");
         } else {
-            println!("{at:6.2}s  {line}");
+            out!("{at:6.2}s  {line}");
         }
-        let _ = std::io::stdout().flush();
     }
 
     /// Waits up to `within` for something `wanted`, keeping the rest for later.
-    fn wait_for(&mut self, what: &str, within: Duration, wanted: impl Fn(&Heard) -> bool) -> Option<(Heard, Instant)> {
+    fn wait_for(
+        &mut self,
+        what: &str,
+        within: Duration,
+        wanted: impl Fn(&Heard) -> bool,
+    ) -> Option<(Heard, Instant)> {
         if let Some(at) = self.backlog.iter().position(|(heard, _)| wanted(heard)) {
             return Some(self.backlog.remove(at));
         }
@@ -150,13 +182,23 @@ impl Demo {
         let waiting_since = Instant::now();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || self.interrupted {
                 self.clear_progress();
                 return None;
             }
+            if signals::take().is_some() {
+                self.interrupted = true;
+                self.say("interrupted: stopping the workers and removing the table");
+                continue;
+            }
             if self.fancy {
-                print!("\r\x1b[K        ... waiting for {what} ({})", duration::show(waiting_since.elapsed()));
-                let _ = std::io::stdout().flush();
+                let mut stdout = std::io::stdout().lock();
+                let _ = write!(
+                    stdout,
+                    "\r\x1b[K        ... waiting for {what} ({})",
+                    duration::show(waiting_since.elapsed())
+                );
+                let _ = stdout.flush();
             }
             match self.heard.recv_timeout(left.min(Duration::from_millis(50))) {
                 Ok(item) if wanted(&item.0) => {
@@ -172,14 +214,18 @@ impl Demo {
 
     fn clear_progress(&self) {
         if self.fancy {
-            print!("\r\x1b[K");
+            let mut stdout = std::io::stdout().lock();
+            let _ = write!(stdout, "\r\x1b[K");
+            let _ = stdout.flush();
         }
     }
 
     fn dropped(&mut self, id: u64, within: Duration) -> Option<(DropEvent, Instant)> {
-        let found = self.wait_for(&format!("instance {id} to be dropped"), within, |heard| {
-            matches!(heard, Heard::Dropped(event) if event.instance_id == id)
-        });
+        let found = self.wait_for(
+            &format!("instance {id} to be dropped"),
+            within,
+            |heard| matches!(heard, Heard::Dropped(event) if event.instance_id == id),
+        );
         match found {
             Some((Heard::Dropped(event), at)) => Some((event, at)),
             _ => None,
@@ -194,7 +240,15 @@ impl Demo {
     }
 
     /// Records whether `id` ended with `expected` within `bound` of `since`.
-    fn expect_drop(&mut self, scenario: &str, id: u64, expected: Reason, since: Instant, bound: Duration, bound_text: &str) {
+    fn expect_drop(
+        &mut self,
+        scenario: &str,
+        id: u64,
+        expected: Reason,
+        since: Instant,
+        bound: Duration,
+        bound_text: &str,
+    ) {
         let outcome = self.dropped(id, bound + SLACK + Duration::from_secs(2));
         let (observed, took, ok) = match &outcome {
             Some((event, at)) => {
@@ -204,7 +258,11 @@ impl Demo {
                     Reason::Timeout => event.silent_for >= TIMEOUT,
                     _ => true,
                 };
-                (event.reason.to_string(), Some(took), event.reason == expected && in_bound && silence_ok)
+                (
+                    event.reason.to_string(),
+                    Some(took),
+                    event.reason == expected && in_bound && silence_ok,
+                )
             }
             None => ("not detected".to_owned(), None, false),
         };
@@ -216,7 +274,10 @@ impl Demo {
                 duration::show(took.unwrap_or_default()),
                 duration::show(event.silent_for)
             ),
-            None => format!("not detected within {}: {mark}", duration::show(bound + SLACK)),
+            None => format!(
+                "not detected within {}: {mark}",
+                duration::show(bound + SLACK)
+            ),
         };
         self.say(&format!("  -> instance {id} dropped: {detail}"));
         self.checks.push(Check {
@@ -230,13 +291,24 @@ impl Demo {
         });
     }
 
-    fn expect(&mut self, scenario: &str, instance: u64, expected: &str, observed: Option<Duration>, bound: Duration) {
+    fn expect(
+        &mut self,
+        scenario: &str,
+        instance: u64,
+        expected: &str,
+        observed: Option<Duration>,
+        bound: Duration,
+    ) {
         let ok = observed.is_some_and(|took| took <= bound + SLACK);
         self.checks.push(Check {
             scenario: scenario.to_owned(),
             instance,
             expected: expected.to_owned(),
-            observed: if observed.is_some() { expected.to_owned() } else { "not seen".to_owned() },
+            observed: if observed.is_some() {
+                expected.to_owned()
+            } else {
+                "not seen".to_owned()
+            },
             took: observed,
             bound: duration::show(bound),
             ok,
@@ -247,22 +319,46 @@ impl Demo {
         let bound = TIMEOUT + TIMEOUT / 4;
         let scan = TIMEOUT / 4;
 
-        self.say(&format!("starting {} workers, each beating every {}", workers.len(), duration::show(BEAT_EVERY)));
+        self.say(&format!(
+            "starting {} workers, each beating every {}",
+            workers.len(),
+            duration::show(BEAT_EVERY)
+        ));
         for worker in workers.iter() {
             let id = worker.id;
-            let at = self.said(id, "registered", Duration::from_secs(10)).ok_or(format!("worker {id} never registered"))?;
+            let at = self
+                .said(id, "registered", Duration::from_secs(10))
+                .ok_or(format!("worker {id} never registered"))?;
             let registered = at.saturating_duration_since(self.started);
-            self.say(&format!("  worker {id} (gpu{id}, pid {}) registered after {}", worker.child.id(), duration::show(registered)));
+            self.say(&format!(
+                "  worker {id} (gpu{id}, pid {}) registered after {}",
+                worker.child.id(),
+                duration::show(registered)
+            ));
         }
         std::thread::sleep(TIMEOUT);
         let status = self.table.status();
-        self.say(&format!("{} workers live and beating; nobody evicted after a full timeout", status.tracked_instances));
+        self.say(&format!(
+            "{} workers live and beating; nobody evicted after a full timeout",
+            status.tracked_instances
+        ));
 
-        self.say("SIGKILL worker 1: a crash. The kernel drops its slot lock; the next scan sees it.");
+        self.go_on()?;
+        self.say(
+            "SIGKILL worker 1: a crash. The kernel drops its slot lock; the next scan sees it.",
+        );
         let killed_at = Instant::now();
         signal(&workers[0], libc::SIGKILL);
-        self.expect_drop("killed (SIGKILL)", 1, Reason::ProcessExited, killed_at, scan, &format!("next scan <= {}", duration::show(scan)));
+        self.expect_drop(
+            "killed (SIGKILL)",
+            1,
+            Reason::ProcessExited,
+            killed_at,
+            scan,
+            &format!("next scan <= {}", duration::show(scan)),
+        );
 
+        self.go_on()?;
         self.say("SIGSTOP worker 2: a hang. Alive, holding its lock, silent: only the timeout catches it.");
         let stopped_at = Instant::now();
         signal(&workers[1], libc::SIGSTOP);
@@ -272,57 +368,129 @@ impl Demo {
             Reason::Timeout,
             stopped_at,
             bound,
-            &format!("silent {}..{}", duration::show(TIMEOUT), duration::show(bound)),
+            &format!(
+                "silent {}..{}",
+                duration::show(TIMEOUT),
+                duration::show(bound)
+            ),
         );
 
+        self.go_on()?;
         self.say("worker 3 exits cleanly: it deregisters, and the idle reaper is woken at once.");
         let closed_at = Instant::now();
         workers[2].stdin = None;
-        self.expect_drop("clean exit", 3, Reason::Deregistered, closed_at, Duration::from_millis(5), "5ms (wake-up)");
+        self.expect_drop(
+            "clean exit",
+            3,
+            Reason::Deregistered,
+            closed_at,
+            Duration::from_millis(5),
+            "5ms (wake-up)",
+        );
 
+        self.go_on()?;
         self.say("a clear is requested through the table: every live registration ends.");
         let cleared_at = Instant::now();
         self.table.clear(Duration::from_secs(5))?;
-        self.say(&format!("  clear completed in {}", duration::show(cleared_at.elapsed())));
+        self.say(&format!(
+            "  clear completed in {}",
+            duration::show(cleared_at.elapsed())
+        ));
         for id in 4..=workers.len() as u64 {
-            self.expect_drop("cleared", id, Reason::Cleared, cleared_at, Duration::from_millis(5), "5ms (wake-up)");
+            self.expect_drop(
+                "cleared",
+                id,
+                Reason::Cleared,
+                cleared_at,
+                Duration::from_millis(5),
+                "5ms (wake-up)",
+            );
         }
         for id in 4..=workers.len() as u64 {
-            let back = self.said(id, "registered", TIMEOUT + SLACK).map(|at| at.saturating_duration_since(cleared_at));
-            self.say(&format!("  worker {id} was told 'evicted' at its next beat and registered again after {}", back.map(duration::show).unwrap_or("never".into())));
-            self.expect("cleared, came back", id, "registered again", back, BEAT_EVERY);
+            let back = self
+                .said(id, "registered", TIMEOUT + SLACK)
+                .map(|at| at.saturating_duration_since(cleared_at));
+            self.say(&format!(
+                "  worker {id} was told 'evicted' at its next beat and registered again after {}",
+                back.map(duration::show).unwrap_or("never".into())
+            ));
+            self.expect(
+                "cleared, came back",
+                id,
+                "registered again",
+                back,
+                BEAT_EVERY,
+            );
         }
 
+        self.go_on()?;
         self.say("SIGCONT worker 2: its next heartbeat returns Evicted, so it registers again.");
         let resumed_at = Instant::now();
         signal(&workers[1], libc::SIGCONT);
-        let told = self.said(2, "evicted", Duration::from_secs(2)).map(|at| at.saturating_duration_since(resumed_at));
-        let back = self.said(2, "registered", Duration::from_secs(2)).map(|at| at.saturating_duration_since(resumed_at));
+        let told = self
+            .said(2, "evicted", Duration::from_secs(2))
+            .map(|at| at.saturating_duration_since(resumed_at));
+        let back = self
+            .said(2, "registered", Duration::from_secs(2))
+            .map(|at| at.saturating_duration_since(resumed_at));
         self.say(&format!(
             "  worker 2 told 'evicted' after {}, registered again after {}",
             told.map(duration::show).unwrap_or("never".into()),
             back.map(duration::show).unwrap_or("never".into())
         ));
-        self.expect("hung, resumed, came back", 2, "registered again", back, BEAT_EVERY);
+        self.expect(
+            "hung, resumed, came back",
+            2,
+            "registered again",
+            back,
+            BEAT_EVERY,
+        );
 
         let live = self.table.status();
-        self.say(&format!("{} workers live again; stopping them cleanly", live.tracked_instances));
+        self.say(&format!(
+            "{} workers live again; stopping them cleanly",
+            live.tracked_instances
+        ));
         let survivors: Vec<u64> = std::iter::once(2).chain(4..=workers.len() as u64).collect();
         for worker in workers.iter_mut().filter(|w| survivors.contains(&w.id)) {
             worker.stdin = None;
         }
         let stopping = Instant::now();
         for id in survivors {
-            self.expect_drop("shutdown", id, Reason::Deregistered, stopping, Duration::from_millis(50), "50ms");
+            self.expect_drop(
+                "shutdown",
+                id,
+                Reason::Deregistered,
+                stopping,
+                Duration::from_millis(50),
+                "50ms",
+            );
         }
         Ok(())
     }
 
+    /// Stops the scenarios once the demo was interrupted.
+    fn go_on(&self) -> Result<(), Box<dyn std::error::Error>> {
+        if self.interrupted {
+            Err("interrupted".into())
+        } else {
+            Ok(())
+        }
+    }
+
     fn summary(&self) -> ExitCode {
-        println!();
-        println!("{:<26} {:>8}  {:<17} {:<17} {:>9}  {:<20} RESULT", "SCENARIO", "INSTANCE", "EXPECTED", "OBSERVED", "TOOK", "BOUND");
+        out!("");
+        out!(
+            "{:<26} {:>8}  {:<17} {:<17} {:>9}  {:<20} RESULT",
+            "SCENARIO",
+            "INSTANCE",
+            "EXPECTED",
+            "OBSERVED",
+            "TOOK",
+            "BOUND"
+        );
         for check in &self.checks {
-            println!(
+            out!(
                 "{:<26} {:>8}  {:<17} {:<17} {:>9}  {:<20} {}",
                 check.scenario,
                 check.instance,
@@ -333,13 +501,19 @@ impl Demo {
                 if check.ok { "ok" } else { "FAILED" }
             );
         }
-        let failed = self.checks.iter().filter(|c| !c.ok).count();
+        let failed = self.checks.iter().filter(|c| !c.ok).count() + usize::from(self.interrupted);
         let status = self.table.status();
-        println!();
-        println!(
+        out!("");
+        out!(
             "{} checks, {failed} failed; ended by reason: {}; handler failures {}",
             self.checks.len(),
-            status.ended.iter().filter(|(_, n)| **n > 0).map(|(r, n)| format!("{r} {n}")).collect::<Vec<_>>().join(", "),
+            status
+                .ended
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(r, n)| format!("{r} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             status.handler_failures
         );
         if failed == 0 {

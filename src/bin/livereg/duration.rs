@@ -4,18 +4,24 @@ use std::time::Duration;
 
 /// Parses a number followed by `us`, `ms`, `s`, `m` or `h`.
 pub fn parse(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a duration, expected a number and a unit like 500ms, 30s, 2m"))?;
+    let value: f64 = number.parse().map_err(|_| {
+        format!("'{text}' is not a duration, expected a number and a unit like 500ms, 30s, 2m")
+    })?;
     let seconds = match unit {
         "us" => value / 1e6,
         "ms" => value / 1e3,
         "s" => value,
         "m" => value * 60.0,
         "h" => value * 3600.0,
-        _ => return Err(format!("'{text}' has unit '{unit}', expected one of us, ms, s, m, h")),
+        _ => {
+            return Err(format!(
+                "'{text}' has unit '{unit}', expected one of us, ms, s, m, h"
+            ))
+        }
     };
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("'{text}': {e}"))
 }

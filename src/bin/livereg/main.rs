@@ -1,5 +1,19 @@
 //! `livereg`: operate tables, run a reaper, wrap programs, and the demo.
 
+#[macro_use]
+mod output {
+    /// Prints a line to stdout, ignoring a closed pipe (`livereg status x |
+    /// head`): output is best effort, cleanup is not.
+    macro_rules! out {
+        ($($arg:tt)*) => {{
+            use std::io::Write as _;
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, $($arg)*);
+            let _ = stdout.flush();
+        }};
+    }
+}
+
 mod clear;
 mod create;
 mod demo;

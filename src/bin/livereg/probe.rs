@@ -12,6 +12,6 @@ pub struct Args {
 
 pub fn run(args: Args) -> Outcome {
     let token = Table::open(&args.name)?.probe()?;
-    println!("{token:#018x}");
+    out!("{token:#018x}");
     Ok(ExitCode::SUCCESS)
 }

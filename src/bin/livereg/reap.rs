@@ -24,10 +24,17 @@ pub fn run(args: Args) -> Outcome {
     signals::catch_termination();
     let table = Table::open(&args.name)?;
     if table.reap_timeout().is_zero() {
-        return Err(format!("table '{}': reaping is disabled (its reap timeout is 0)", args.name).into());
+        return Err(format!(
+            "table '{}': reaping is disabled (its reap timeout is 0)",
+            args.name
+        )
+        .into());
     }
     let (hooks, queue) = mpsc::channel::<DropEvent>();
-    let hook_thread = args.on_drop.clone().map(|command| std::thread::spawn(move || run_hooks(&command, queue)));
+    let hook_thread = args
+        .on_drop
+        .clone()
+        .map(|command| std::thread::spawn(move || run_hooks(&command, queue)));
     let Some(reaper) = take_role(&table, &args, hooks)? else {
         return Ok(ExitCode::SUCCESS);
     };
@@ -52,7 +59,11 @@ pub fn run(args: Args) -> Outcome {
 
 /// Starts the reaper, or (with `--standby`) waits for the role until a
 /// termination signal. `None` means a signal came first.
-fn take_role(table: &Table, args: &Args, hooks: mpsc::Sender<DropEvent>) -> Result<Option<ReaperThread>, Error> {
+fn take_role(
+    table: &Table,
+    args: &Args,
+    hooks: mpsc::Sender<DropEvent>,
+) -> Result<Option<ReaperThread>, Error> {
     let mut announced = false;
     loop {
         let sender = hooks.clone();
@@ -80,7 +91,9 @@ fn take_role(table: &Table, args: &Args, hooks: mpsc::Sender<DropEvent>) -> Resu
                 std::thread::sleep(Duration::from_millis(100));
             }
             Err(Error::Busy(message)) => {
-                return Err(Error::Busy(format!("{message} (use --standby to wait and take over)")))
+                return Err(Error::Busy(format!(
+                    "{message} (use --standby to wait and take over)"
+                )))
             }
             other => return other.map(Some),
         }
@@ -91,7 +104,11 @@ fn log(table: &str, event: &DropEvent) {
     eprintln!(
         "livereg: table '{table}': instance {} ({}pid {}, slot {}) ended: {} after {} silent",
         event.instance_id,
-        if event.label.is_empty() { String::new() } else { format!("{}, ", event.label) },
+        if event.label.is_empty() {
+            String::new()
+        } else {
+            format!("{}, ", event.label)
+        },
         event.pid,
         event.slot,
         event.reason,
@@ -114,8 +131,14 @@ fn run_hooks(command: &str, queue: mpsc::Receiver<DropEvent>) {
             .status();
         match status {
             Ok(status) if status.success() => {}
-            Ok(status) => eprintln!("livereg: --on-drop hook for instance {} {status}", event.instance_id),
-            Err(e) => eprintln!("livereg: --on-drop hook for instance {} did not start: {e}", event.instance_id),
+            Ok(status) => eprintln!(
+                "livereg: --on-drop hook for instance {} {status}",
+                event.instance_id
+            ),
+            Err(e) => eprintln!(
+                "livereg: --on-drop hook for instance {} did not start: {e}",
+                event.instance_id
+            ),
         }
     }
 }

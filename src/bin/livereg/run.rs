@@ -36,7 +36,13 @@ pub fn run(args: Args) -> Outcome {
         .spawn()
         .map_err(|e| format!("cannot start '{}': {e}", args.command[0]))?;
     let pid = child.id();
-    let register = || table.registration(args.instance).label(&args.label).pid(pid).register();
+    let register = || {
+        table
+            .registration(args.instance)
+            .label(&args.label)
+            .pid(pid)
+            .register()
+    };
     let mut worker = match register() {
         Ok(worker) => Some(worker),
         Err(e) => {
@@ -62,13 +68,19 @@ pub fn run(args: Args) -> Outcome {
     if let Some(worker) = worker {
         let _ = worker.deregister();
     }
-    let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     Ok(ExitCode::from(code as u8))
 }
 
 /// One heartbeat; after an eviction, registers again (trying again at the
 /// next beat if that fails).
-fn beat(worker: Option<Worker>, register: &impl Fn() -> Result<Worker, Error>, args: &Args) -> Option<Worker> {
+fn beat(
+    worker: Option<Worker>,
+    register: &impl Fn() -> Result<Worker, Error>,
+    args: &Args,
+) -> Option<Worker> {
     if let Some(current) = worker {
         match current.heartbeat() {
             Ok(()) => return Some(current),

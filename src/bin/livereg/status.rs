@@ -17,9 +17,9 @@ pub struct Args {
 pub fn run(args: Args) -> Outcome {
     let status = Table::open(&args.name)?.status();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        out!("{}", serde_json::to_string_pretty(&status)?);
     } else {
-        print!("{}", render(&status));
+        out!("{}", render(&status).trim_end());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -31,11 +31,20 @@ fn age(seconds: f64) -> String {
 /// The human view: a header block, then one line per registration.
 pub fn render(status: &Status) -> String {
     let reaper = if status.reaper_alive {
-        format!("alive (pid {}, boot token {:#018x}, last scan {} ago)", status.reaper_pid, status.boot_token, age(status.reaper_heartbeat_age_seconds))
+        format!(
+            "alive (pid {}, boot token {:#018x}, last scan {} ago)",
+            status.reaper_pid,
+            status.boot_token,
+            age(status.reaper_heartbeat_age_seconds)
+        )
     } else {
         "NONE ALIVE (registrations are not being reaped)".to_owned()
     };
-    let ended: Vec<String> = status.ended.iter().map(|(reason, n)| format!("{reason} {n}")).collect();
+    let ended: Vec<String> = status
+        .ended
+        .iter()
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect();
     let mut out = format!(
         "table '{}': {}/{} slots live, timeout {}, grace {}, scan every {}\n\
          reaper: {reaper}\n\
@@ -60,7 +69,10 @@ pub fn render(status: &Status) -> String {
             Some(reason) => format!("ending ({reason})"),
             None => r.state.to_owned(),
         };
-        let last = r.last_heartbeat_age_seconds.map(|s| format!("{} ago", age(s))).unwrap_or_else(|| "never".into());
+        let last = r
+            .last_heartbeat_age_seconds
+            .map(|s| format!("{} ago", age(s)))
+            .unwrap_or_else(|| "never".into());
         out += &format!(
             "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}\n",
             r.slot,

@@ -45,11 +45,19 @@ fn say(line: &str) {
 
 fn register(table: &Table, args: &Args) -> Result<Worker, Error> {
     let worker = table.register(args.instance, &args.label)?;
-    say(&format!("registered {} {}", worker.slot(), worker.generation()));
+    say(&format!(
+        "registered {} {}",
+        worker.slot(),
+        worker.generation()
+    ));
     Ok(worker)
 }
 
 pub fn run(args: Args) -> Outcome {
+    // SAFETY:
+    // - PR_SET_PDEATHSIG takes a signal number and touches no memory: if the
+    //   demo or test that started this worker dies, so does the worker.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let table = Table::open(&args.name)?;
     let mut worker = register(&table, &args)?;
     if args.never_beat {
@@ -71,7 +79,11 @@ pub fn run(args: Args) -> Outcome {
     let mut next_beat = started + args.interval;
     loop {
         std::thread::sleep(tick);
-        if args.exit_after.is_some_and(|after| started.elapsed() >= after) || stdin_closed.load(Ordering::SeqCst) {
+        if args
+            .exit_after
+            .is_some_and(|after| started.elapsed() >= after)
+            || stdin_closed.load(Ordering::SeqCst)
+        {
             worker.deregister()?;
             say("deregistered");
             return Ok(ExitCode::SUCCESS);
@@ -90,7 +102,9 @@ pub fn run(args: Args) -> Outcome {
                 worker = loop {
                     match register(&table, &args) {
                         Ok(worker) => break worker,
-                        Err(Error::Exists(_) | Error::Timeout(_)) => std::thread::sleep(args.interval),
+                        Err(Error::Exists(_) | Error::Timeout(_)) => {
+                            std::thread::sleep(args.interval)
+                        }
                         Err(e) => return Err(e.into()),
                     }
                 };

@@ -1,0 +1,356 @@
+//! The `livereg` command, run as a real binary: every subcommand and exit code.
+
+mod common;
+
+use common::{unique_name, UnlinkOnDrop};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn livereg(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_livereg"))
+        .args(args)
+        .output()
+        .expect("run livereg")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts a failure with exit 1 and one line on stderr containing `says`.
+fn fails_with(output: &Output, says: &str) {
+    let err = stderr(output);
+    assert_eq!(output.status.code(), Some(1), "stderr: {err}");
+    assert!(err.contains(says), "expected '{says}' in: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+}
+
+/// A created table, removed on drop.
+fn created(tag: &str, extra: &[&str]) -> (String, UnlinkOnDrop) {
+    let name = unique_name(tag);
+    let output = livereg(&[&["create", &name][..], extra].concat());
+    assert!(output.status.success(), "{}", stderr(&output));
+    (name.clone(), UnlinkOnDrop(name))
+}
+
+/// A background `livereg` process, killed on drop.
+struct Background(Child);
+
+impl Background {
+    fn spawn(args: &[&str]) -> Background {
+        Background(
+            Command::new(env!("CARGO_BIN_EXE_livereg"))
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY:
+        // - `kill` has no memory effects; the child is not yet waited for.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, signal) };
+    }
+
+    /// Waits for exit and returns the output.
+    fn finish(mut self) -> Output {
+        let child = std::mem::replace(&mut self.0, Command::new("true").spawn().unwrap());
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn reaper_alive(name: &str) -> bool {
+    livereg(&["probe", name]).status.success()
+}
+
+fn status_json(name: &str) -> serde_json::Value {
+    let output = livereg(&["status", name, "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn create_refuses_an_existing_table_a_bad_name_and_a_short_grace() {
+    let (name, _guard) = created(
+        "create",
+        &[
+            "--capacity",
+            "4",
+            "--timeout",
+            "2s",
+            "--grace",
+            "5s",
+            "--mode",
+            "640",
+        ],
+    );
+    let mode = std::fs::metadata(format!("/dev/shm/{name}")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o640
+    );
+    fails_with(&livereg(&["create", &name]), &format!("table '{name}'"));
+    fails_with(&livereg(&["create", "bad name"]), "contains ' '");
+    let other = unique_name("short-grace");
+    fails_with(
+        &livereg(&["create", &other, "--timeout", "5s", "--grace", "1s"]),
+        "grace >= timeout",
+    );
+    assert_eq!(
+        livereg(&["create", &other, "--timeout", "soon"])
+            .status
+            .code(),
+        Some(2),
+        "usage error"
+    );
+    assert_eq!(livereg(&["frobnicate"]).status.code(), Some(2));
+}
+
+#[test]
+fn status_shows_registrations_as_a_table_and_as_json() {
+    let (name, _guard) = created("status", &["--timeout", "5s"]);
+    let _worker = Background::spawn(&["worker", &name, "--instance", "42", "--label", "gpu42"]);
+    wait_until("the worker to register", || {
+        status_json(&name)["tracked_instances"] == 1
+    });
+    let human = stdout(&livereg(&["status", &name]));
+    assert!(
+        human.contains(&format!("table '{name}': 1/256 slots live")),
+        "{human}"
+    );
+    assert!(
+        human.contains("SLOT") && human.contains("LAST BEAT") && human.contains("gpu42"),
+        "{human}"
+    );
+    assert!(human.contains("NONE ALIVE"), "no reaper yet: {human}");
+    let json = status_json(&name);
+    for key in [
+        "enabled",
+        "reap_timeout_seconds",
+        "registration_grace_seconds",
+        "tracked_instances",
+        "capacity",
+        "reaper_alive",
+        "boot_token",
+        "ended",
+        "registrations",
+    ] {
+        assert!(json.get(key).is_some(), "missing {key}");
+    }
+    let registration = &json["registrations"][0];
+    for key in [
+        "instance_id",
+        "label",
+        "pid",
+        "slot",
+        "last_heartbeat_age_seconds",
+    ] {
+        assert!(
+            registration.get(key).is_some(),
+            "missing registrations[].{key}"
+        );
+    }
+    assert_eq!(registration["instance_id"], 42);
+    assert_eq!(json["reap_timeout_seconds"], 5.0);
+}
+
+#[test]
+fn status_of_missing_corrupted_and_truncated_tables_fails_cleanly() {
+    fails_with(
+        &livereg(&["status", &unique_name("missing")]),
+        "no such table",
+    );
+    let (name, _guard) = created("garbage", &[]);
+    let path = format!("/dev/shm/{name}");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[..8].copy_from_slice(b"GARBAGE!");
+    std::fs::write(&path, &bytes).unwrap();
+    fails_with(&livereg(&["status", &name]), "not a livereg table");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(10)
+        .unwrap();
+    fails_with(&livereg(&["status", &name]), "truncated");
+}
+
+#[test]
+fn probe_clear_and_rm() {
+    let (name, _guard) = created("probe", &["--timeout", "5s"]);
+    fails_with(&livereg(&["probe", &name]), "no reaper is alive");
+    fails_with(
+        &livereg(&["clear", &name, "--wait", "1s"]),
+        "no reaper is alive",
+    );
+    let _reaper = Background::spawn(&["reap", &name]);
+    wait_until("the reaper", || reaper_alive(&name));
+    let probe = livereg(&["probe", &name]);
+    assert!(
+        stdout(&probe).trim().starts_with("0x"),
+        "{}",
+        stdout(&probe)
+    );
+    let mut worker = Background::spawn(&["worker", &name, "--instance", "1"]);
+    let line = BufReader::new(worker.0.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert!(line.starts_with("registered"));
+    let clear = livereg(&["clear", &name, "--wait", "5s"]);
+    assert!(clear.status.success(), "{}", stderr(&clear));
+    assert!(
+        stdout(&clear).contains("1 registrations ended"),
+        "{}",
+        stdout(&clear)
+    );
+    assert_eq!(status_json(&name)["ended"]["cleared"], 1);
+    assert!(livereg(&["rm", &name]).status.success());
+    fails_with(&livereg(&["rm", &name]), "no such table");
+}
+
+#[test]
+fn reap_logs_runs_the_hook_refuses_a_second_reaper_and_stops_on_sigterm() {
+    let (name, _guard) = created("reap", &["--timeout", "400ms", "--grace", "800ms"]);
+    let hook_log = std::env::temp_dir().join(format!("{name}.hook"));
+    let hook = format!(
+        "echo \"$LIVEREG_INSTANCE_ID $LIVEREG_REASON $LIVEREG_PID $LIVEREG_LABEL $LIVEREG_SLOT\" >> {}",
+        hook_log.display()
+    );
+    let reaper = Background::spawn(&["reap", &name, "--on-drop", &hook]);
+    wait_until("the reaper", || reaper_alive(&name));
+    fails_with(&livereg(&["reap", &name]), "another reaper");
+
+    let worker = Background::spawn(&["worker", &name, "--instance", "9", "--label", "gpu9"]);
+    wait_until("the worker", || {
+        status_json(&name)["tracked_instances"] == 1
+    });
+    let pid = worker.0.id();
+    worker.signal(libc::SIGKILL);
+    wait_until("the hook", || {
+        std::fs::read_to_string(&hook_log).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let line = std::fs::read_to_string(&hook_log).unwrap();
+    let _ = std::fs::remove_file(&hook_log);
+    assert_eq!(line.trim(), format!("9 process_exited {pid} gpu9 0"));
+
+    reaper.signal(libc::SIGTERM);
+    let output = reaper.finish();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let log = stderr(&output);
+    assert!(
+        log.contains("instance 9 (gpu9") && log.contains("process_exited"),
+        "{log}"
+    );
+    assert!(!reaper_alive(&name));
+}
+
+#[test]
+fn standby_reaper_takes_over_when_the_first_dies() {
+    let (name, _guard) = created("standby", &["--timeout", "400ms", "--grace", "800ms"]);
+    let first = Background::spawn(&["reap", &name]);
+    wait_until("the first reaper", || reaper_alive(&name));
+    let token = stdout(&livereg(&["probe", &name]));
+    let _second = Background::spawn(&["reap", &name, "--standby"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        stdout(&livereg(&["probe", &name])),
+        token,
+        "the first reaper still holds it"
+    );
+    first.signal(libc::SIGKILL);
+    wait_until("the standby to take over", || {
+        let now = livereg(&["probe", &name]);
+        now.status.success() && stdout(&now) != token
+    });
+}
+
+#[test]
+fn run_passes_the_exit_code_on_and_deregisters() {
+    let (name, _guard) = created("run-exit", &["--timeout", "2s"]);
+    let output = livereg(&["run", &name, "--instance", "5", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(output.status.code(), Some(7), "{}", stderr(&output));
+    let json = status_json(&name);
+    assert_eq!(json["tracked_instances"], 0);
+    assert_eq!(
+        json["registrations"][0]["ended_reason"], "deregistered",
+        "{json}"
+    );
+}
+
+#[test]
+fn run_registers_again_after_being_evicted_while_stopped() {
+    let (name, _guard) = created("run-evicted", &["--timeout", "400ms", "--grace", "800ms"]);
+    let _reaper = Background::spawn(&["reap", &name]);
+    wait_until("the reaper", || reaper_alive(&name));
+    let run = Background::spawn(&[
+        "run",
+        &name,
+        "--instance",
+        "6",
+        "--label",
+        "wrapped",
+        "--",
+        "sleep",
+        "30",
+    ]);
+    wait_until("the registration", || {
+        status_json(&name)["tracked_instances"] == 1
+    });
+    let first = status_json(&name)["registrations"][0]["generation"].clone();
+    run.signal(libc::SIGSTOP);
+    wait_until("the eviction", || status_json(&name)["ended_total"] == 1);
+    run.signal(libc::SIGCONT);
+    wait_until("a new registration", || {
+        let json = status_json(&name);
+        json["tracked_instances"] == 1
+            && json["registrations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["generation"] != first && r["state"] == "live")
+    });
+    run.signal(libc::SIGTERM);
+    let output = run.finish();
+    assert_eq!(
+        output.status.code(),
+        Some(128 + libc::SIGTERM),
+        "the signal was forwarded to sleep"
+    );
+}
+
+#[test]
+fn demo_exits_zero() {
+    let output = livereg(&["demo", "--workers", "4"]);
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    assert!(stdout(&output).contains("0 failed"), "{}", stdout(&output));
+}

@@ -308,7 +308,7 @@ impl Reaper {
             };
         }
         let silent_ns = now_ns.saturating_sub(self.last_signal(index, word, stamp, now_ns));
-        let reason = if self.process_exited(index) {
+        let reason = if self.process_exited(index, generation) {
             Reason::ProcessExited
         } else if self.timeout_ns > 0 && silent_ns >= budget {
             timed_reason
@@ -348,13 +348,13 @@ impl Reaper {
         }
     }
 
-    /// Whether the kernel has dropped the slot's exit-detection lock: its
-    /// owner's process (every process sharing the owner's file description)
-    /// is gone. Heap tables have no such lock.
-    fn process_exited(&self, index: u32) -> bool {
+    /// Whether the kernel has dropped the registration's exit-detection
+    /// lock: its owner's process (every process sharing the owner's file
+    /// description) is gone. Heap tables have no such lock.
+    fn process_exited(&self, index: u32, generation: u32) -> bool {
         match &self.role.lock {
             Some(file) => matches!(
-                lock::held_by_other(file, lock::SLOT_LOCKS + u64::from(index)),
+                lock::held_by_other(file, lock::registration_lock(index, generation)),
                 Ok(false)
             ),
             None => false,

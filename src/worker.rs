@@ -177,8 +177,9 @@ impl<'t> Registration<'t> {
     }
 
     /// Claims the first free slot whose exit-detection lock can be taken (a
-    /// stopped, evicted owner may still hold its old slot's), fills it in and
-    /// publishes it. Called under the registration lock.
+    /// stale owner of the same generation tag, 65,536 reuses ago, might still
+    /// hold it), fills it in and publishes it. Called under the registration
+    /// lock.
     fn claim(&self) -> Result<Worker> {
         let table = self.table;
         let inner = &table.inner;
@@ -194,7 +195,7 @@ impl<'t> Registration<'t> {
                 continue;
             };
             if let Some(file) = &lock_file {
-                match lock::try_lock(file, lock::SLOT_LOCKS + u64::from(index)) {
+                match lock::try_lock(file, lock::registration_lock(index, generation)) {
                     Ok(true) => {}
                     Ok(false) => {
                         protocol::abandon_claim(slot, generation);

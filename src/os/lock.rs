@@ -5,18 +5,26 @@
 //!
 //! The table uses single bytes far beyond the end of the object as lock words
 //! (a lock may cover bytes that do not exist): one for the reaper role, one for
-//! registrations, and one per slot held by the slot's owner while registered.
+//! registrations, and one per registration, held by its owner: the byte of a
+//! slot *and generation*, so an evicted owner that has not yet noticed (a
+//! stopped process) never keeps the slot's next owner from taking its own.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
-/// First lock byte of the slots; the lock of slot `i` is `SLOT_LOCKS + i`.
+/// First lock byte of the registrations; see [`registration_lock`].
 pub(crate) const SLOT_LOCKS: u64 = 1 << 40;
 /// The reaper role's lock byte.
 pub(crate) const REAPER_LOCK: u64 = SLOT_LOCKS - 1;
 /// The registration lock byte.
 pub(crate) const REGISTRATION_LOCK: u64 = SLOT_LOCKS - 2;
+
+/// The lock byte of the registration in slot `index` with generation
+/// `generation`: 65,536 bytes per slot, one per generation tag.
+pub(crate) fn registration_lock(index: u32, generation: u32) -> u64 {
+    SLOT_LOCKS + (u64::from(index) << 16) + u64::from(generation as u16)
+}
 
 fn flock(kind: i32, offset: u64) -> libc::flock {
     // SAFETY:

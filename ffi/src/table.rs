@@ -1,0 +1,186 @@
+//! Tables from C: create, open, close, unlink, stats, clear, probe.
+
+use crate::boundary::{guard, guard_void, null, text};
+use crate::types::{livereg_options, livereg_result, livereg_stats};
+use core::{Reason, Table, TableOptions};
+use std::ffi::c_char;
+use std::time::Duration;
+
+/// An open table (opaque to C).
+pub struct livereg_table(pub(crate) Table);
+
+/// Writes a new handle to `out`, or fails on NULL.
+pub(crate) fn hand_out<T>(out: *mut *mut T, value: T) -> Result<(), core::Error> {
+    // SAFETY: `out` is non-NULL (checked by callers) and writable per the header.
+    unsafe { *out = Box::into_raw(Box::new(value)) };
+    Ok(())
+}
+
+/// The table behind a handle.
+///
+/// # Safety
+///
+/// `table` is NULL or a handle from `livereg_create`/`livereg_open` not yet closed.
+pub(crate) unsafe fn borrow<'a>(table: *const livereg_table) -> Result<&'a Table, core::Error> {
+    // SAFETY: by this function's contract.
+    unsafe { table.as_ref() }.map(|t| &t.0).ok_or_else(|| null("table"))
+}
+
+/// `livereg_options_default(out)`: fills sane defaults.
+///
+/// # Safety
+///
+/// `out` is NULL (then nothing happens) or writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_options_default(out: *mut livereg_options) {
+    guard_void(|| {
+        let defaults = TableOptions::default();
+        // SAFETY: by this function's contract; `as_mut` handles NULL.
+        if let Some(out) = unsafe { out.as_mut() } {
+            *out = livereg_options {
+                capacity: defaults.capacity,
+                mode: defaults.mode,
+                reap_timeout_ms: defaults.reap_timeout.as_millis() as u64,
+                registration_grace_ms: defaults.registration_grace.as_millis() as u64,
+            };
+        }
+    })
+}
+
+/// `livereg_create(name, opts, out)`.
+///
+/// # Safety
+///
+/// `name` is a NUL-terminated string; `opts` is NULL (defaults) or readable;
+/// `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_create(
+    name: *const c_char,
+    opts: *const livereg_options,
+    out: *mut *mut livereg_table,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: by this function's contract.
+        let name = unsafe { text(name, "name") }?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: by this function's contract; `as_ref` handles NULL.
+        let options = match unsafe { opts.as_ref() } {
+            Some(o) => TableOptions {
+                capacity: o.capacity,
+                mode: o.mode,
+                reap_timeout: Duration::from_millis(o.reap_timeout_ms),
+                registration_grace: Duration::from_millis(o.registration_grace_ms),
+            },
+            None => TableOptions::default(),
+        };
+        hand_out(out, livereg_table(Table::create(name, &options)?))
+    })
+}
+
+/// `livereg_open(name, out)`.
+///
+/// # Safety
+///
+/// `name` is a NUL-terminated string; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_open(name: *const c_char, out: *mut *mut livereg_table) -> livereg_result {
+    guard(|| {
+        // SAFETY: by this function's contract.
+        let name = unsafe { text(name, "name") }?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        hand_out(out, livereg_table(Table::open(name)?))
+    })
+}
+
+/// `livereg_close(table)`: frees the handle (NULL is ignored). Workers and
+/// reapers made from it stay valid.
+///
+/// # Safety
+///
+/// `table` is NULL or a handle not yet closed; it is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_close(table: *mut livereg_table) {
+    guard_void(|| {
+        if !table.is_null() {
+            // SAFETY: a handle from `hand_out`, closed once, by contract.
+            drop(unsafe { Box::from_raw(table) });
+        }
+    })
+}
+
+/// `livereg_unlink(name)`.
+///
+/// # Safety
+///
+/// `name` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_unlink(name: *const c_char) -> livereg_result {
+    // SAFETY: by this function's contract.
+    guard(|| Table::unlink(unsafe { text(name, "name") }?))
+}
+
+/// `livereg_get_stats(table, out)`.
+///
+/// # Safety
+///
+/// `table` is a live handle; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_get_stats(table: *const livereg_table, out: *mut livereg_stats) -> livereg_result {
+    guard(|| {
+        // SAFETY: by this function's contract.
+        let table = unsafe { borrow(table) }?;
+        // SAFETY: by this function's contract; `as_mut` handles NULL.
+        let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
+        let status = table.status();
+        let mut ended_by_reason = [0u64; 7];
+        for reason in Reason::ALL {
+            ended_by_reason[reason as usize] = status.ended[reason.as_str()];
+        }
+        *out = livereg_stats {
+            capacity: status.capacity,
+            tracked_instances: status.tracked_instances as u32,
+            reaper_alive: u32::from(status.reaper_alive),
+            reaper_pid: status.reaper_pid,
+            boot_token: status.boot_token,
+            reap_timeout_ms: table.reap_timeout().as_millis() as u64,
+            registration_grace_ms: table.registration_grace().as_millis() as u64,
+            ended_total: status.ended_total,
+            ended_by_reason,
+            handler_failures: status.handler_failures,
+            scans: status.scans,
+        };
+        Ok(())
+    })
+}
+
+/// `livereg_clear(table, timeout_ms)`.
+///
+/// # Safety
+///
+/// `table` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_clear(table: *const livereg_table, timeout_ms: u64) -> livereg_result {
+    // SAFETY: by this function's contract.
+    guard(|| unsafe { borrow(table) }?.clear(Duration::from_millis(timeout_ms)))
+}
+
+/// `livereg_probe(table, boot_token)`.
+///
+/// # Safety
+///
+/// `table` is a live handle; `boot_token` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_probe(table: *const livereg_table, boot_token: *mut u64) -> livereg_result {
+    guard(|| {
+        // SAFETY: by this function's contract.
+        let table = unsafe { borrow(table) }?;
+        // SAFETY: by this function's contract; `as_mut` handles NULL.
+        let out = unsafe { boot_token.as_mut() }.ok_or_else(|| null("boot_token"))?;
+        *out = table.probe()?;
+        Ok(())
+    })
+}

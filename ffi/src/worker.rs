@@ -1,0 +1,71 @@
+//! Workers from C: register, ping, deregister.
+
+use crate::boundary::{guard, null, text};
+use crate::table::{borrow, hand_out, livereg_table};
+use crate::types::livereg_result;
+use core::Worker;
+use std::ffi::c_char;
+
+/// A registration (opaque to C).
+pub struct livereg_worker(Worker);
+
+/// `livereg_register(table, instance_id, label, out)`; `label` may be NULL.
+///
+/// # Safety
+///
+/// `table` is a live handle; `label` is NULL or a NUL-terminated string;
+/// `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_register(
+    table: *const livereg_table,
+    instance_id: u64,
+    label: *const c_char,
+    out: *mut *mut livereg_worker,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: by this function's contract.
+        let table = unsafe { borrow(table) }?;
+        let label = if label.is_null() {
+            ""
+        } else {
+            // SAFETY: non-NULL, NUL-terminated by contract.
+            unsafe { text(label, "label") }?
+        };
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        hand_out(out, livereg_worker(table.register(instance_id, label)?))
+    })
+}
+
+/// `livereg_ping(worker)`: `LIVEREG_OK` or `LIVEREG_EVICTED`.
+///
+/// # Safety
+///
+/// `worker` is a handle from `livereg_register` not yet deregistered.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_ping(worker: *const livereg_worker) -> livereg_result {
+    guard(|| {
+        // SAFETY: by this function's contract.
+        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        worker.0.heartbeat()
+    })
+}
+
+/// `livereg_deregister(worker)`: ends the registration and frees the handle;
+/// `LIVEREG_EVICTED` if it had already ended.
+///
+/// # Safety
+///
+/// `worker` is a handle not yet deregistered; it is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_deregister(worker: *mut livereg_worker) -> livereg_result {
+    guard(|| {
+        if worker.is_null() {
+            return Err(null("worker"));
+        }
+        // SAFETY: a handle from `hand_out`, freed once, by contract.
+        let worker = unsafe { Box::from_raw(worker) };
+        worker.0.deregister()
+    })
+}

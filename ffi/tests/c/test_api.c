@@ -1,0 +1,379 @@
+/* The C API from C (compiled as C99 and as C++11): every function, every
+ * result code reachable from C, a forked child killed with SIGKILL, clear and
+ * probe with a reaper thread, and a stale worker after slot reuse. */
+#include <livereg.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int failures = 0;
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n",     \
+                    __FILE__, __LINE__, #cond, livereg_last_error());          \
+            failures++;                                                        \
+        }                                                                      \
+    } while (0)
+
+#define EXPECT(call, want)                                                     \
+    do {                                                                       \
+        livereg_result got_ = (call);                                          \
+        if (got_ != (want)) {                                                  \
+            fprintf(stderr, "%s:%d: %s returned %s, expected %s (%s)\n",      \
+                    __FILE__, __LINE__, #call, livereg_result_str(got_),       \
+                    livereg_result_str(want), livereg_last_error());           \
+            failures++;                                                        \
+        }                                                                      \
+    } while (0)
+
+/* What the callbacks saw; written on the reaper thread, read after polling. */
+typedef struct seen {
+    volatile int drops;
+    volatile int clears;
+    volatile uint64_t last_id;
+    volatile int last_reason;
+    volatile int sleep_ms;
+} seen;
+
+static void on_drop(void *userdata, const livereg_drop_event *event) {
+    seen *s = (seen *)userdata;
+    s->last_id = event->instance_id;
+    s->last_reason = (int)event->reason;
+    if (s->sleep_ms) {
+        usleep((useconds_t)s->sleep_ms * 1000);
+    }
+    s->drops++;
+}
+
+static void on_clear(void *userdata) { ((seen *)userdata)->clears++; }
+
+static void sleep_ms(int ms) { usleep((useconds_t)ms * 1000); }
+
+/* Polls until *counter reaches want or 5 s pass. */
+static int wait_for(volatile int *counter, int want) {
+    int waited;
+    for (waited = 0; waited < 5000 && *counter < want; waited += 5) {
+        sleep_ms(5);
+    }
+    return *counter >= want;
+}
+
+static void name_for(char *out, size_t size, const char *tag) {
+    snprintf(out, size, "livereg-ctest-%s-%d", tag, (int)getpid());
+}
+
+static livereg_table *create(const char *name, uint64_t timeout_ms, uint64_t grace_ms, uint32_t capacity) {
+    livereg_options options;
+    livereg_table *table = NULL;
+    livereg_options_default(&options);
+    options.capacity = capacity;
+    options.reap_timeout_ms = timeout_ms;
+    options.registration_grace_ms = grace_ms;
+    EXPECT(livereg_create(name, &options, &table), LIVEREG_OK);
+    return table;
+}
+
+static void test_defaults_and_names(void) {
+    livereg_options options;
+    livereg_options_default(&options);
+    CHECK(options.capacity > 0);
+    CHECK(options.mode == 0600);
+    CHECK(options.registration_grace_ms >= options.reap_timeout_ms);
+    livereg_options_default(NULL);
+    CHECK(strcmp(livereg_result_str(LIVEREG_BUSY), "LIVEREG_BUSY") == 0);
+    CHECK(strcmp(livereg_result_str((livereg_result)99), "LIVEREG_UNKNOWN_RESULT") == 0);
+}
+
+static void test_null_arguments(void) {
+    livereg_table *table = NULL;
+    livereg_worker *worker = NULL;
+    livereg_reaper *reaper = NULL;
+    char name[64];
+    name_for(name, sizeof name, "null");
+    EXPECT(livereg_create(NULL, NULL, &table), LIVEREG_INVALID_ARGUMENT);
+    CHECK(strstr(livereg_last_error(), "NULL") != NULL);
+    EXPECT(livereg_create(name, NULL, NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_open(NULL, &table), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_unlink(NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_register(NULL, 1, "x", &worker), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_ping(NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_deregister(NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_clear(NULL, 10), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_probe(NULL, NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_get_stats(NULL, NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_reaper_start(NULL, NULL, &reaper), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_reaper_scan(NULL, NULL, NULL), LIVEREG_INVALID_ARGUMENT);
+    livereg_close(NULL);
+    livereg_reaper_stop(NULL);
+
+    table = create(name, 1000, 1000, 4);
+    EXPECT(livereg_register(table, 1, "x", NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_probe(table, NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_get_stats(table, NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_reaper_start(table, NULL, NULL), LIVEREG_INVALID_ARGUMENT);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
+static void test_registration_rules(void) {
+    char name[64];
+    livereg_table *table;
+    livereg_worker *a = NULL, *b = NULL, *c = NULL;
+    livereg_stats stats;
+    char long_label[49];
+    name_for(name, sizeof name, "rules");
+    table = create(name, 1000, 2000, 2);
+    EXPECT(livereg_create(name, NULL, &table), LIVEREG_EXISTS);
+    EXPECT(livereg_create("bad name", NULL, &table), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_register(table, 0, "zero", &a), LIVEREG_INVALID_ARGUMENT);
+    memset(long_label, 'x', 48);
+    long_label[48] = '\0';
+    EXPECT(livereg_register(table, 1, long_label, &a), LIVEREG_INVALID_ARGUMENT);
+    CHECK(strstr(livereg_last_error(), "47") != NULL);
+    long_label[47] = '\0';
+    EXPECT(livereg_register(table, 1, long_label, &a), LIVEREG_OK);
+    EXPECT(livereg_register(table, 1, "again", &b), LIVEREG_EXISTS);
+    EXPECT(livereg_register(table, 2, NULL, &b), LIVEREG_OK);
+    EXPECT(livereg_register(table, 3, "third", &c), LIVEREG_FULL);
+    EXPECT(livereg_ping(a), LIVEREG_OK);
+    EXPECT(livereg_get_stats(table, &stats), LIVEREG_OK);
+    CHECK(stats.capacity == 2);
+    CHECK(stats.tracked_instances == 2);
+    CHECK(stats.reap_timeout_ms == 1000 && stats.registration_grace_ms == 2000);
+    CHECK(stats.reaper_alive == 0);
+    EXPECT(livereg_deregister(a), LIVEREG_OK);
+    EXPECT(livereg_deregister(b), LIVEREG_OK);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+    EXPECT(livereg_unlink(name), LIVEREG_NOT_FOUND);
+    EXPECT(livereg_open(name, &table), LIVEREG_NOT_FOUND);
+}
+
+static void test_reaper_clear_and_probe(void) {
+    char name[64];
+    livereg_table *table, *other = NULL;
+    livereg_reaper *reaper = NULL, *second = NULL;
+    livereg_worker *a = NULL, *b = NULL;
+    livereg_callbacks callbacks;
+    livereg_stats stats;
+    seen s;
+    uint64_t token = 0;
+    uint32_t ended = 0;
+    memset(&s, 0, sizeof s);
+    name_for(name, sizeof name, "reaper");
+    table = create(name, 5000, 5000, 8);
+    EXPECT(livereg_probe(table, &token), LIVEREG_NO_REAPER);
+    EXPECT(livereg_clear(table, 100), LIVEREG_NO_REAPER);
+
+    callbacks.userdata = &s;
+    callbacks.on_drop = on_drop;
+    callbacks.on_clear = on_clear;
+    EXPECT(livereg_reaper_start(table, &callbacks, &reaper), LIVEREG_OK);
+    EXPECT(livereg_open(name, &other), LIVEREG_OK);
+    EXPECT(livereg_reaper_start(other, &callbacks, &second), LIVEREG_BUSY);
+    EXPECT(livereg_reaper_scan(other, &callbacks, &ended), LIVEREG_BUSY);
+    EXPECT(livereg_reaper_start(table, &callbacks, &second), LIVEREG_BUSY);
+    EXPECT(livereg_probe(other, &token), LIVEREG_OK);
+    CHECK(token != 0);
+    EXPECT(livereg_get_stats(other, &stats), LIVEREG_OK);
+    CHECK(stats.reaper_alive == 1 && stats.boot_token == token);
+
+    EXPECT(livereg_register(other, 10, "a", &a), LIVEREG_OK);
+    EXPECT(livereg_register(other, 11, "b", &b), LIVEREG_OK);
+    EXPECT(livereg_clear(other, 5000), LIVEREG_OK);
+    CHECK(s.clears == 1);
+    CHECK(s.drops == 2);
+    CHECK(s.last_reason == LIVEREG_REASON_CLEARED);
+    EXPECT(livereg_ping(a), LIVEREG_EVICTED);
+    EXPECT(livereg_deregister(a), LIVEREG_EVICTED);
+    EXPECT(livereg_deregister(b), LIVEREG_EVICTED);
+
+    /* A drop that takes 300 ms makes a 1 ms clear miss its deadline. */
+    s.sleep_ms = 300;
+    EXPECT(livereg_register(other, 12, "slow", &a), LIVEREG_OK);
+    EXPECT(livereg_clear(other, 1), LIVEREG_TIMEOUT);
+    CHECK(wait_for(&s.clears, 2));
+    s.sleep_ms = 0;
+    livereg_deregister(a);
+
+    /* Deregistration wakes the idle reaper at once. */
+    EXPECT(livereg_register(other, 13, "quits", &a), LIVEREG_OK);
+    {
+        int before = s.drops;
+        EXPECT(livereg_deregister(a), LIVEREG_OK);
+        CHECK(wait_for(&s.drops, before + 1));
+        CHECK(s.last_id == 13 && s.last_reason == LIVEREG_REASON_DEREGISTERED);
+    }
+
+    livereg_reaper_stop(reaper);
+    EXPECT(livereg_probe(table, &token), LIVEREG_NO_REAPER);
+    EXPECT(livereg_register(other, 14, "scanned", &a), LIVEREG_OK);
+    EXPECT(livereg_deregister(a), LIVEREG_OK);
+    EXPECT(livereg_reaper_scan(other, &callbacks, &ended), LIVEREG_OK);
+    CHECK(ended == 1);
+    EXPECT(livereg_reaper_scan(other, NULL, NULL), LIVEREG_OK);
+    livereg_close(other);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
+static void test_killed_child_is_dropped(void) {
+    char name[64];
+    livereg_table *table;
+    livereg_reaper *reaper = NULL;
+    livereg_callbacks callbacks;
+    seen s;
+    int ready[2];
+    pid_t child;
+    char byte = 0;
+    memset(&s, 0, sizeof s);
+    name_for(name, sizeof name, "fork");
+    table = create(name, 400, 800, 4);
+    callbacks.userdata = &s;
+    callbacks.on_drop = on_drop;
+    callbacks.on_clear = NULL;
+    EXPECT(livereg_reaper_start(table, &callbacks, &reaper), LIVEREG_OK);
+    CHECK(pipe(ready) == 0);
+    child = fork();
+    if (child == 0) {
+        /* The child opens its own handle, registers and beats until killed. */
+        livereg_table *mine = NULL;
+        livereg_worker *worker = NULL;
+        if (livereg_open(name, &mine) != LIVEREG_OK || livereg_register(mine, 77, "child", &worker) != LIVEREG_OK) {
+            _exit(2);
+        }
+        if (write(ready[1], "r", 1) != 1) {
+            _exit(3);
+        }
+        for (;;) {
+            livereg_ping(worker);
+            usleep(50 * 1000);
+        }
+    }
+    CHECK(read(ready[0], &byte, 1) == 1 && byte == 'r');
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    CHECK(wait_for(&s.drops, 1));
+    CHECK(s.last_id == 77);
+    CHECK(s.last_reason == LIVEREG_REASON_PROCESS_EXITED);
+    livereg_reaper_stop(reaper);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
+static void test_stale_worker_after_slot_reuse(void) {
+    char name[64];
+    livereg_table *table;
+    livereg_reaper *reaper = NULL;
+    livereg_worker *stale = NULL, *owner = NULL;
+    livereg_callbacks callbacks;
+    livereg_stats before, after;
+    seen s;
+    memset(&s, 0, sizeof s);
+    name_for(name, sizeof name, "stale");
+    table = create(name, 200, 200, 1);
+    callbacks.userdata = &s;
+    callbacks.on_drop = on_drop;
+    callbacks.on_clear = NULL;
+    EXPECT(livereg_reaper_start(table, &callbacks, &reaper), LIVEREG_OK);
+    EXPECT(livereg_register(table, 1, "stale", &stale), LIVEREG_OK);
+    CHECK(wait_for(&s.drops, 1)); /* never pinged: ended by the grace */
+    CHECK(s.last_reason == LIVEREG_REASON_GRACE);
+    EXPECT(livereg_register(table, 2, "owner", &owner), LIVEREG_OK); /* the only slot, reused */
+    EXPECT(livereg_ping(owner), LIVEREG_OK);
+    EXPECT(livereg_get_stats(table, &before), LIVEREG_OK);
+    EXPECT(livereg_ping(stale), LIVEREG_EVICTED);
+    EXPECT(livereg_deregister(stale), LIVEREG_EVICTED);
+    EXPECT(livereg_get_stats(table, &after), LIVEREG_OK);
+    CHECK(after.tracked_instances == 1);
+    CHECK(after.ended_total == before.ended_total);
+    EXPECT(livereg_ping(owner), LIVEREG_OK);
+    EXPECT(livereg_deregister(owner), LIVEREG_OK);
+    livereg_reaper_stop(reaper);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
+static void test_bad_tables_and_permissions(void) {
+    char path[96], name[64];
+    livereg_table *table = NULL;
+    unsigned char bytes[4096];
+    size_t i;
+    int fd;
+    pid_t child;
+    int status = 0;
+
+    /* A foreign file: CORRUPT. */
+    snprintf(path, sizeof path, "/tmp/livereg-ctest-foreign-%d", (int)getpid());
+    for (i = 0; i < sizeof bytes; i++) {
+        bytes[i] = (unsigned char)(i * 131u + 7u);
+    }
+    fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    CHECK(fd >= 0 && write(fd, bytes, sizeof bytes) == (ssize_t)sizeof bytes);
+    close(fd);
+    EXPECT(livereg_open(path, &table), LIVEREG_CORRUPT);
+    unlink(path);
+
+    /* Another major version: INCOMPATIBLE. */
+    snprintf(path, sizeof path, "/tmp/livereg-ctest-version-%d", (int)getpid());
+    table = create(path, 1000, 1000, 1);
+    livereg_close(table);
+    fd = open(path, O_WRONLY);
+    {
+        uint32_t major = 9;
+        CHECK(pwrite(fd, &major, sizeof major, 8) == (ssize_t)sizeof major);
+    }
+    close(fd);
+    EXPECT(livereg_open(path, &table), LIVEREG_INCOMPATIBLE);
+    CHECK(strstr(livereg_last_error(), "version 9") != NULL);
+    EXPECT(livereg_unlink(path), LIVEREG_OK);
+
+    /* A directory is not a table: IO. */
+    EXPECT(livereg_create("/tmp/", NULL, &table), LIVEREG_IO);
+
+    /* Another user cannot open a 0600 table: PERMISSION (needs root to switch). */
+    if (geteuid() == 0) {
+        name_for(name, sizeof name, "perm");
+        table = create(name, 1000, 1000, 1);
+        child = fork();
+        if (child == 0) {
+            livereg_table *theirs = NULL;
+            if (setgid(65534) != 0 || setuid(65534) != 0) {
+                _exit(3);
+            }
+            _exit(livereg_open(name, &theirs) == LIVEREG_PERMISSION ? 0 : 1);
+        }
+        waitpid(child, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        livereg_close(table);
+        EXPECT(livereg_unlink(name), LIVEREG_OK);
+    } else {
+        printf("not root: LIVEREG_PERMISSION is not exercised\n");
+    }
+}
+
+int main(void) {
+    test_defaults_and_names();
+    test_null_arguments();
+    test_registration_rules();
+    test_reaper_clear_and_probe();
+    test_killed_child_is_dropped();
+    test_stale_worker_after_slot_reuse();
+    test_bad_tables_and_permissions();
+    if (failures) {
+        fprintf(stderr, "%d checks failed\n", failures);
+        return 1;
+    }
+    printf("all C API checks passed\n");
+    return 0;
+}

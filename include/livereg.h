@@ -1,0 +1,199 @@
+/*
+ * livereg.h - a lock-free shared-memory liveness registry.
+ *
+ * Worker processes register in a table in shared memory (/dev/shm/NAME) and
+ * prove they are alive with livereg_ping(): one clock read and one atomic
+ * compare-and-swap on their own slot, no system call, no lock. A reaper (a
+ * thread of your server, or the `livereg reap` daemon) ends registrations that
+ * went silent or whose process died, and calls your on_drop callback so you
+ * can free what you held for that worker.
+ *
+ * API conventions
+ * ---------------
+ * Errors:    every fallible function returns a livereg_result. On failure,
+ *            livereg_last_error() returns a message for this thread, naming
+ *            what was expected and what was found.
+ * NULL:      a NULL where a pointer is required returns
+ *            LIVEREG_INVALID_ARGUMENT. Arguments documented "may be NULL" are
+ *            optional. Close/stop functions ignore NULL.
+ * Ownership: handles (livereg_table, livereg_worker, livereg_reaper) are
+ *            opaque. You own each one until you pass it to livereg_close,
+ *            livereg_deregister or livereg_reaper_stop; never use it after.
+ *            Workers and reapers stay valid after their table handle is
+ *            closed. Strings you pass are copied; strings returned are owned
+ *            by the library.
+ * Threads:   every function may be called from any thread. One handle may be
+ *            used from several threads at once, except that a handle must not
+ *            be freed while another thread uses it. Callbacks run on the
+ *            reaper's thread (livereg_reaper_start) or on the calling thread
+ *            (livereg_reaper_scan).
+ * Panics:    no Rust panic crosses this boundary; an internal bug returns
+ *            LIVEREG_PANIC.
+ * ABI:       the table layout carries a version. A table made by a library
+ *            with another major layout version, or another slot size, is
+ *            refused with LIVEREG_INCOMPATIBLE; a table whose contents are
+ *            impossible with LIVEREG_CORRUPT. Result and reason values below
+ *            are stable.
+ * Time:      times are CLOCK_MONOTONIC nanoseconds.
+ */
+#ifndef LIVEREG_H
+#define LIVEREG_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Results. Values are stable. */
+typedef enum livereg_result {
+    LIVEREG_OK = 0,               /* success */
+    LIVEREG_EVICTED = 1,          /* the worker's registration has ended: register again */
+    LIVEREG_FULL = 2,             /* every slot of the table is taken */
+    LIVEREG_EXISTS = 3,           /* the table exists, or the instance id is live */
+    LIVEREG_NOT_FOUND = 4,        /* no table of that name */
+    LIVEREG_INVALID_ARGUMENT = 5, /* NULL, bad name, id 0, label over 47 bytes, bad options */
+    LIVEREG_INCOMPATIBLE = 6,     /* table made by another layout version or slot size */
+    LIVEREG_CORRUPT = 7,          /* not a livereg table, wrong size, unfinished header */
+    LIVEREG_PERMISSION = 8,       /* the OS refused access (mode, owner) */
+    LIVEREG_TIMEOUT = 9,          /* a deadline passed */
+    LIVEREG_NO_REAPER = 10,       /* no reaper is alive */
+    LIVEREG_BUSY = 11,            /* another reaper holds the table */
+    LIVEREG_IO = 12,              /* another OS failure */
+    LIVEREG_PANIC = 13            /* internal bug caught at the boundary */
+} livereg_result;
+
+/* Why a registration ended. Values are stable. */
+typedef enum livereg_reason {
+    LIVEREG_REASON_TIMEOUT = 1,        /* beat, then silent for reap_timeout */
+    LIVEREG_REASON_GRACE = 2,          /* never beat, silent for registration_grace */
+    LIVEREG_REASON_PROCESS_EXITED = 3, /* its process exited or was killed */
+    LIVEREG_REASON_DEREGISTERED = 4,   /* livereg_deregister: a clean exit */
+    LIVEREG_REASON_CLEARED = 5,        /* livereg_clear ended every registration */
+    LIVEREG_REASON_REPLACED = 6        /* a new registration of the id replaced it */
+} livereg_reason;
+
+/* Opaque handles. */
+typedef struct livereg_table livereg_table;
+typedef struct livereg_worker livereg_worker;
+typedef struct livereg_reaper livereg_reaper;
+
+/* How livereg_create makes a table. Fill with livereg_options_default first. */
+typedef struct livereg_options {
+    uint32_t capacity;              /* slots, 1 to 1048576 (default 256) */
+    uint32_t mode;                  /* permission bits, must include 0600 (default 0600) */
+    uint64_t reap_timeout_ms;       /* silence budget after a ping; 0 disables reaping (default 10000) */
+    uint64_t registration_grace_ms; /* silence budget with no ping yet; >= reap_timeout_ms (default 30000) */
+} livereg_options;
+
+/* A snapshot of a table, filled by livereg_get_stats. */
+typedef struct livereg_stats {
+    uint32_t capacity;
+    uint32_t tracked_instances;     /* live registrations */
+    uint32_t reaper_alive;          /* 1 if a reaper holds the table and scans */
+    uint32_t reaper_pid;            /* 0 if none recorded */
+    uint64_t boot_token;            /* changes whenever a reaper (re)starts */
+    uint64_t reap_timeout_ms;
+    uint64_t registration_grace_ms;
+    uint64_t ended_total;           /* registrations ended since creation */
+    uint64_t ended_by_reason[7];    /* indexed by livereg_reason; [0] unused */
+    uint64_t handler_failures;
+    uint64_t scans;
+} livereg_stats;
+
+/* What on_drop receives. Valid only during the callback: copy what you keep. */
+typedef struct livereg_drop_event {
+    uint64_t instance_id;
+    uint32_t slot;
+    uint32_t generation;            /* with slot, names this registration uniquely */
+    livereg_reason reason;
+    uint32_t pid;                   /* in the registrant's PID namespace */
+    uint64_t registered_ns;         /* registrant's CLOCK_MONOTONIC */
+    uint64_t last_heartbeat_ns;     /* 0 if it never pinged */
+    uint64_t silent_ns;             /* silence the reaper judged (0 for explicit endings) */
+    char label[48];                 /* NUL-terminated UTF-8 */
+} livereg_drop_event;
+
+/* Reaper callbacks; either may be NULL. They must return (no longjmp, no C++
+ * exception) and should be quick: slots are freed only after they return. */
+typedef struct livereg_callbacks {
+    void *userdata;                 /* passed back to both callbacks */
+    void (*on_drop)(void *userdata, const livereg_drop_event *event);
+    void (*on_clear)(void *userdata);
+} livereg_callbacks;
+
+/* Fills *out with the defaults. NULL is ignored. */
+void livereg_options_default(livereg_options *out);
+
+/* Creates table `name` exclusively (a /dev/shm name of 1-200 characters
+ * [A-Za-z0-9._-], or a path containing '/'). opts may be NULL (defaults).
+ * On LIVEREG_OK, *out is a new handle: close it with livereg_close.
+ * Errors: EXISTS, INVALID_ARGUMENT, PERMISSION, IO. */
+livereg_result livereg_create(const char *name, const livereg_options *opts, livereg_table **out);
+
+/* Opens and validates an existing table. Waits up to 1 s for a creator that
+ * has not finished. Errors: NOT_FOUND, PERMISSION, INCOMPATIBLE, CORRUPT,
+ * INVALID_ARGUMENT, IO. */
+livereg_result livereg_open(const char *name, livereg_table **out);
+
+/* Frees a table handle (NULL is ignored). The table itself remains. */
+void livereg_close(livereg_table *table);
+
+/* Removes the table's name; processes that have it open keep using it.
+ * Errors: NOT_FOUND, PERMISSION, INVALID_ARGUMENT, IO. */
+livereg_result livereg_unlink(const char *name);
+
+/* Registers instance_id (not 0) with a label of at most 47 bytes of UTF-8
+ * (label may be NULL). The registration lives until livereg_deregister, an
+ * eviction, or this process's exit. On LIVEREG_OK, *out is a new handle.
+ * Errors: INVALID_ARGUMENT, EXISTS (the id is live), FULL, TIMEOUT (the id's
+ * previous registration is still being dropped), BUSY, IO. */
+livereg_result livereg_register(livereg_table *table, uint64_t instance_id, const char *label,
+                                livereg_worker **out);
+
+/* Heartbeat: LIVEREG_OK, or LIVEREG_EVICTED once the registration has ended
+ * (then deregister the handle and register again). No system call, no lock. */
+livereg_result livereg_ping(livereg_worker *worker);
+
+/* Ends the registration cleanly (reason DEREGISTERED) and always frees the
+ * handle. Returns LIVEREG_EVICTED if it had already ended. */
+livereg_result livereg_deregister(livereg_worker *worker);
+
+/* Asks the reaper to end every registration (reason CLEARED) and run on_clear,
+ * and waits up to timeout_ms. Errors: NO_REAPER, TIMEOUT. */
+livereg_result livereg_clear(livereg_table *table, uint64_t timeout_ms);
+
+/* If a reaper is alive, writes its boot token. Errors: NO_REAPER. */
+livereg_result livereg_probe(livereg_table *table, uint64_t *boot_token);
+
+/* Fills *out with a snapshot of the table. */
+livereg_result livereg_get_stats(livereg_table *table, livereg_stats *out);
+
+/* Starts the table's reaper in a background thread that scans every
+ * reap_timeout/4 and at once when woken (deregistration, clear). cb may be
+ * NULL; it is copied. With reaping disabled (timeout 0) no thread starts.
+ * Errors: BUSY (another reaper, in any process or through another handle),
+ * IO. Stop it with livereg_reaper_stop. */
+livereg_result livereg_reaper_start(livereg_table *table, const livereg_callbacks *cb,
+                                    livereg_reaper **out);
+
+/* Takes the reaper role, scans once on this thread (callbacks run here),
+ * and gives the role back. *ended (may be NULL) receives the number of
+ * registrations ended. Errors: BUSY. */
+livereg_result livereg_reaper_scan(livereg_table *table, const livereg_callbacks *cb, uint32_t *ended);
+
+/* Stops a reaper after its current scan and frees the handle (NULL ignored). */
+void livereg_reaper_stop(livereg_reaper *reaper);
+
+/* A static name for a result ("LIVEREG_OK", ...). Never NULL. */
+const char *livereg_result_str(livereg_result r);
+
+/* This thread's message for its last failure ("" if none). Valid until the
+ * next failing call on this thread. Never NULL. */
+const char *livereg_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LIVEREG_H */

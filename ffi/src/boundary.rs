@@ -2,7 +2,7 @@
 //! panics become `LIVEREG_PANIC`.
 
 use crate::types::livereg_result::{self, *};
-use core::Error;
+use registry::Error;
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -52,7 +52,9 @@ pub(crate) fn guard(body: impl FnOnce() -> Result<(), Error>) -> livereg_result 
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            remember(format!("panic inside liblivereg (a bug, please report it): {what}"));
+            remember(format!(
+                "panic inside liblivereg (a bug, please report it): {what}"
+            ));
             LIVEREG_PANIC
         }
     }

@@ -11,6 +11,8 @@
 #![deny(missing_docs)]
 
 mod boundary;
+#[cfg(test)]
+mod header_check;
 mod reaper;
 mod table;
 mod types;
@@ -19,8 +21,11 @@ mod worker;
 pub use boundary::{livereg_last_error, livereg_result_str};
 pub use reaper::{livereg_reaper, livereg_reaper_scan, livereg_reaper_start, livereg_reaper_stop};
 pub use table::{
-    livereg_clear, livereg_close, livereg_create, livereg_get_stats, livereg_open, livereg_options_default,
-    livereg_probe, livereg_table, livereg_unlink,
+    livereg_clear, livereg_close, livereg_create, livereg_get_stats, livereg_open,
+    livereg_options_default, livereg_probe, livereg_table, livereg_unlink,
 };
-pub use types::{livereg_callbacks, livereg_drop_event, livereg_options, livereg_reason, livereg_result, livereg_stats};
+pub use types::{
+    livereg_callbacks, livereg_drop_event, livereg_options, livereg_reason, livereg_result,
+    livereg_stats,
+};
 pub use worker::{livereg_deregister, livereg_ping, livereg_register, livereg_worker};

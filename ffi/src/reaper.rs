@@ -3,7 +3,7 @@
 use crate::boundary::{guard, guard_void, null};
 use crate::table::{borrow, hand_out, livereg_table};
 use crate::types::{livereg_callbacks, livereg_drop_event, livereg_result};
-use core::{DropEvent, ReaperBuilder, ReaperThread, Table};
+use registry::{DropEvent, ReaperBuilder, ReaperThread, Table};
 use std::ffi::c_char;
 
 /// A running reaper thread (opaque to C).

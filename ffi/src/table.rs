@@ -2,7 +2,7 @@
 
 use crate::boundary::{guard, guard_void, null, text};
 use crate::types::{livereg_options, livereg_result, livereg_stats};
-use core::{Reason, Table, TableOptions};
+use registry::{Reason, Table, TableOptions};
 use std::ffi::c_char;
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 pub struct livereg_table(pub(crate) Table);
 
 /// Writes a new handle to `out`, or fails on NULL.
-pub(crate) fn hand_out<T>(out: *mut *mut T, value: T) -> Result<(), core::Error> {
+pub(crate) fn hand_out<T>(out: *mut *mut T, value: T) -> Result<(), registry::Error> {
     // SAFETY: `out` is non-NULL (checked by callers) and writable per the header.
     unsafe { *out = Box::into_raw(Box::new(value)) };
     Ok(())
@@ -21,9 +21,11 @@ pub(crate) fn hand_out<T>(out: *mut *mut T, value: T) -> Result<(), core::Error>
 /// # Safety
 ///
 /// `table` is NULL or a handle from `livereg_create`/`livereg_open` not yet closed.
-pub(crate) unsafe fn borrow<'a>(table: *const livereg_table) -> Result<&'a Table, core::Error> {
+pub(crate) unsafe fn borrow<'a>(table: *const livereg_table) -> Result<&'a Table, registry::Error> {
     // SAFETY: by this function's contract.
-    unsafe { table.as_ref() }.map(|t| &t.0).ok_or_else(|| null("table"))
+    unsafe { table.as_ref() }
+        .map(|t| &t.0)
+        .ok_or_else(|| null("table"))
 }
 
 /// `livereg_options_default(out)`: fills sane defaults.
@@ -85,7 +87,10 @@ pub unsafe extern "C" fn livereg_create(
 ///
 /// `name` is a NUL-terminated string; `out` is writable.
 #[no_mangle]
-pub unsafe extern "C" fn livereg_open(name: *const c_char, out: *mut *mut livereg_table) -> livereg_result {
+pub unsafe extern "C" fn livereg_open(
+    name: *const c_char,
+    out: *mut *mut livereg_table,
+) -> livereg_result {
     guard(|| {
         // SAFETY: by this function's contract.
         let name = unsafe { text(name, "name") }?;
@@ -129,7 +134,10 @@ pub unsafe extern "C" fn livereg_unlink(name: *const c_char) -> livereg_result {
 ///
 /// `table` is a live handle; `out` is writable.
 #[no_mangle]
-pub unsafe extern "C" fn livereg_get_stats(table: *const livereg_table, out: *mut livereg_stats) -> livereg_result {
+pub unsafe extern "C" fn livereg_get_stats(
+    table: *const livereg_table,
+    out: *mut livereg_stats,
+) -> livereg_result {
     guard(|| {
         // SAFETY: by this function's contract.
         let table = unsafe { borrow(table) }?;
@@ -163,7 +171,10 @@ pub unsafe extern "C" fn livereg_get_stats(table: *const livereg_table, out: *mu
 ///
 /// `table` is a live handle.
 #[no_mangle]
-pub unsafe extern "C" fn livereg_clear(table: *const livereg_table, timeout_ms: u64) -> livereg_result {
+pub unsafe extern "C" fn livereg_clear(
+    table: *const livereg_table,
+    timeout_ms: u64,
+) -> livereg_result {
     // SAFETY: by this function's contract.
     guard(|| unsafe { borrow(table) }?.clear(Duration::from_millis(timeout_ms)))
 }
@@ -174,7 +185,10 @@ pub unsafe extern "C" fn livereg_clear(table: *const livereg_table, timeout_ms: 
 ///
 /// `table` is a live handle; `boot_token` is writable.
 #[no_mangle]
-pub unsafe extern "C" fn livereg_probe(table: *const livereg_table, boot_token: *mut u64) -> livereg_result {
+pub unsafe extern "C" fn livereg_probe(
+    table: *const livereg_table,
+    boot_token: *mut u64,
+) -> livereg_result {
     guard(|| {
         // SAFETY: by this function's contract.
         let table = unsafe { borrow(table) }?;

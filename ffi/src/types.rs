@@ -1,6 +1,6 @@
 //! The types shared with C, `#[repr(C)]`, field for field as in the header.
 
-use core::Reason;
+use registry::Reason;
 use std::ffi::{c_char, c_void};
 
 /// Result of every fallible function. Values are stable.
@@ -141,7 +141,8 @@ pub struct livereg_callbacks {
     /// Passed back to both callbacks.
     pub userdata: *mut c_void,
     /// Called once per ended registration, on the reaper's thread.
-    pub on_drop: Option<unsafe extern "C" fn(userdata: *mut c_void, event: *const livereg_drop_event)>,
+    pub on_drop:
+        Option<unsafe extern "C" fn(userdata: *mut c_void, event: *const livereg_drop_event)>,
     /// Called once per completed clear, after its drops.
     pub on_clear: Option<unsafe extern "C" fn(userdata: *mut c_void)>,
 }

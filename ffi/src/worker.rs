@@ -3,7 +3,7 @@
 use crate::boundary::{guard, null, text};
 use crate::table::{borrow, hand_out, livereg_table};
 use crate::types::livereg_result;
-use core::Worker;
+use registry::Worker;
 use std::ffi::c_char;
 
 /// A registration (opaque to C).

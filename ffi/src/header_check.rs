@@ -1,0 +1,150 @@
+//! The committed header cannot drift from this crate: its functions, its
+//! result and reason values, and the layout of every struct are compared with
+//! the Rust definitions (the layouts by compiling a C program against it).
+
+use crate::types::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::mem::{offset_of, size_of};
+use std::path::Path;
+use std::process::Command;
+
+fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn header() -> String {
+    std::fs::read_to_string(crate_dir().join("../include/livereg.h")).expect("include/livereg.h")
+}
+
+fn rust_sources() -> String {
+    std::fs::read_dir(crate_dir().join("src"))
+        .unwrap()
+        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+        .collect()
+}
+
+/// Identifiers `livereg_*` directly followed by `(`.
+fn called_names(text: &str, prefix: &str) -> BTreeSet<String> {
+    text.match_indices(prefix)
+        .filter_map(|(at, _)| {
+            let rest = &text[at..];
+            let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+            (rest[end..].starts_with('(')
+                && (at == 0
+                    || !text[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')))
+            .then(|| rest[..end].to_owned())
+        })
+        .collect()
+}
+
+/// `NAME = value` pairs for identifiers starting with `LIVEREG_`.
+fn constants(text: &str) -> BTreeMap<String, i64> {
+    text.lines()
+        .filter_map(|line| {
+            let (name, value) = line.trim().split_once(" = ")?;
+            if !name.starts_with("LIVEREG_") {
+                return None;
+            }
+            let digits: String = value.chars().take_while(char::is_ascii_digit).collect();
+            Some((name.to_owned(), digits.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn header_declares_exactly_the_exported_functions() {
+    let declared = called_names(&header(), "livereg_");
+    let sources = rust_sources();
+    let exported: BTreeSet<String> = sources
+        .match_indices("extern \"C\" fn livereg_")
+        .map(|(at, m)| {
+            let rest = &sources[at + m.len() - "livereg_".len()..];
+            rest[..rest.find('(').unwrap()].to_owned()
+        })
+        .collect();
+    assert_eq!(
+        declared, exported,
+        "include/livereg.h and ffi/src disagree on the functions"
+    );
+    assert_eq!(exported.len(), 16);
+}
+
+#[test]
+fn header_constants_match_the_rust_enums() {
+    let in_header = constants(&header());
+    let in_rust = constants(&std::fs::read_to_string(crate_dir().join("src/types.rs")).unwrap());
+    assert_eq!(in_header, in_rust);
+    assert_eq!(
+        in_header["LIVEREG_PANIC"],
+        livereg_result::LIVEREG_PANIC as i64
+    );
+    assert_eq!(
+        in_header["LIVEREG_REASON_REPLACED"],
+        livereg_reason::LIVEREG_REASON_REPLACED as i64
+    );
+    assert_eq!(in_header.len(), 14 + 6);
+}
+
+macro_rules! layout {
+    ($($ty:ident { $($field:ident),* $(,)? })*) => {
+        vec![$(
+            (format!("sizeof {}", stringify!($ty)), size_of::<$ty>()),
+            $((format!("{}.{}", stringify!($ty), stringify!($field)), offset_of!($ty, $field)),)*
+        )*]
+    };
+}
+
+#[test]
+fn header_structs_have_the_rust_layout() {
+    let rust: Vec<(String, usize)> = layout! {
+        livereg_options { capacity, mode, reap_timeout_ms, registration_grace_ms }
+        livereg_stats {
+            capacity, tracked_instances, reaper_alive, reaper_pid, boot_token, reap_timeout_ms,
+            registration_grace_ms, ended_total, ended_by_reason, handler_failures, scans,
+        }
+        livereg_drop_event {
+            instance_id, slot, generation, reason, pid, registered_ns, last_heartbeat_ns, silent_ns, label,
+        }
+        livereg_callbacks { userdata, on_drop, on_clear }
+    };
+    let mut program = String::from(
+        "#include <livereg.h>\n#include <stddef.h>\n#include <stdio.h>\nint main(void) {\n",
+    );
+    for (what, _) in &rust {
+        let expression = match what.strip_prefix("sizeof ") {
+            Some(ty) => format!("sizeof({ty})"),
+            None => {
+                let (ty, field) = what.split_once('.').unwrap();
+                format!("offsetof({ty}, {field})")
+            }
+        };
+        program += &format!("    printf(\"{what} %zu\\n\", {expression});\n");
+    }
+    program +=
+        "    printf(\"sizeof livereg_result %zu\\n\", sizeof(livereg_result));\n    return 0;\n}\n";
+    let dir = std::env::temp_dir().join(format!("livereg-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (source, binary) = (dir.join("layout.c"), dir.join("layout"));
+    std::fs::write(&source, program).unwrap();
+    let compiled = Command::new("cc")
+        .args(["-std=c99", "-Wall", "-Werror", "-I"])
+        .arg(crate_dir().join("../include"))
+        .arg(&source)
+        .arg("-o")
+        .arg(&binary)
+        .output()
+        .expect("a C compiler");
+    assert!(
+        compiled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
+    let printed = String::from_utf8(Command::new(&binary).output().unwrap().stdout).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut expected: Vec<String> = rust.iter().map(|(what, n)| format!("{what} {n}")).collect();
+    expected.push(format!(
+        "sizeof livereg_result {}",
+        size_of::<livereg_result>()
+    ));
+    assert_eq!(printed.lines().collect::<Vec<_>>(), expected);
+}

@@ -1,0 +1,239 @@
+//! The C API as clients see it: installed with `ffi/install.sh`, found with
+//! pkg-config, compiled as C99, C++11 and statically; the Python module; and
+//! the example engines, which must register again after a clear and after a
+//! reaper restart.
+
+use registry::{Table, TableOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Installs the library once per test run under target/ffi-test-prefix.
+fn prefix() -> &'static Path {
+    static PREFIX: OnceLock<PathBuf> = OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let prefix = root().join("target").join("ffi-test-prefix");
+        let output = Command::new(root().join("ffi/install.sh"))
+            .arg(&prefix)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "install.sh failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for file in [
+            "include/livereg.h",
+            "lib/liblivereg.so",
+            "lib/liblivereg.a",
+            "lib/pkgconfig/livereg.pc",
+        ] {
+            assert!(
+                prefix.join(file).exists(),
+                "install.sh did not install {file}"
+            );
+        }
+        prefix
+    })
+}
+
+fn pkg_config(args: &[&str]) -> Vec<String> {
+    let output = Command::new("pkg-config")
+        .args(args)
+        .arg("livereg")
+        .env("PKG_CONFIG_PATH", prefix().join("lib/pkgconfig"))
+        .output()
+        .expect("pkg-config is installed (.ci/run installs it)");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn check(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Compiles `source` with `compiler` and `flags` against the installed library.
+fn compile(compiler: &str, flags: &[&str], source: &Path, out: &str, link: &[String]) -> PathBuf {
+    let binary = root().join("target").join(out);
+    let output = Command::new(compiler)
+        .args(flags)
+        .args(["-Wall", "-Wextra", "-Werror", "-pedantic"])
+        .args(pkg_config(&["--cflags"]))
+        .arg(source)
+        .args(link)
+        .arg("-o")
+        .arg(&binary)
+        .output()
+        .unwrap();
+    check(
+        &output,
+        &format!("{compiler} {flags:?} {}", source.display()),
+    );
+    binary
+}
+
+/// A client program, loading the installed library (cargo's LD_LIBRARY_PATH
+/// would otherwise win over the program's RUNPATH).
+fn client(binary: &Path) -> Command {
+    let mut command = Command::new(binary);
+    command.env_remove("LD_LIBRARY_PATH");
+    command
+}
+
+fn run(binary: &Path) {
+    let output = client(binary).output().unwrap();
+    check(&output, &binary.display().to_string());
+    assert!(String::from_utf8_lossy(&output.stdout).contains("all C API checks passed"));
+}
+
+#[test]
+fn c99_program_passes_the_api_checks() {
+    let source = root().join("ffi/tests/c/test_api.c");
+    let libs = pkg_config(&["--libs"]);
+    run(&compile(
+        "cc",
+        &["-std=c99", "-D_DEFAULT_SOURCE"],
+        &source,
+        "ffi-test-c99",
+        &libs,
+    ));
+}
+
+#[test]
+fn cxx11_program_passes_the_api_checks() {
+    let source = root().join("ffi/tests/c/test_api.c");
+    let libs = pkg_config(&["--libs"]);
+    run(&compile(
+        "g++",
+        &["-std=c++11", "-x", "c++"],
+        &source,
+        "ffi-test-cxx11",
+        &libs,
+    ));
+}
+
+#[test]
+fn statically_linked_program_passes_the_api_checks() {
+    let source = root().join("ffi/tests/c/test_api.c");
+    let mut libs = vec![prefix().join("lib/liblivereg.a").display().to_string()];
+    libs.extend(
+        pkg_config(&["--static", "--libs-only-l"])
+            .into_iter()
+            .filter(|l| l != "-llivereg"),
+    );
+    run(&compile(
+        "cc",
+        &["-std=c99", "-D_DEFAULT_SOURCE"],
+        &source,
+        "ffi-test-static",
+        &libs,
+    ));
+}
+
+fn python() -> Command {
+    let mut command = Command::new("python3");
+    command
+        .env("PYTHONPATH", root().join("ffi/python"))
+        .env("LIVEREG_LIB", prefix().join("lib/liblivereg.so"));
+    command
+}
+
+#[test]
+fn python_module_passes_its_tests() {
+    let output = python()
+        .args(["-m", "unittest", "discover", "-s"])
+        .arg(root().join("ffi/python/tests"))
+        .arg("-v")
+        .output()
+        .unwrap();
+    check(&output, "python3 -m unittest");
+}
+
+/// Runs an example engine for 3 s beside a reaper; clears the table at 1 s and
+/// restarts the reaper at 2 s. The engine must register again after each.
+fn example_engine_comes_back(mut engine: Command, tag: &str) {
+    let name = format!("livereg-example-{tag}-{}", std::process::id());
+    let options = TableOptions {
+        reap_timeout: Duration::from_millis(400),
+        registration_grace: Duration::from_millis(800),
+        ..TableOptions::default()
+    };
+    let table = Table::create(&name, &options).unwrap();
+    struct Unlink(String);
+    impl Drop for Unlink {
+        fn drop(&mut self) {
+            let _ = Table::unlink(&self.0);
+        }
+    }
+    let _unlink = Unlink(name.clone());
+    let reaper = table.reaper().spawn().unwrap();
+    let child = engine
+        .args([&name, "5", "3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    table.clear(Duration::from_secs(5)).unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    reaper.stop();
+    let _restarted = table.reaper().spawn().unwrap();
+    let output = child.wait_with_output().unwrap();
+    check(&output, tag);
+    let lines = String::from_utf8_lossy(&output.stdout).into_owned();
+    for expected in [
+        "registered (start)",
+        "registered (after eviction)",
+        "registered (reaper restarted)",
+        "stopped",
+    ] {
+        assert!(
+            lines.contains(expected),
+            "{tag}: missing '{expected}' in:\n{lines}"
+        );
+    }
+}
+
+#[test]
+fn c_example_engine_registers_again_after_eviction_and_restart() {
+    let source = root().join("ffi/examples/engine.c");
+    let mut libs = pkg_config(&["--libs"]);
+    libs.push("-lpthread".into());
+    let binary = compile(
+        "cc",
+        &["-std=c99", "-D_DEFAULT_SOURCE"],
+        &source,
+        "ffi-example-engine",
+        &libs,
+    );
+    example_engine_comes_back(client(&binary), "c");
+}
+
+#[test]
+fn python_example_engine_registers_again_after_eviction_and_restart() {
+    let mut command = python();
+    command.arg(root().join("ffi/examples/engine.py"));
+    example_engine_comes_back(command, "python");
+}

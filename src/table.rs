@@ -2,6 +2,7 @@
 
 use crate::clock::{duration_ns, Clock};
 use crate::error::{Error, Result};
+use crate::fork::LockDescriptor;
 use crate::layout::{
     table_size, Header, Slot, HEADER_SIZE, MAGIC, MAX_CAPACITY, READY, SLOT_SIZE, VERSION_MAJOR,
     VERSION_MINOR,
@@ -598,8 +599,10 @@ impl Inner {
         };
         match &self.memory {
             Memory::Mapped { file, .. } => {
-                let own = lock::reopen(file)
-                    .map_err(|e| Error::os(&self.name, "open for the reaper lock", e))?;
+                let own = LockDescriptor::new(
+                    lock::reopen(file)
+                        .map_err(|e| Error::os(&self.name, "open for the reaper lock", e))?,
+                );
                 match lock::try_lock(&own, lock::REAPER_LOCK) {
                     Ok(true) => Ok(ReaperRole {
                         inner: self.clone(),
@@ -623,13 +626,18 @@ impl Inner {
     }
 
     /// Takes the registration lock: this process's mutex, then (on a shared
-    /// table) the kernel lock, polling for up to five seconds.
-    pub fn lock_registrations(&self) -> Result<RegistrationGuard<'_>> {
+    /// table) the kernel lock through the registrant's own descriptor `file`,
+    /// polling for up to five seconds. (Its own: a forked child shares the
+    /// table's descriptor, and with it any lock taken through it.)
+    pub fn lock_registrations<'a>(
+        &'a self,
+        file: Option<&'a File>,
+    ) -> Result<RegistrationGuard<'a>> {
         let local = self
             .registrations
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let Some(file) = self.file() else {
+        let Some(file) = file else {
             return Ok(RegistrationGuard {
                 _local: local,
                 file: None,
@@ -674,7 +682,7 @@ pub(crate) struct ReaperRole {
     inner: Arc<Inner>,
     /// The role's own open file description: it holds the reaper lock, and
     /// checks slot locks (any other description's lock is "someone else's").
-    pub lock: Option<File>,
+    pub lock: Option<LockDescriptor>,
 }
 
 impl Drop for ReaperRole {

@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::event::Reason;
+use crate::fork::{self, LockDescriptor};
 use crate::layout::LABEL_MAX;
 use crate::os::{lock, process};
 use crate::protocol::{self, Beat, Gone, LIVE};
@@ -114,12 +115,22 @@ impl<'t> Registration<'t> {
                 self.label.len()
             )));
         }
+        let lock_file = match inner.file() {
+            Some(file) => Some(LockDescriptor::new(lock::reopen(file).map_err(|e| {
+                Error::os(&inner.name, "open the registration's lock descriptor", e)
+            })?)),
+            None => None,
+        };
         let started = Instant::now();
-        let mut waited_for = None;
+        let mut tolerate_pending = false;
         loop {
-            let guard = inner.lock_registrations()?;
-            let pending = match self.find_current() {
-                None => return self.claim(),
+            let guard = inner.lock_registrations(lock_file.as_deref())?;
+            let pending = match self.find_current(tolerate_pending) {
+                None => {
+                    let claimed = self.claim(lock_file.as_deref())?;
+                    drop(guard);
+                    return Ok(self.worker(claimed, lock_file));
+                }
                 Some((index, generation, false)) if self.replace => {
                     let _ = protocol::end(inner.slot(index), generation, Reason::Replaced);
                     inner.wake_reaper();
@@ -136,11 +147,11 @@ impl<'t> Registration<'t> {
                 Some((index, generation, true)) => (index, generation),
             };
             drop(guard);
-            if waited_for == Some(pending) || !table.reaper_alive() {
-                // No reaper to wait for, or it has had its chance: the drop
-                // will run whenever a reaper next scans.
-                let _guard = inner.lock_registrations()?;
-                return self.claim();
+            if !table.reaper_alive() {
+                // Nobody to wait for: the drop runs whenever a reaper next
+                // scans, and the new registration takes another slot.
+                tolerate_pending = true;
+                continue;
             }
             let (index, generation) = pending;
             let slot = inner.slot(index);
@@ -154,47 +165,45 @@ impl<'t> Registration<'t> {
                     inner.name, self.instance_id
                 )));
             }
-            waited_for = Some(pending);
         }
     }
 
     /// The slot holding a registration of this id: `(index, generation,
-    /// ended)`. Called under the registration lock.
-    fn find_current(&self) -> Option<(u32, u32, bool)> {
+    /// ended)`, a live one first; ended ones awaiting their drop only unless
+    /// `tolerate_pending`. Called under the registration lock.
+    fn find_current(&self, tolerate_pending: bool) -> Option<(u32, u32, bool)> {
         let inner = &self.table.inner;
-        (0..inner.capacity).find_map(|index| {
+        let mut pending = None;
+        for index in 0..inner.capacity {
             let slot = inner.slot(index);
             let (generation, phase) = protocol::split_state(slot.state.load(Acquire));
             if phase != LIVE || slot.instance_id.load(Relaxed) != self.instance_id {
-                return None;
+                continue;
             }
-            let ended = matches!(
-                protocol::decode_beat(slot.beat.load(Acquire)),
-                Beat::Ended(_)
-            );
-            Some((index, generation, ended))
-        })
+            match protocol::decode_beat(slot.beat.load(Acquire)) {
+                Beat::Ended(_) if !tolerate_pending => {
+                    pending = pending.or(Some((index, generation, true)))
+                }
+                Beat::Ended(_) => {}
+                _ => return Some((index, generation, false)),
+            }
+        }
+        pending
     }
 
     /// Claims the first free slot whose exit-detection lock can be taken (a
     /// stale owner of the same generation tag, 65,536 reuses ago, might still
     /// hold it), fills it in and publishes it. Called under the registration
     /// lock.
-    fn claim(&self) -> Result<Worker> {
+    fn claim(&self, lock_file: Option<&File>) -> Result<(u32, u32)> {
         let table = self.table;
         let inner = &table.inner;
-        let lock_file = match inner.file() {
-            Some(file) => Some(
-                lock::reopen(file).map_err(|e| Error::os(&inner.name, "open the slot lock", e))?,
-            ),
-            None => None,
-        };
         for index in 0..inner.capacity {
             let slot = inner.slot(index);
             let Some(generation) = protocol::try_claim(slot) else {
                 continue;
             };
-            if let Some(file) = &lock_file {
+            if let Some(file) = lock_file {
                 match lock::try_lock(file, lock::registration_lock(index, generation)) {
                     Ok(true) => {}
                     Ok(false) => {
@@ -216,19 +225,27 @@ impl<'t> Registration<'t> {
             };
             protocol::publish(slot, generation, &fields);
             inner.header().registrations_total.fetch_add(1, Relaxed);
-            return Ok(Worker {
-                table: table.clone(),
-                index,
-                generation,
-                instance_id: self.instance_id,
-                lock: Mutex::new(lock_file),
-                finished: false,
-            });
+            return Ok((index, generation));
         }
         Err(Error::Full(format!(
             "table '{}' is full: all {} slots are taken",
             inner.name, inner.capacity
         )))
+    }
+}
+
+impl Registration<'_> {
+    /// The handle of a registration just published in `(index, generation)`.
+    fn worker(&self, (index, generation): (u32, u32), lock_file: Option<LockDescriptor>) -> Worker {
+        Worker {
+            table: self.table.clone(),
+            index,
+            generation,
+            instance_id: self.instance_id,
+            lock: Mutex::new(lock_file),
+            fork_epoch: fork::epoch(),
+            finished: false,
+        }
     }
 }
 
@@ -243,7 +260,10 @@ pub struct Worker {
     instance_id: u64,
     /// The open file description holding the slot's exit-detection lock;
     /// closed as soon as the registration is known to have ended.
-    lock: Mutex<Option<File>>,
+    lock: Mutex<Option<LockDescriptor>>,
+    /// The fork epoch the handle was made in: a forked child's copy is not
+    /// the registration's owner.
+    fork_epoch: u64,
     finished: bool,
 }
 
@@ -257,6 +277,9 @@ impl Worker {
     /// replaced): the heartbeat was not counted; register again.
     #[inline]
     pub fn heartbeat(&self) -> Result<()> {
+        if self.fork_epoch != fork::epoch() {
+            return Err(self.inherited());
+        }
         let slot = self.table.inner.slot(self.index);
         match protocol::beat(slot, self.generation, self.table.clock.now_ns()) {
             Ok(()) => {
@@ -283,6 +306,9 @@ impl Worker {
 
     fn finish(&mut self) -> Result<()> {
         self.finished = true;
+        if self.fork_epoch != fork::epoch() {
+            return Err(self.inherited());
+        }
         let inner = &self.table.inner;
         let result = protocol::end(
             inner.slot(self.index),
@@ -308,6 +334,16 @@ impl Worker {
         Error::Evicted {
             instance_id: self.instance_id,
             reason,
+        }
+    }
+
+    /// The handle was inherited through `fork`: the registration is the
+    /// parent's, and this process must not touch it.
+    fn inherited(&self) -> Error {
+        self.release_lock();
+        Error::Evicted {
+            instance_id: self.instance_id,
+            reason: None,
         }
     }
 

@@ -37,6 +37,7 @@
 mod clock;
 mod error;
 mod event;
+mod exit_watch;
 mod fork;
 mod layout;
 mod location;

@@ -138,6 +138,7 @@ pub(crate) fn publish(slot: &Slot, generation: u32, registration: &SlotFields<'_
     slot.registered_ns
         .store(registration.registered_ns, Relaxed);
     slot.beats.store(0, Relaxed);
+    slot.flags.store(0, Relaxed);
     slot.store_label(registration.label);
     slot.beat.store(tag(generation), Relaxed);
     // Release: a reader that sees LIVE(g) sees every field above.

@@ -4,6 +4,7 @@
 use crate::clock::{monotonic_ns, Clock};
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
+use crate::exit_watch::ExitWatcher;
 use crate::layout::Slot;
 use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
@@ -121,6 +122,7 @@ impl ReaperBuilder {
             drop_handlers: self.drop_handlers,
             clear_handlers: self.clear_handlers,
             last_scan_ns: None,
+            watcher: None,
         })
     }
 }
@@ -184,6 +186,8 @@ pub struct Reaper {
     timeout_ns: u64,
     grace_ns: u64,
     last_scan_ns: Option<u64>,
+    /// Watches registered processes through pidfds (background reapers only).
+    watcher: Option<ExitWatcher>,
 }
 
 impl Reaper {
@@ -234,6 +238,9 @@ impl Reaper {
             report.handler_failures += self.run_drop_handlers(event);
         }
         for event in &report.ended {
+            if let Some(watcher) = &mut self.watcher {
+                watcher.forget(event.slot);
+            }
             if protocol::release(inner.slot(event.slot), event.generation) {
                 header.ended[event.reason.index()].fetch_add(1, Relaxed);
             } else {
@@ -308,6 +315,9 @@ impl Reaper {
             };
         }
         let silent_ns = now_ns.saturating_sub(self.last_signal(index, word, stamp, now_ns));
+        if let Some(watcher) = &mut self.watcher {
+            watcher.ensure(index, generation, slot);
+        }
         let reason = if self.process_exited(index, generation) {
             Reason::ProcessExited
         } else if self.timeout_ns > 0 && silent_ns >= budget {
@@ -401,6 +411,15 @@ impl Reaper {
             }
         }
         failures
+    }
+
+    /// Starts watching registered processes through pidfds, so that an exit
+    /// wakes the reaper at once (shared tables only; without pidfd support the
+    /// locks still catch every exit at the next scan).
+    pub(crate) fn watch_exits(&mut self) {
+        if self.role.lock.is_some() {
+            self.watcher = ExitWatcher::start(self.table.inner.clone()).ok();
+        }
     }
 
     /// The scan interval of this reaper's table.

@@ -1,6 +1,7 @@
 //! A snapshot of a table for operators and dashboards, serialisable with serde.
 
 use crate::event::Reason;
+use crate::exit_watch::FLAG_PIDFD;
 use crate::protocol::{self, Beat, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
@@ -77,8 +78,10 @@ pub struct RegistrationStatus {
     pub last_heartbeat_age_seconds: Option<f64>,
     /// Time since it registered.
     pub registered_age_seconds: f64,
-    /// How its process's exit is detected: `lock` (a kernel-held lock on a
-    /// shared table) or `none` (a heap table).
+    /// How its process's exit is detected: `pidfd+lock` (the reaper watches
+    /// the process and wakes at once), `lock` (a kernel-held lock, seen at the
+    /// next scan: the process is in another PID namespace, or not yet
+    /// verified), or `none` (a heap table).
     pub exit_detection: &'static str,
 }
 
@@ -94,11 +97,7 @@ impl Table {
         let header = inner.header();
         let now = self.clock.now_ns();
         let age = |then: u64| seconds(now.saturating_sub(then));
-        let exit_detection = if inner.file().is_some() {
-            "lock"
-        } else {
-            "none"
-        };
+        let shared = inner.file().is_some();
         let registrations: Vec<RegistrationStatus> = (0..inner.capacity)
             .filter_map(|index| {
                 let slot = inner.slot(index);
@@ -130,7 +129,11 @@ impl Table {
                     heartbeats: slot.beats.load(Relaxed),
                     last_heartbeat_age_seconds: last_beat.map(age),
                     registered_age_seconds: age(slot.registered_ns.load(Relaxed)),
-                    exit_detection,
+                    exit_detection: match (shared, slot.flags.load(Relaxed) & FLAG_PIDFD != 0) {
+                        (false, _) => "none",
+                        (true, false) => "lock",
+                        (true, true) => "pidfd+lock",
+                    },
                 })
             })
             .collect();

@@ -220,11 +220,17 @@ impl<'t> Registration<'t> {
                 instance_id: self.instance_id,
                 label: self.label,
                 pid: self.pid,
-                process_start: process::own_start_time(),
+                process_start: if self.pid == std::process::id() {
+                    process::own_start_time()
+                } else {
+                    process::start_time(&self.pid.to_string()).unwrap_or(0)
+                },
                 registered_ns: table.clock.now_ns(),
             };
             protocol::publish(slot, generation, &fields);
             inner.header().registrations_total.fetch_add(1, Relaxed);
+            // So that the reaper starts watching the process at once.
+            inner.wake_reaper();
             return Ok((index, generation));
         }
         Err(Error::Full(format!(

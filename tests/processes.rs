@@ -70,6 +70,23 @@ fn reaper_with_channel(
     (reaper, events)
 }
 
+/// Waits until the only registration's exit detection is `means`.
+fn wait_for_detection(table: &Table, means: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let status = table.status();
+        let found = status.registrations.first().map(|r| r.exit_detection);
+        if found == Some(means) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "exit detection is {found:?}, expected {means}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn sigkilled_worker_ends_as_process_exited_long_before_its_timeout() {
     let options = TableOptions {
@@ -81,6 +98,7 @@ fn sigkilled_worker_ends_as_process_exited_long_before_its_timeout() {
     let (_reaper, events) = reaper_with_channel(&temp.table);
     let mut worker = WorkerProcess::spawn(&temp.name, 11, &[]);
     assert!(worker.next_line().unwrap().starts_with("registered"));
+    wait_for_detection(&temp.table, "pidfd+lock");
     let killed = Instant::now();
     worker.signal(libc::SIGKILL);
     // The 30 s timeout cannot pass this: only exit detection at the next scan
@@ -274,4 +292,125 @@ fn killed_reaper_mid_drop_is_resumed_by_the_next() {
         .heartbeat()
         .expect("registrations survive a reaper restart");
     assert_eq!(temp.table.status().tracked_instances, 1);
+}
+
+#[test]
+fn worker_in_another_pid_namespace_is_judged_by_its_lock() {
+    let options = TableOptions {
+        reap_timeout: Duration::from_secs(30),
+        registration_grace: Duration::from_secs(30),
+        ..TableOptions::default()
+    };
+    let temp = TempTable::new("pidns", &options);
+    let (_reaper, events) = reaper_with_channel(&temp.table);
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "true"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        println!(
+            "LIMITATION: cannot create a PID namespace here (unshare --pid needs root or user namespaces): {probe:?}; \
+             the lock-based detection is still covered by the other tests"
+        );
+        return;
+    }
+    struct KillOnDrop(Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut namespaced = KillOnDrop(
+        Command::new("unshare")
+            .args([
+                "--pid",
+                "--fork",
+                "--kill-child",
+                env!("CARGO_BIN_EXE_livereg"),
+                "worker",
+                &temp.name,
+            ])
+            .args(["--instance", "21", "--interval", "50ms"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(namespaced.0.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().starts_with("registered"));
+    let registration = temp.table.status().registrations[0].clone();
+    assert_eq!(
+        registration.pid, 1,
+        "the worker is pid 1 of its own namespace"
+    );
+    // Make the reaper scan (a registration wakes it): it then tries to verify
+    // pid 1 (its own namespace's init, started at another time), so it must
+    // rely on the lock, and must not drop the worker while it lives.
+    let scans_before = temp.table.status().scans;
+    drop(temp.table.register(99, "wakes the reaper").unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while temp.table.status().scans <= scans_before {
+        assert!(Instant::now() < deadline, "the reaper did not scan");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let live = temp
+        .table
+        .status()
+        .registrations
+        .into_iter()
+        .find(|r| r.instance_id == 21)
+        .unwrap();
+    assert_eq!(live.exit_detection, "lock");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        events.try_iter().all(|(event, _)| event.instance_id != 21),
+        "dropped while alive"
+    );
+    let killed = Instant::now();
+    drop(namespaced);
+    let (event, at) = events
+        .recv_timeout(Duration::from_secs(12))
+        .expect("dropped after SIGKILL");
+    assert_eq!(
+        (event.instance_id, event.reason),
+        (21, Reason::ProcessExited)
+    );
+    assert!(
+        at - killed <= Duration::from_millis(7_500) + Duration::from_secs(3),
+        "took {:?}",
+        at - killed
+    );
+}
+
+#[test]
+fn idle_reaper_runs_deregistration_and_clear_handlers_at_once() {
+    let options = TableOptions {
+        reap_timeout: Duration::from_secs(30),
+        registration_grace: Duration::from_secs(30),
+        ..TableOptions::default()
+    };
+    let temp = TempTable::new("idle", &options);
+    let (_reaper, events) = reaper_with_channel(&temp.table);
+    std::thread::sleep(Duration::from_millis(50));
+    let worker = temp.table.register(31, "quits").unwrap();
+    let deregistered = Instant::now();
+    worker.deregister().unwrap();
+    let (event, at) = events.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(event.reason, Reason::Deregistered);
+    // Generous: the bench measures the real figure; a scan would take 7.5 s.
+    assert!(
+        at - deregistered < Duration::from_secs(1),
+        "took {:?}",
+        at - deregistered
+    );
+    let _kept = temp.table.register(32, "cleared").unwrap();
+    let cleared = Instant::now();
+    temp.table.clear(Duration::from_secs(5)).unwrap();
+    let (event, at) = events.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(event.reason, Reason::Cleared);
+    assert!(
+        at - cleared < Duration::from_secs(1),
+        "took {:?}",
+        at - cleared
+    );
 }

@@ -2,4 +2,5 @@
 
 pub(crate) mod futex;
 pub(crate) mod lock;
+pub(crate) mod pidfd;
 pub(crate) mod process;

@@ -345,7 +345,7 @@ impl Demo {
 
         self.go_on()?;
         self.say(
-            "SIGKILL worker 1: a crash. The kernel drops its slot lock; the next scan sees it.",
+            "SIGKILL worker 1: a crash. Its pidfd wakes the reaper at once; its slot lock, dropped by the kernel, confirms it.",
         );
         let killed_at = Instant::now();
         signal(&workers[0], libc::SIGKILL);

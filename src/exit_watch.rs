@@ -1,0 +1,121 @@
+//! Instant exit detection where the OS allows it: the reaper watches each
+//! registered process through a pidfd, and a watcher thread wakes the reaper
+//! the moment one exits, instead of at its next scan.
+//!
+//! A recorded pid is never trusted alone: it may belong to another PID
+//! namespace (a container sharing `/dev/shm`), or have been reused. The reaper
+//! opens a pidfd for it, then checks that the process it names started when the
+//! registration says (`/proc/PID/stat`); only then does it watch. Otherwise the
+//! registration relies on its lock alone, seen at the next scan.
+
+use crate::layout::Slot;
+use crate::os::{pidfd, process};
+use crate::sync::Ordering::Relaxed;
+use crate::table::Inner;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Bit of [`Slot::flags`]: the reaper watches this registration's process
+/// through a pidfd.
+pub(crate) const FLAG_PIDFD: u32 = 1;
+
+/// Key of the watcher's own stop event in the epoll set.
+const STOP: u64 = u64::MAX;
+
+/// What the reaper knows of one slot's watch.
+enum Watch {
+    /// Nothing tried for this generation yet.
+    Unknown,
+    /// Tried: not verifiable here (another namespace, a reused pid).
+    Unwatchable(u32),
+    /// Watching `generation` through `pidfd` (closed when replaced, which
+    /// also removes it from the epoll set).
+    Watching { generation: u32, _pidfd: OwnedFd },
+}
+
+/// The watcher thread and the pidfds it waits on.
+pub(crate) struct ExitWatcher {
+    epoll: Arc<pidfd::Epoll>,
+    stop: OwnedFd,
+    thread: Option<JoinHandle<()>>,
+    watches: Vec<Watch>,
+}
+
+impl ExitWatcher {
+    /// Starts the watcher thread for the table behind `inner`.
+    pub(crate) fn start(inner: Arc<Inner>) -> std::io::Result<ExitWatcher> {
+        let epoll = Arc::new(pidfd::Epoll::new()?);
+        let stop = pidfd::event()?;
+        epoll.add(&stop, STOP)?;
+        let waiting = epoll.clone();
+        let thread = std::thread::Builder::new()
+            .name("livereg-exit-watch".into())
+            .spawn(move || loop {
+                match waiting.wait() {
+                    Ok(keys) if keys.contains(&STOP) => return,
+                    Ok(keys) if !keys.is_empty() => inner.wake_reaper(),
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            })?;
+        Ok(ExitWatcher {
+            epoll,
+            stop,
+            thread: Some(thread),
+            watches: Vec::new(),
+        })
+    }
+
+    /// Makes sure registration `(index, generation)` is watched if it can be.
+    pub(crate) fn ensure(&mut self, index: u32, generation: u32, slot: &Slot) {
+        let at = index as usize;
+        if at >= self.watches.len() {
+            self.watches.resize_with(at + 1, || Watch::Unknown);
+        }
+        match &self.watches[at] {
+            Watch::Watching { generation: g, .. } | Watch::Unwatchable(g) if *g == generation => {
+                return
+            }
+            _ => {}
+        }
+        self.watches[at] = match self.open_verified(slot) {
+            Some(fd) if self.epoll.add(&fd, u64::from(index)).is_ok() => {
+                slot.flags.fetch_or(FLAG_PIDFD, Relaxed);
+                Watch::Watching {
+                    generation,
+                    _pidfd: fd,
+                }
+            }
+            _ => Watch::Unwatchable(generation),
+        };
+    }
+
+    /// Stops watching slot `index` (its registration ended).
+    pub(crate) fn forget(&mut self, index: u32) {
+        if let Some(watch) = self.watches.get_mut(index as usize) {
+            *watch = Watch::Unknown;
+        }
+    }
+
+    /// A pidfd for the slot's pid, if that pid names the registered process
+    /// in this namespace (same start time, checked after opening, so the pid
+    /// cannot be reused in between).
+    fn open_verified(&self, slot: &Slot) -> Option<OwnedFd> {
+        let (pid, started) = (slot.pid.load(Relaxed), slot.process_start.load(Relaxed));
+        if pid == 0 || started == 0 {
+            return None;
+        }
+        let fd = pidfd::open(pid).ok()?;
+        (process::start_time(&pid.to_string()) == Some(started)).then_some(fd)
+    }
+}
+
+impl Drop for ExitWatcher {
+    fn drop(&mut self) {
+        pidfd::signal(&self.stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -13,12 +13,16 @@ use crate::os::{pidfd, process};
 use crate::sync::Ordering::Relaxed;
 use crate::table::Inner;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// Bit of [`Slot::flags`]: the reaper watches this registration's process
 /// through a pidfd.
 pub(crate) const FLAG_PIDFD: u32 = 1;
+/// Bit of [`Slot::flags`], set by the registrant: the recorded pid is not the
+/// registering process (a wrapper registered on its behalf), so its exit says
+/// nothing about the registration's lock; only the lock counts.
+pub(crate) const FLAG_PROXY: u32 = 2;
 
 /// Key of the watcher's own stop event in the epoll set.
 const STOP: u64 = u64::MAX;
@@ -32,6 +36,8 @@ enum Watch {
     /// Watching `generation` through `pidfd` (closed when replaced, which
     /// also removes it from the epoll set).
     Watching { generation: u32, _pidfd: OwnedFd },
+    /// The pidfd of `generation` fired: its process exited.
+    Fired(u32),
 }
 
 /// The watcher thread and the pidfds it waits on.
@@ -40,6 +46,8 @@ pub(crate) struct ExitWatcher {
     stop: OwnedFd,
     thread: Option<JoinHandle<()>>,
     watches: Vec<Watch>,
+    /// Slots whose pidfd fired, filled by the watcher thread.
+    fired: Arc<Mutex<Vec<u32>>>,
 }
 
 impl ExitWatcher {
@@ -48,13 +56,21 @@ impl ExitWatcher {
         let epoll = Arc::new(pidfd::Epoll::new()?);
         let stop = pidfd::event()?;
         epoll.add(&stop, STOP)?;
-        let waiting = epoll.clone();
+        let fired = Arc::new(Mutex::new(Vec::new()));
+        let (waiting, report) = (epoll.clone(), fired.clone());
         let thread = std::thread::Builder::new()
             .name("livereg-exit-watch".into())
             .spawn(move || loop {
                 match waiting.wait() {
                     Ok(keys) if keys.contains(&STOP) => return,
-                    Ok(keys) if !keys.is_empty() => inner.wake_reaper(),
+                    Ok(keys) if !keys.is_empty() => {
+                        let mut fired = report
+                            .lock()
+                            .unwrap_or_else(|poisoned| poisoned.into_inner());
+                        fired.extend(keys.iter().map(|&key| key as u32));
+                        drop(fired);
+                        inner.wake_reaper();
+                    }
                     Ok(_) => {}
                     Err(_) => return,
                 }
@@ -64,22 +80,43 @@ impl ExitWatcher {
             stop,
             thread: Some(thread),
             watches: Vec::new(),
+            fired,
         })
     }
 
-    /// Makes sure registration `(index, generation)` is watched if it can be.
-    pub(crate) fn ensure(&mut self, index: u32, generation: u32, slot: &Slot) {
+    /// Takes note of the pidfds that fired since the last call.
+    pub(crate) fn collect_fired(&mut self) {
+        let fired = std::mem::take(
+            &mut *self
+                .fired
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for index in fired {
+            if let Some(watch) = self.watches.get_mut(index as usize) {
+                if let Watch::Watching { generation, .. } = *watch {
+                    *watch = Watch::Fired(generation);
+                }
+            }
+        }
+    }
+
+    /// Whether registration `(index, generation)` needs its lock checked this
+    /// scan: not while a pidfd watches its live process (the pidfd will say
+    /// when it exits), but once that pidfd fired, or when no pidfd can watch
+    /// it. Starts watching it if it can.
+    pub(crate) fn needs_lock_check(&mut self, index: u32, generation: u32, slot: &Slot) -> bool {
         let at = index as usize;
         if at >= self.watches.len() {
             self.watches.resize_with(at + 1, || Watch::Unknown);
         }
         match &self.watches[at] {
-            Watch::Watching { generation: g, .. } | Watch::Unwatchable(g) if *g == generation => {
-                return
-            }
+            Watch::Watching { generation: g, .. } if *g == generation => return false,
+            Watch::Unwatchable(g) | Watch::Fired(g) if *g == generation => return true,
             _ => {}
         }
-        self.watches[at] = match self.open_verified(slot) {
+        let proxy = slot.flags.load(Relaxed) & FLAG_PROXY != 0;
+        self.watches[at] = match self.open_verified(slot).filter(|_| !proxy) {
             Some(fd) if self.epoll.add(&fd, u64::from(index)).is_ok() => {
                 slot.flags.fetch_or(FLAG_PIDFD, Relaxed);
                 Watch::Watching {
@@ -89,6 +126,9 @@ impl ExitWatcher {
             }
             _ => Watch::Unwatchable(generation),
         };
+        // Checked once now either way: the process may have exited before the
+        // pidfd was opened (the open fails then) or after (it fires).
+        true
     }
 
     /// Stops watching slot `index` (its registration ended).

@@ -127,6 +127,8 @@ pub(crate) struct SlotFields<'a> {
     pub pid: u32,
     pub process_start: u64,
     pub registered_ns: u64,
+    /// Initial [`Slot::flags`].
+    pub flags: u32,
 }
 
 /// Fills a slot claimed as generation `generation` and publishes it `LIVE`.
@@ -138,7 +140,7 @@ pub(crate) fn publish(slot: &Slot, generation: u32, registration: &SlotFields<'_
     slot.registered_ns
         .store(registration.registered_ns, Relaxed);
     slot.beats.store(0, Relaxed);
-    slot.flags.store(0, Relaxed);
+    slot.flags.store(registration.flags, Relaxed);
     slot.store_label(registration.label);
     slot.beat.store(tag(generation), Relaxed);
     // Release: a reader that sees LIVE(g) sees every field above.
@@ -243,6 +245,7 @@ mod tests {
             pid: 1,
             process_start: 0,
             registered_ns: 10,
+            flags: 0,
         }
     }
 

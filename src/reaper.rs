@@ -201,6 +201,9 @@ impl Reaper {
         let inner = self.table.inner.clone();
         let header = inner.header();
         header.reaper_heartbeat_ns.store(now_ns, Release);
+        if let Some(watcher) = &mut self.watcher {
+            watcher.collect_fired();
+        }
         let clear_ticket = header.clear_requested.load(Acquire);
         let clearing = clear_ticket > header.clear_completed.load(Acquire);
         let mut report = ScanReport {
@@ -315,10 +318,11 @@ impl Reaper {
             };
         }
         let silent_ns = now_ns.saturating_sub(self.last_signal(index, word, stamp, now_ns));
-        if let Some(watcher) = &mut self.watcher {
-            watcher.ensure(index, generation, slot);
-        }
-        let reason = if self.process_exited(index, generation) {
+        let check_lock = match &mut self.watcher {
+            Some(watcher) => watcher.needs_lock_check(index, generation, slot),
+            None => true,
+        };
+        let reason = if check_lock && self.process_exited(index, generation) {
             Reason::ProcessExited
         } else if self.timeout_ns > 0 && silent_ns >= budget {
             timed_reason

@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::event::Reason;
+use crate::exit_watch::FLAG_PROXY;
 use crate::fork::{self, LockDescriptor};
 use crate::layout::LABEL_MAX;
 use crate::os::{lock, process};
@@ -226,6 +227,11 @@ impl<'t> Registration<'t> {
                     process::start_time(&self.pid.to_string()).unwrap_or(0)
                 },
                 registered_ns: table.clock.now_ns(),
+                flags: if self.pid == std::process::id() {
+                    0
+                } else {
+                    FLAG_PROXY
+                },
             };
             protocol::publish(slot, generation, &fields);
             inner.header().registrations_total.fetch_add(1, Relaxed);

@@ -1,0 +1,88 @@
+//! One reaper sweep over N live registrations: the heartbeat sweep alone (a
+//! heap table has no exit locks) and with the process-exit check per
+//! registration (a shared table: one F_OFD_GETLK each).
+
+mod support;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use livereg::{Clock, Table, TableOptions};
+use std::time::Duration;
+use support::{quick, BenchTable};
+
+fn options(capacity: u32) -> TableOptions {
+    TableOptions {
+        capacity,
+        reap_timeout: Duration::from_secs(3600),
+        registration_grace: Duration::from_secs(3600),
+        ..TableOptions::default()
+    }
+}
+
+/// Registers and beats `n` workers; the handles are kept alive by the caller.
+fn fill(table: &Table, n: u32) -> Vec<livereg::Worker> {
+    (1..=u64::from(n))
+        .map(|id| {
+            let worker = table.register(id, "scan").unwrap();
+            worker.heartbeat().unwrap();
+            worker
+        })
+        .collect()
+}
+
+fn sizes(largest: u32) -> Vec<u32> {
+    let all = [1_024, 4_096, 16_384, 65_536];
+    all.into_iter()
+        .filter(|n| *n <= largest)
+        .take(if quick() { 1 } else { 4 })
+        .collect()
+}
+
+fn sweep(c: &mut Criterion) {
+    let mut group = c.benchmark_group("scan");
+    for n in sizes(65_536) {
+        group.throughput(Throughput::Elements(u64::from(n)));
+        let manual = Clock::manual(1_000_000_000);
+        let table = Table::in_memory(&options(n))
+            .unwrap()
+            .with_clock(manual.clock());
+        let workers = fill(&table, n);
+        let mut reaper = table.reaper().build().unwrap();
+        group.bench_with_input(
+            BenchmarkId::new("heartbeat sweep, live slots", n),
+            &n,
+            |b, _| b.iter(|| reaper.scan_once(manual.now_ns())),
+        );
+        drop(reaper);
+        drop(workers);
+        let empty = Table::in_memory(&options(n)).unwrap();
+        let mut reaper = empty.reaper().build().unwrap();
+        group.bench_with_input(
+            BenchmarkId::new("heartbeat sweep, free slots", n),
+            &n,
+            |b, _| b.iter(|| reaper.scan()),
+        );
+    }
+    // Exit checks hold one descriptor per registration: 16,384 fits the
+    // usual limit of 20,000 open files, 65,536 does not.
+    for n in sizes(16_384) {
+        group.throughput(Throughput::Elements(u64::from(n)));
+        let bench = BenchTable::new(&format!("scan-{n}"), &options(n));
+        let workers = fill(&bench.table, n);
+        let mut reaper = bench.table.reaper().build().unwrap();
+        group.bench_with_input(
+            BenchmarkId::new("sweep + exit check, live slots", n),
+            &n,
+            |b, _| b.iter(|| reaper.scan()),
+        );
+        drop(reaper);
+        drop(workers);
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = support::criterion();
+    targets = sweep
+}
+criterion_main!(benches);

@@ -5,7 +5,7 @@
 mod support;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use livereg::{monotonic_ns, Table, TableOptions};
+use livereg::{monotonic_ns, TableOptions, Worker};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -164,13 +164,10 @@ fn rpc(c: &mut Criterion) {
     }
 }
 
-/// Per-beat cost when `threads` threads each beat their own worker at once.
-fn beat_in_parallel(table: &Table, threads: usize, iters: u64) -> Duration {
-    let workers: Vec<_> = (0..threads)
-        .map(|i| table.register(100 + i as u64, "parallel").unwrap())
-        .collect();
-    let barrier = Barrier::new(threads);
-    let elapsed = std::thread::scope(|scope| {
+/// Per-beat cost when each of `workers` is beaten by its own thread at once.
+fn beat_in_parallel(workers: &[Worker], iters: u64) -> Duration {
+    let barrier = Barrier::new(workers.len());
+    std::thread::scope(|scope| {
         let handles: Vec<_> = workers
             .iter()
             .map(|worker| {
@@ -190,11 +187,7 @@ fn beat_in_parallel(table: &Table, threads: usize, iters: u64) -> Duration {
             .map(|h| h.join().unwrap())
             .max()
             .unwrap()
-    });
-    for worker in workers {
-        worker.deregister().unwrap();
-    }
-    elapsed
+    })
 }
 
 /// Two threads CAS-ing clock stamps into words `distance` bytes apart.
@@ -237,10 +230,14 @@ fn stamp_at_distance(distance: usize, iters: u64) -> Duration {
 fn false_sharing(c: &mut Criterion) {
     let bench = BenchTable::new("parallel", &TableOptions::default());
     let mut group = c.benchmark_group("parallel heartbeats (per beat, per thread)");
+    let workers: Vec<Worker> = (0..2)
+        .map(|i| bench.table.register(100 + i, "parallel").unwrap())
+        .collect();
+    assert_eq!(workers[1].slot(), workers[0].slot() + 1, "adjacent slots");
     for threads in [1, 2] {
         group.bench_function(
             format!("{threads} thread(s), own workers in adjacent slots"),
-            |b| b.iter_custom(|iters| beat_in_parallel(&bench.table, threads, iters)),
+            |b| b.iter_custom(|iters| beat_in_parallel(&workers[..threads], iters)),
         );
     }
     for distance in [8, 64, 128] {

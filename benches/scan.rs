@@ -18,11 +18,18 @@ fn options(capacity: u32) -> TableOptions {
     }
 }
 
-/// Registers and beats `n` workers; the handles are kept alive by the caller.
-fn fill(table: &Table, n: u32) -> Vec<livereg::Worker> {
+/// Registers and beats `n` workers (recording `pid` if given); the handles
+/// are kept alive by the caller.
+fn fill(table: &Table, n: u32, pid: Option<u32>) -> Vec<livereg::Worker> {
     (1..=u64::from(n))
         .map(|id| {
-            let worker = table.register(id, "scan").unwrap();
+            let registration = table.registration(id).label("scan");
+            let worker = match pid {
+                Some(pid) => registration.pid(pid),
+                None => registration,
+            }
+            .register()
+            .unwrap();
             worker.heartbeat().unwrap();
             worker
         })
@@ -45,7 +52,7 @@ fn sweep(c: &mut Criterion) {
         let table = Table::in_memory(&options(n))
             .unwrap()
             .with_clock(manual.clock());
-        let workers = fill(&table, n);
+        let workers = fill(&table, n, None);
         let mut reaper = table.reaper().build().unwrap();
         group.bench_with_input(
             BenchmarkId::new("heartbeat sweep, live slots", n),
@@ -67,10 +74,28 @@ fn sweep(c: &mut Criterion) {
     for n in sizes(16_384) {
         group.throughput(Throughput::Elements(u64::from(n)));
         let bench = BenchTable::new(&format!("scan-{n}"), &options(n));
-        let workers = fill(&bench.table, n);
+        let workers = fill(&bench.table, n, None);
+        let mut reaper = bench.table.reaper().build().unwrap();
+        reaper.scan(); // the first scan opens and verifies the pidfds
+        group.bench_with_input(
+            BenchmarkId::new("sweep + exit check, pidfd-watched (same PID namespace)", n),
+            &n,
+            |b, _| b.iter(|| reaper.scan()),
+        );
+        drop(reaper);
+        drop(workers);
+    }
+    // Registrations no pidfd can watch (another PID namespace; here forced
+    // by recording a pid that is not the registrant's): one F_OFD_GETLK each
+    // per scan, and the kernel walks the table's lock list for each.
+    group.sample_size(10);
+    for n in sizes(4_096) {
+        group.throughput(Throughput::Elements(u64::from(n)));
+        let bench = BenchTable::new(&format!("scan-lock-{n}"), &options(n));
+        let workers = fill(&bench.table, n, Some(1));
         let mut reaper = bench.table.reaper().build().unwrap();
         group.bench_with_input(
-            BenchmarkId::new("sweep + exit check, live slots", n),
+            BenchmarkId::new("sweep + exit check, lock only (other PID namespace)", n),
             &n,
             |b, _| b.iter(|| reaper.scan()),
         );

@@ -34,33 +34,55 @@
 
 #![deny(missing_docs)]
 
+// Under `cfg(loom)` only the slot protocol and its types are built: the
+// protocol is model-checked in ordinary memory (see `loom_models`).
+#[cfg(not(loom))]
 mod clock;
+#[cfg(not(loom))]
 mod error;
 mod event;
+#[cfg(not(loom))]
 mod exit_watch;
+#[cfg(not(loom))]
 mod fork;
 mod layout;
+#[cfg(not(loom))]
 mod location;
+#[cfg(all(test, loom))]
+mod loom_models;
+#[cfg(not(loom))]
 mod os;
 mod protocol;
+#[cfg(not(loom))]
 mod reaper;
+#[cfg(not(loom))]
 mod reaper_thread;
+#[cfg(not(loom))]
 mod status;
 mod sync;
+#[cfg(not(loom))]
 mod table;
+#[cfg(not(loom))]
 mod worker;
 
+#[cfg(not(loom))]
 pub use clock::{monotonic_ns, Clock, ManualClock};
+#[cfg(not(loom))]
 pub use error::{Error, Result};
 pub use event::{DropEvent, Reason};
 pub use layout::{
     table_size, HEADER_SIZE, LABEL_MAX, MAGIC, MAX_CAPACITY, SLOT_SIZE, VERSION_MAJOR,
     VERSION_MINOR,
 };
+#[cfg(not(loom))]
 pub use reaper::{HandlerError, Reaper, ReaperBuilder, ScanReport};
+#[cfg(not(loom))]
 pub use reaper_thread::ReaperThread;
+#[cfg(not(loom))]
 pub use status::{RegistrationStatus, Status};
+#[cfg(not(loom))]
 pub use table::{Table, TableOptions};
+#[cfg(not(loom))]
 pub use worker::{Registration, Worker};
 
 #[doc = include_str!("../README.md")]

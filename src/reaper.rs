@@ -113,6 +113,13 @@ impl ReaperBuilder {
             .store(next_boot_token(previous, now), Release);
         header.reaper_pid.store(std::process::id(), Relaxed);
         header.reaper_heartbeat_ns.store(now, Release);
+        // Shared tables: watch registered processes through pidfds, so an
+        // exit wakes the reaper at once and live watched processes need no
+        // lock check per scan (without pidfd support, locks catch every exit).
+        let watcher = match role.lock {
+            Some(_) => ExitWatcher::start(inner.clone()).ok(),
+            None => None,
+        };
         Ok(Reaper {
             seen: vec![Seen::NONE; inner.capacity as usize],
             timeout_ns: header.reap_timeout_ns.load(Relaxed),
@@ -122,7 +129,7 @@ impl ReaperBuilder {
             drop_handlers: self.drop_handlers,
             clear_handlers: self.clear_handlers,
             last_scan_ns: None,
-            watcher: None,
+            watcher,
         })
     }
 }
@@ -186,7 +193,7 @@ pub struct Reaper {
     timeout_ns: u64,
     grace_ns: u64,
     last_scan_ns: Option<u64>,
-    /// Watches registered processes through pidfds (background reapers only).
+    /// Watches registered processes through pidfds (shared tables).
     watcher: Option<ExitWatcher>,
 }
 
@@ -415,15 +422,6 @@ impl Reaper {
             }
         }
         failures
-    }
-
-    /// Starts watching registered processes through pidfds, so that an exit
-    /// wakes the reaper at once (shared tables only; without pidfd support the
-    /// locks still catch every exit at the next scan).
-    pub(crate) fn watch_exits(&mut self) {
-        if self.role.lock.is_some() {
-            self.watcher = ExitWatcher::start(self.table.inner.clone()).ok();
-        }
     }
 
     /// The scan interval of this reaper's table.

@@ -58,7 +58,6 @@ impl ReaperBuilder {
             });
         }
         let mut reaper = self.build()?;
-        reaper.watch_exits();
         let stopping = stop.clone();
         let thread = std::thread::Builder::new()
             .name("livereg-reaper".into())

@@ -248,3 +248,87 @@ fn random_bytes_anywhere_never_panic() {
         }
     }
 }
+
+/// The fuzz loop of `.ci/fuzz SECONDS`: mutates valid tables at random (byte
+/// flips, header fields, truncation, extension) for `LIVEREG_FUZZ_SECONDS`
+/// and requires every open to give a table or a clear error, and every
+/// opened table to survive status, scans and a registration, without a panic
+/// or a hang. Ignored in a plain run; a failing seed is printed so it can be
+/// kept here as a regression test.
+#[test]
+#[ignore = "run by .ci/fuzz with LIVEREG_FUZZ_SECONDS"]
+fn fuzz_open_validate_and_scan() {
+    let seconds: u64 = std::env::var("LIVEREG_FUZZ_SECONDS")
+        .expect("set LIVEREG_FUZZ_SECONDS")
+        .parse()
+        .unwrap();
+    let seed = std::env::var("LIVEREG_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    println!("fuzz seed {seed} (LIVEREG_FUZZ_SEED={seed} replays it)");
+    let mut rng = Rng(seed);
+    let capacity = 4;
+    let temp = TempTable::new(
+        "fuzz",
+        &TableOptions {
+            capacity,
+            ..options()
+        },
+    );
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path(&temp.name))
+        .unwrap();
+    let size = (HEADER_SIZE + capacity as usize * SLOT_SIZE) as u64;
+    let mut pristine = vec![0u8; size as usize];
+    file.read_exact_at(&mut pristine, 0).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    let (mut rounds, mut opened) = (0u64, 0u64);
+    while std::time::Instant::now() < deadline {
+        rounds += 1;
+        file.set_len(size).unwrap();
+        file.write_all_at(&pristine, 0).unwrap();
+        match rng.next() % 8 {
+            // Resize: truncated, cut inside a slot, or extended.
+            0 => file.set_len(rng.next() % (size * 2)).unwrap(),
+            // A whole header field set to an extreme value (not `ready`,
+            // which only makes the open wait a second).
+            1 => {
+                let at = [0u64, 8, 12, 16, 20, 24, 32, 40][(rng.next() % 8) as usize];
+                let value =
+                    [0u64, 1, u64::MAX, u64::from(u32::MAX), 64, 128][(rng.next() % 6) as usize];
+                file.write_all_at(&value.to_le_bytes()[..4], at).unwrap();
+            }
+            // Random bytes anywhere past the magic.
+            _ => {
+                for _ in 0..(1 + rng.next() % 64) {
+                    let at = 8 + rng.next() % (size - 8);
+                    if at != 28 {
+                        file.write_all_at(&[rng.next() as u8], at).unwrap();
+                    }
+                }
+            }
+        }
+        if let Ok(table) = Table::open(&temp.name) {
+            opened += 1;
+            let _ = table.status();
+            if let Ok(mut reaper) = table.reaper().build() {
+                reaper.scan();
+                reaper.scan_once(rng.next());
+            }
+            let _ = table
+                .register(1 + rng.next() % 8, "fuzz")
+                .map(|w| w.heartbeat());
+            let _ = table.status();
+        }
+    }
+    println!("fuzz: {rounds} inputs, {opened} opened, 0 panics");
+}

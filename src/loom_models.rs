@@ -1,0 +1,248 @@
+//! The slot protocol, model-checked with loom: threads stand for processes,
+//! slots live in ordinary memory, and every interleaving is explored.
+//!
+//! Run by `.ci/loom` (`RUSTFLAGS="--cfg loom" cargo test --release --lib loom`).
+//! Invariants asserted throughout: a slot has at most one owner; each
+//! registration ends exactly once; a stale handle never changes another
+//! registration; no heartbeat is silently lost.
+
+use crate::event::Reason;
+use crate::layout::Slot;
+use crate::protocol::{self, Beat, Gone, SlotFields, FREE, LIVE};
+use crate::sync::Ordering::{Acquire, Relaxed};
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+
+fn fields(instance_id: u64) -> SlotFields<'static> {
+    SlotFields {
+        instance_id,
+        label: "w",
+        pid: 1,
+        process_start: 0,
+        registered_ns: 1_000,
+        flags: 0,
+    }
+}
+
+/// A slot published for instance 1 and beaten at 2 µs; returns its generation.
+fn live(slot: &Slot) -> u32 {
+    let generation = protocol::try_claim(slot).expect("free");
+    protocol::publish(slot, generation, &fields(1));
+    protocol::beat(slot, generation, 2_000).unwrap();
+    generation
+}
+
+fn beat_state(slot: &Slot) -> Beat {
+    protocol::decode_beat(slot.beat.load(Acquire))
+}
+
+#[test]
+fn heartbeat_racing_eviction_is_counted_or_refused() {
+    loom::model(|| {
+        let slot = Arc::new(Slot::new());
+        let generation = live(&slot);
+        let worker = {
+            let slot = slot.clone();
+            thread::spawn(move || protocol::beat(&slot, generation, 9_000))
+        };
+        // The reaper judged the word it read stale, and evicts on it.
+        let judged = slot.beat.load(Acquire);
+        let evicted = protocol::evict(&slot, generation, judged, Reason::Timeout);
+        let beat = worker.join().unwrap();
+        match (beat, evicted) {
+            (Ok(()), Err(_)) => assert_eq!(beat_state(&slot), Beat::At(9_000)),
+            (Err(Gone::Ended(Some(Reason::Timeout))), Ok(())) => {
+                assert_eq!(beat_state(&slot), Beat::Ended(Some(Reason::Timeout)))
+            }
+            // The reaper read the word after the beat: its verdict was made on
+            // the new word, and the eviction of a fresh beat is the reaper's
+            // choice, reported to the worker on its next beat.
+            (Ok(()), Ok(())) => assert_eq!(judged & 0xFFFF_FFFF_FFFF, 9),
+            other => panic!("heartbeat lost or misapplied: {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn two_registrants_racing_for_the_last_slot_get_one_slot() {
+    loom::model(|| {
+        let slot = Arc::new(Slot::new());
+        let other = {
+            let slot = slot.clone();
+            thread::spawn(move || protocol::try_claim(&slot))
+        };
+        let mine = protocol::try_claim(&slot);
+        let theirs = other.join().unwrap();
+        assert!(
+            mine.is_some() != theirs.is_some(),
+            "owners: {mine:?} {theirs:?}"
+        );
+    });
+}
+
+#[test]
+fn two_registrations_of_one_id_have_one_winner() {
+    // Uniqueness is checked and claimed under the registration lock (a mutex
+    // in-process, a kernel lock across processes): find, then claim.
+    loom::model(|| {
+        let slots = Arc::new([Slot::new(), Slot::new()]);
+        let lock = Arc::new(Mutex::new(()));
+        let register = |slots: Arc<[Slot; 2]>, lock: Arc<Mutex<()>>| {
+            let _guard = lock.lock().unwrap();
+            let taken = slots.iter().any(|s| {
+                protocol::split_state(s.state.load(Acquire)).1 == LIVE
+                    && s.instance_id.load(Relaxed) == 7
+            });
+            if taken {
+                return false;
+            }
+            let slot = slots
+                .iter()
+                .find_map(|s| protocol::try_claim(s).map(|g| (s, g)));
+            let (slot, generation) = slot.expect("a free slot");
+            protocol::publish(slot, generation, &fields(7));
+            true
+        };
+        let other = {
+            let (slots, lock) = (slots.clone(), lock.clone());
+            thread::spawn(move || register(slots, lock))
+        };
+        let mine = register(slots.clone(), lock);
+        let theirs = other.join().unwrap();
+        assert!(mine != theirs, "winners: {mine} {theirs}");
+    });
+}
+
+#[test]
+fn deregistration_racing_eviction_ends_the_registration_once() {
+    loom::model(|| {
+        let slot = Arc::new(Slot::new());
+        let generation = live(&slot);
+        let judged = slot.beat.load(Acquire);
+        let worker = {
+            let slot = slot.clone();
+            thread::spawn(move || protocol::end(&slot, generation, Reason::Deregistered))
+        };
+        let evicted = protocol::evict(&slot, generation, judged, Reason::Timeout);
+        let deregistered = worker.join().unwrap();
+        assert!(
+            evicted.is_ok() != deregistered.is_ok(),
+            "{evicted:?} {deregistered:?}"
+        );
+        let expected = if evicted.is_ok() {
+            Reason::Timeout
+        } else {
+            Reason::Deregistered
+        };
+        assert_eq!(beat_state(&slot), Beat::Ended(Some(expected)));
+    });
+}
+
+#[test]
+fn stale_handle_never_touches_the_slot_s_next_owner() {
+    loom::model(|| {
+        let slot = Arc::new(Slot::new());
+        let old = live(&slot);
+        protocol::evict(&slot, old, slot.beat.load(Acquire), Reason::Timeout).unwrap();
+        let stale = {
+            let slot = slot.clone();
+            thread::spawn(move || {
+                (
+                    protocol::beat(&slot, old, 50_000),
+                    protocol::end(&slot, old, Reason::Deregistered),
+                )
+            })
+        };
+        // The reaper frees the slot; a new owner claims and publishes it.
+        assert!(protocol::release(&slot, old));
+        let new = protocol::try_claim(&slot).unwrap();
+        protocol::publish(&slot, new, &fields(2));
+        let (beat, end) = stale.join().unwrap();
+        assert!(beat.is_err() && end.is_err(), "{beat:?} {end:?}");
+        assert_ne!(new, old);
+        assert!(protocol::beat_matches(slot.beat.load(Acquire), new));
+        assert_eq!(
+            beat_state(&slot),
+            Beat::Never,
+            "the stale handle changed the new owner"
+        );
+    });
+}
+
+#[test]
+fn clear_heartbeat_and_registration_interleave_safely() {
+    loom::model(|| {
+        let slots = Arc::new([Slot::new(), Slot::new()]);
+        let generation = live(&slots[0]);
+        let beater = {
+            let slots = slots.clone();
+            thread::spawn(move || protocol::beat(&slots[0], generation, 9_000))
+        };
+        let registrant = {
+            let slots = slots.clone();
+            thread::spawn(move || {
+                let g = protocol::try_claim(&slots[1]).unwrap();
+                protocol::publish(&slots[1], g, &fields(2));
+                g
+            })
+        };
+        // The reaper's clear: end every LIVE registration.
+        let mut cleared = 0;
+        for slot in slots.iter() {
+            let (g, phase) = protocol::split_state(slot.state.load(Acquire));
+            if phase == LIVE && protocol::end(slot, g, Reason::Cleared).is_ok() {
+                cleared += 1;
+            }
+        }
+        let beat = beater.join().unwrap();
+        let new = registrant.join().unwrap();
+        assert_eq!(beat_state(&slots[0]), Beat::Ended(Some(Reason::Cleared)));
+        if beat.is_err() {
+            assert_eq!(beat, Err(Gone::Ended(Some(Reason::Cleared))));
+        }
+        // The new registration is either cleared whole or untouched.
+        match beat_state(&slots[1]) {
+            Beat::Ended(Some(Reason::Cleared)) => assert_eq!(cleared, 2),
+            Beat::Never => assert_eq!(cleared, 1),
+            other => panic!("registration half-cleared: {other:?}"),
+        }
+        assert!(protocol::beat_matches(slots[1].beat.load(Acquire), new));
+    });
+}
+
+#[test]
+fn crashed_registrant_and_crashed_reaper_leave_recoverable_slots() {
+    loom::model(|| {
+        let slot = Arc::new(Slot::new());
+        // A registrant claims and dies before publishing (its thread stops).
+        let crashed = {
+            let slot = slot.clone();
+            thread::spawn(move || protocol::try_claim(&slot).unwrap())
+        };
+        let generation = crashed.join().unwrap();
+        // The reaper frees the orphaned claim; two reapers (one resumed after
+        // a crash mid-drop) could race to free a slot: only one succeeds.
+        let racer = {
+            let slot = slot.clone();
+            thread::spawn(move || protocol::abandon_claim(&slot, generation))
+        };
+        let mine = protocol::abandon_claim(&slot, generation);
+        assert!(mine != racer.join().unwrap(), "freed twice or never");
+        assert_eq!(
+            protocol::split_state(slot.state.load(Acquire)),
+            (generation + 1, FREE)
+        );
+        let next = live(&slot);
+        protocol::end(&slot, next, Reason::Deregistered).unwrap();
+        let reaper = {
+            let slot = slot.clone();
+            thread::spawn(move || protocol::release(&slot, next))
+        };
+        let released = protocol::release(&slot, next);
+        assert!(
+            released != reaper.join().unwrap(),
+            "released twice or never"
+        );
+        assert_eq!(protocol::try_claim(&slot), Some(next + 1));
+    });
+}

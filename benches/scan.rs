@@ -69,9 +69,10 @@ fn sweep(c: &mut Criterion) {
             |b, _| b.iter(|| reaper.scan()),
         );
     }
-    // Exit checks hold one descriptor per registration: 16,384 fits the
-    // usual limit of 20,000 open files, 65,536 does not.
-    for n in sizes(16_384) {
+    // Exit checks hold a lock descriptor per registration and the reaper a
+    // pidfd per watched registration: 4,096 of each fits the usual limit of
+    // 20,000 open files, 16,384 does not.
+    for n in sizes(4_096) {
         group.throughput(Throughput::Elements(u64::from(n)));
         let bench = BenchTable::new(&format!("scan-{n}"), &options(n));
         let workers = fill(&bench.table, n, None);

@@ -11,8 +11,8 @@ pub struct Args {
     /// Table name.
     name: String,
     /// Shell command run (`sh -c`) once per ended registration, with
-    /// LIVEREG_INSTANCE_ID, LIVEREG_REASON, LIVEREG_PID, LIVEREG_LABEL and
-    /// LIVEREG_SLOT in its environment.
+    /// LIVEREG_INSTANCE_ID, LIVEREG_REASON, LIVEREG_PID, LIVEREG_LABEL,
+    /// LIVEREG_SLOT and LIVEREG_GENERATION in its environment.
     #[arg(long)]
     on_drop: Option<String>,
     /// If another reaper holds the table, wait and take over when it dies.
@@ -128,6 +128,7 @@ fn run_hooks(command: &str, queue: mpsc::Receiver<DropEvent>) {
             .env("LIVEREG_PID", event.pid.to_string())
             .env("LIVEREG_LABEL", &event.label)
             .env("LIVEREG_SLOT", event.slot.to_string())
+            .env("LIVEREG_GENERATION", event.generation.to_string())
             .status();
         match status {
             Ok(status) if status.success() => {}

@@ -124,6 +124,8 @@ def main():
             worker.process.wait()
             kills.append((worker.pid, time.time()))
         time.sleep(BOUND + SLACK)
+        for worker in retired + workers:
+            worker.lines.join(timeout=5)
         status = json.loads(run("status", name, "--json").stdout)
         reaper.send_signal(signal.SIGTERM)
         reaper.wait(timeout=10)

@@ -33,6 +33,7 @@
 //! ```
 
 #![deny(missing_docs)]
+#![cfg_attr(loom, allow(dead_code))]
 
 // Under `cfg(loom)` only the slot protocol and its types are built: the
 // protocol is model-checked in ordinary memory (see `loom_models`).

@@ -181,19 +181,23 @@ fn concurrent_registrations_of_one_id_have_one_winner() {
     })
     .unwrap();
     let rounds = if cfg!(miri) { 2 } else { 50 };
+    let mut winners = Vec::new();
     for round in 1..=rounds {
         let barrier = std::sync::Barrier::new(4);
-        let wins: Vec<bool> = std::thread::scope(|scope| {
+        let results: Vec<_> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..4)
                 .map(|_| {
                     scope.spawn(|| {
                         barrier.wait();
-                        table.register(round, "racer").map(std::mem::forget).is_ok()
+                        table.register(round, "racer")
                     })
                 })
                 .collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
+        let wins: Vec<bool> = results.iter().map(Result::is_ok).collect();
+        // Winners stay registered while later rounds race.
+        winners.extend(results.into_iter().flatten());
         assert_eq!(
             wins.iter().filter(|w| **w).count(),
             1,

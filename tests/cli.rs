@@ -270,6 +270,48 @@ fn reap_logs_runs_the_hook_refuses_a_second_reaper_and_stops_on_sigterm() {
 }
 
 #[test]
+fn slow_failing_hook_neither_stalls_scans_nor_loses_events() {
+    let (name, _guard) = created("slow-hook", &["--timeout", "400ms", "--grace", "800ms"]);
+    let hook_log = std::env::temp_dir().join(format!("{name}.hook"));
+    let hook = format!(
+        "echo \"$LIVEREG_INSTANCE_ID\" >> {}; sleep 1; exit 3",
+        hook_log.display()
+    );
+    let _reaper = Background::spawn(&["reap", &name, "--on-drop", &hook]);
+    wait_until("the reaper", || reaper_alive(&name));
+    let workers: Vec<Background> = (1..=3)
+        .map(|id| Background::spawn(&["worker", &name, "--instance", &id.to_string()]))
+        .collect();
+    wait_until("the workers", || {
+        status_json(&name)["tracked_instances"] == 3
+    });
+    let killed = Instant::now();
+    for worker in &workers {
+        worker.signal(libc::SIGKILL);
+    }
+    // Three hooks take three seconds; the reaper ends all three long before.
+    wait_until("all three dropped", || {
+        status_json(&name)["ended_total"] == 3
+    });
+    assert!(
+        killed.elapsed() < Duration::from_secs(2),
+        "scans waited for the hooks: {:?}",
+        killed.elapsed()
+    );
+    wait_until("every hook ran", || {
+        std::fs::read_to_string(&hook_log).is_ok_and(|log| log.lines().count() == 3)
+    });
+    let mut ids: Vec<String> = std::fs::read_to_string(&hook_log)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    ids.sort();
+    let _ = std::fs::remove_file(&hook_log);
+    assert_eq!(ids, ["1", "2", "3"]);
+}
+
+#[test]
 fn standby_reaper_takes_over_when_the_first_dies() {
     let (name, _guard) = created("standby", &["--timeout", "400ms", "--grace", "800ms"]);
     let first = Background::spawn(&["reap", &name]);

@@ -4,10 +4,9 @@
 mod common;
 
 use common::TempTable;
-use livereg::{Error, Reason, Table, TableOptions};
+use livereg::{Error, Reason, Table};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 /// Not a test: the parent process of the tests below, run in a child process.
@@ -56,19 +55,8 @@ fn helper_registers_then_forks() {
 
 #[test]
 fn forked_child_neither_keeps_a_dead_parent_alive_nor_acts_as_it() {
-    let options = TableOptions {
-        reap_timeout: Duration::from_secs(30),
-        registration_grace: Duration::from_secs(30),
-        ..TableOptions::default()
-    };
-    let temp = TempTable::new("fork", &options);
-    let (sender, events) = mpsc::channel();
-    let _reaper = temp
-        .table
-        .reaper()
-        .on_drop(move |event| Ok(sender.send(event.clone())?))
-        .spawn()
-        .unwrap();
+    let temp = TempTable::new("fork", &common::long_options());
+    let (_reaper, events) = common::reaper_with_channel(&temp.table);
     let mut helper = Command::new(std::env::current_exe().unwrap())
         .args([
             "--ignored",
@@ -129,7 +117,7 @@ fn forked_child_neither_keeps_a_dead_parent_alive_nor_acts_as_it() {
                 .recv_timeout(Duration::from_secs(12))
                 .expect("the dead parent's registrations are dropped")
         })
-        .map(|event| (event.instance_id, event.reason))
+        .map(|(event, _)| (event.instance_id, event.reason))
         .collect();
     ended.sort_by_key(|(id, _)| *id);
     assert_eq!(

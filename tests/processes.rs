@@ -3,11 +3,10 @@
 
 mod common;
 
-use common::{Recorder, TempTable};
-use livereg::{DropEvent, Reason, Table, TableOptions};
+use common::{long_options, reaper_with_channel, Recorder, TempTable};
+use livereg::{Reason, Table, TableOptions};
 use std::io::{BufRead, BufReader, Lines};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// A worker process (the CLI's hidden worker mode), killed on drop.
@@ -57,19 +56,6 @@ impl Drop for WorkerProcess {
     }
 }
 
-/// A reaper thread on `table` that forwards drop events to a channel.
-fn reaper_with_channel(
-    table: &Table,
-) -> (livereg::ReaperThread, mpsc::Receiver<(DropEvent, Instant)>) {
-    let (sender, events) = mpsc::channel();
-    let reaper = table
-        .reaper()
-        .on_drop(move |event| Ok(sender.send((event.clone(), Instant::now()))?))
-        .spawn()
-        .unwrap();
-    (reaper, events)
-}
-
 /// Waits until the only registration's exit detection is `means`.
 fn wait_for_detection(table: &Table, means: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -89,11 +75,7 @@ fn wait_for_detection(table: &Table, means: &str) {
 
 #[test]
 fn sigkilled_worker_ends_as_process_exited_long_before_its_timeout() {
-    let options = TableOptions {
-        reap_timeout: Duration::from_secs(30),
-        registration_grace: Duration::from_secs(30),
-        ..TableOptions::default()
-    };
+    let options = long_options();
     let temp = TempTable::new("sigkill", &options);
     let (_reaper, events) = reaper_with_channel(&temp.table);
     let mut worker = WorkerProcess::spawn(&temp.name, 11, &[]);
@@ -266,14 +248,10 @@ fn killed_reaper_mid_drop_is_resumed_by_the_next() {
     assert!(temp.table.probe().is_err(), "a killed reaper is not alive");
 
     let recorder = Recorder::default();
-    let sink = recorder.clone();
     let mut reaper = temp
         .table
         .reaper()
-        .on_drop(move |event| {
-            sink.0.lock().unwrap().push(event.clone());
-            Ok(())
-        })
+        .on_drop(recorder.handler())
         .build()
         .unwrap();
     assert_ne!(
@@ -296,11 +274,7 @@ fn killed_reaper_mid_drop_is_resumed_by_the_next() {
 
 #[test]
 fn worker_in_another_pid_namespace_is_judged_by_its_lock() {
-    let options = TableOptions {
-        reap_timeout: Duration::from_secs(30),
-        registration_grace: Duration::from_secs(30),
-        ..TableOptions::default()
-    };
+    let options = long_options();
     let temp = TempTable::new("pidns", &options);
     let (_reaper, events) = reaper_with_channel(&temp.table);
     let probe = Command::new("unshare")
@@ -384,11 +358,7 @@ fn worker_in_another_pid_namespace_is_judged_by_its_lock() {
 
 #[test]
 fn idle_reaper_runs_deregistration_and_clear_handlers_at_once() {
-    let options = TableOptions {
-        reap_timeout: Duration::from_secs(30),
-        registration_grace: Duration::from_secs(30),
-        ..TableOptions::default()
-    };
+    let options = long_options();
     let temp = TempTable::new("idle", &options);
     let (_reaper, events) = reaper_with_channel(&temp.table);
     std::thread::sleep(Duration::from_millis(50));

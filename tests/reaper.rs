@@ -14,7 +14,6 @@ use std::time::Duration;
 fn panicking_and_failing_handlers_do_not_stop_the_others() {
     let table = Table::in_memory(&options()).unwrap();
     let recorder = Recorder::default();
-    let sink = recorder.clone();
     let mut reaper = table
         .reaper()
         .on_drop(|event| {
@@ -25,10 +24,7 @@ fn panicking_and_failing_handlers_do_not_stop_the_others() {
             }
         })
         .on_drop(|_| Err("cannot free the buffer".into()))
-        .on_drop(move |event| {
-            sink.0.lock().unwrap().push(event.clone());
-            Ok(())
-        })
+        .on_drop(recorder.handler())
         .build()
         .unwrap();
     table.register(1, "a").unwrap().deregister().unwrap();
@@ -117,15 +113,11 @@ fn handlers_run_outside_locks_and_before_the_slot_is_reused() {
 fn clear_ends_every_registration_and_runs_clear_handlers_once() {
     let table = Table::in_memory(&options()).unwrap();
     let recorder = Recorder::default();
-    let sink = recorder.clone();
     let clears = Arc::new(AtomicU32::new(0));
     let counted = clears.clone();
     let reaper = table
         .reaper()
-        .on_drop(move |event| {
-            sink.0.lock().unwrap().push(event.clone());
-            Ok(())
-        })
+        .on_drop(recorder.handler())
         .on_clear(move || {
             counted.fetch_add(1, Ordering::SeqCst);
             Ok(())

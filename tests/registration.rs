@@ -73,15 +73,7 @@ fn full_table_is_refused_and_frees_up_after_a_deregistration() {
 fn replace_ends_the_old_registration_first() {
     let table = Table::in_memory(&options()).unwrap();
     let recorder = common::Recorder::default();
-    let sink = recorder.clone();
-    let reaper = table
-        .reaper()
-        .on_drop(move |event| {
-            sink.0.lock().unwrap().push(event.clone());
-            Ok(())
-        })
-        .spawn()
-        .unwrap();
+    let reaper = table.reaper().on_drop(recorder.handler()).spawn().unwrap();
     let old = table.register(5, "old").unwrap();
     let new = table
         .registration(5)

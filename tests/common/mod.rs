@@ -1,10 +1,13 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use livereg::{Clock, DropEvent, ManualClock, Reaper, Table, TableOptions};
+use livereg::{
+    Clock, DropEvent, HandlerError, ManualClock, Reaper, ReaperThread, Table, TableOptions,
+};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A table in /dev/shm with a name no other test uses, unlinked on drop.
 pub struct TempTable {
@@ -61,6 +64,15 @@ pub fn options() -> TableOptions {
 pub struct Recorder(pub Arc<Mutex<Vec<DropEvent>>>);
 
 impl Recorder {
+    /// A drop handler that records into this recorder.
+    pub fn handler(&self) -> impl FnMut(&DropEvent) -> Result<(), HandlerError> + Send + 'static {
+        let sink = self.0.clone();
+        move |event| {
+            sink.lock().unwrap().push(event.clone());
+            Ok(())
+        }
+    }
+
     pub fn events(&self) -> Vec<DropEvent> {
         self.0.lock().unwrap().clone()
     }
@@ -80,14 +92,28 @@ pub fn manual_setup(options: &TableOptions) -> (Table, ManualClock, Reaper, Reco
         .unwrap()
         .with_clock(manual.clock());
     let recorder = Recorder::default();
-    let sink = recorder.clone();
+    let reaper = table.reaper().on_drop(recorder.handler()).build().unwrap();
+    (table, manual, reaper, recorder)
+}
+
+/// Options with a 30 s timeout and grace: only exit detection (or an explicit
+/// ending) can end a registration within a test's time.
+pub fn long_options() -> TableOptions {
+    TableOptions {
+        reap_timeout: Duration::from_secs(30),
+        registration_grace: Duration::from_secs(30),
+        ..TableOptions::default()
+    }
+}
+
+/// A reaper thread on `table` that sends each drop event, with the time it
+/// was handled, to the returned channel.
+pub fn reaper_with_channel(table: &Table) -> (ReaperThread, mpsc::Receiver<(DropEvent, Instant)>) {
+    let (sender, events) = mpsc::channel();
     let reaper = table
         .reaper()
-        .on_drop(move |event| {
-            sink.0.lock().unwrap().push(event.clone());
-            Ok(())
-        })
-        .build()
+        .on_drop(move |event| Ok(sender.send((event.clone(), Instant::now()))?))
+        .spawn()
         .unwrap();
-    (table, manual, reaper, recorder)
+    (reaper, events)
 }

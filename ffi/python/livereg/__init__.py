@@ -190,11 +190,13 @@ class Worker:
         self._lock = threading.Lock()
 
     def ping(self) -> None:
-        """Heartbeat. Raises :class:`EvictedError` once the registration ended."""
-        handle = self._handle
-        if not handle:
-            raise EvictedError(f"instance {self.instance_id} was deregistered", 1)
-        _check(_lib.livereg_ping(handle))
+        """Heartbeat. Raises :class:`EvictedError` once the registration ended.
+        Safe to call from several threads, and beside ``deregister``."""
+        with self._lock:  # the handle is not freed while in use
+            if not self._handle:
+                raise EvictedError(f"instance {self.instance_id} was deregistered", 1)
+            result = _lib.livereg_ping(self._handle)
+        _check(result)
 
     def deregister(self) -> None:
         """Ends the registration cleanly. Raises :class:`EvictedError` if it

@@ -6,7 +6,6 @@ mod common;
 use common::TempTable;
 use livereg::{Error, Reason, Table};
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Not a test: the parent process of the tests below, run in a child process.
@@ -57,18 +56,7 @@ fn helper_registers_then_forks() {
 fn forked_child_neither_keeps_a_dead_parent_alive_nor_acts_as_it() {
     let temp = TempTable::new("fork", &common::long_options());
     let (_reaper, events) = common::reaper_with_channel(&temp.table);
-    let mut helper = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "helper_registers_then_forks",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("LIVEREG_HELPER_TABLE", &temp.name)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut helper = common::spawn_helper("helper_registers_then_forks", &temp.name);
     let mut lines = BufReader::new(helper.stdout.take().unwrap()).lines();
     let (mut parent, mut child) = (None, None);
     while parent.is_none() || child.is_none() {

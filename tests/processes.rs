@@ -211,18 +211,7 @@ fn helper_reaper_stuck_in_its_drop_handler() {
 #[test]
 fn killed_reaper_mid_drop_is_resumed_by_the_next() {
     let temp = TempTable::new("reaper-restart", &common::options());
-    let mut helper = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "helper_reaper_stuck_in_its_drop_handler",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("LIVEREG_HELPER_TABLE", &temp.name)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut helper = common::spawn_helper("helper_reaper_stuck_in_its_drop_handler", &temp.name);
     let mut lines = BufReader::new(helper.stdout.take().unwrap()).lines();
     // The test harness prints its own text before ours on the same line.
     let mut next_with = |marker: &str| loop {

@@ -117,3 +117,20 @@ pub fn reaper_with_channel(table: &Table) -> (ReaperThread, mpsc::Receiver<(Drop
         .unwrap();
     (reaper, events)
 }
+
+/// Runs the ignored test `helper` of this test binary in a child process, as a
+/// helper acting on table `table` (`LIVEREG_HELPER_TABLE`), its stdout piped.
+pub fn spawn_helper(helper: &str, table: &str) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            helper,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("LIVEREG_HELPER_TABLE", table)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the helper")
+}

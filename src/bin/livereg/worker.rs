@@ -75,7 +75,7 @@ pub fn run(args: Args) -> Outcome {
             closed.store(true, Ordering::SeqCst);
         });
     }
-    let tick = args.interval.min(Duration::from_millis(10));
+    let tick = args.interval.min(Duration::from_millis(1));
     let mut next_beat = started + args.interval;
     loop {
         std::thread::sleep(tick);

@@ -164,19 +164,20 @@ fn rpc(c: &mut Criterion) {
     }
 }
 
-/// Per-beat cost when each of `workers` is beaten by its own thread at once.
-fn beat_in_parallel(workers: &[Worker], iters: u64) -> Duration {
-    let barrier = Barrier::new(workers.len());
+/// Runs `beat` `iters` times on each of `targets` from its own thread, all
+/// starting together; returns the slowest thread's time.
+fn in_parallel<T: Sync>(targets: &[T], iters: u64, beat: impl Fn(&T) + Sync) -> Duration {
+    let barrier = Barrier::new(targets.len());
     std::thread::scope(|scope| {
-        let handles: Vec<_> = workers
+        let handles: Vec<_> = targets
             .iter()
-            .map(|worker| {
-                let barrier = &barrier;
+            .map(|target| {
+                let (barrier, beat) = (&barrier, &beat);
                 scope.spawn(move || {
                     barrier.wait();
                     let started = Instant::now();
                     for _ in 0..iters {
-                        worker.heartbeat().unwrap();
+                        beat(target);
                     }
                     started.elapsed()
                 })
@@ -195,35 +196,10 @@ fn stamp_at_distance(distance: usize, iters: u64) -> Duration {
     #[repr(align(256))]
     struct Block([AtomicU64; 32]);
     let block = Block(std::array::from_fn(|_| AtomicU64::new(0)));
-    let words = [&block.0[0], &block.0[distance / 8]];
-    let barrier = Barrier::new(2);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = words
-            .iter()
-            .map(|word| {
-                let barrier = &barrier;
-                scope.spawn(move || {
-                    barrier.wait();
-                    let started = Instant::now();
-                    for _ in 0..iters {
-                        let now = monotonic_ns();
-                        let current = word.load(Ordering::Relaxed);
-                        let _ = word.compare_exchange(
-                            current,
-                            now,
-                            Ordering::AcqRel,
-                            Ordering::Relaxed,
-                        );
-                    }
-                    started.elapsed()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .max()
-            .unwrap()
+    in_parallel(&[&block.0[0], &block.0[distance / 8]], iters, |word| {
+        let now = monotonic_ns();
+        let current = word.load(Ordering::Relaxed);
+        let _ = word.compare_exchange(current, now, Ordering::AcqRel, Ordering::Relaxed);
     })
 }
 
@@ -237,7 +213,11 @@ fn false_sharing(c: &mut Criterion) {
     for threads in [1, 2] {
         group.bench_function(
             format!("{threads} thread(s), own workers in adjacent slots"),
-            |b| b.iter_custom(|iters| beat_in_parallel(&workers[..threads], iters)),
+            |b| {
+                b.iter_custom(|iters| {
+                    in_parallel(&workers[..threads], iters, |w| w.heartbeat().unwrap())
+                })
+            },
         );
     }
     for distance in [8, 64, 128] {

@@ -117,11 +117,11 @@ fn grace_shorter_than_timeout_is_refused() {
 }
 
 #[test]
-fn a_heartbeat_between_verdict_and_eviction_keeps_the_worker() {
-    // The reaper judges a word, then a heartbeat lands before its CAS: the
-    // eviction must fail and the beat count. Exercised through two scans: the
-    // first at the edge sees the old word; the heartbeat lands; the second
-    // must judge the new word and keep the worker.
+fn a_heartbeat_just_before_the_edge_restarts_the_timeout() {
+    // A scan one nanosecond before the edge keeps the worker; a heartbeat
+    // then lands; the next scan, past the old edge, must judge the new word
+    // and keep the worker. (The CAS race itself is in protocol's unit tests
+    // and the loom models.)
     let (table, clock, mut reaper, recorder) = manual_setup(&options());
     let worker = table.register(6, "w").unwrap();
     worker.heartbeat().unwrap();

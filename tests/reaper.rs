@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{manual_setup, options, Recorder, TempTable, SECOND};
+use common::{manual_setup, options, Recorder, TempTable};
 use livereg::{Error, Reason, Table, TableOptions};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -273,5 +273,4 @@ fn status_has_the_reference_keys_and_more() {
     assert_eq!(registration["heartbeats"], 1);
     assert_eq!(registration["last_heartbeat_age_seconds"], 0.5);
     assert_eq!(registration["state"], "live");
-    let _ = SECOND;
 }

@@ -269,10 +269,11 @@ impl Demo {
         let mark = if ok { "ok" } else { "UNEXPECTED" };
         let detail = match &outcome {
             Some((event, _)) => format!(
-                "{} after {} (silent {}), bound {bound_text}: {mark}",
+                "{} after {} (silent {}), bound {bound_text} (+{} slack): {mark}",
                 event.reason,
                 duration::show(took.unwrap_or_default()),
-                duration::show(event.silent_for)
+                duration::show(event.silent_for),
+                duration::show(SLACK)
             ),
             None => format!(
                 "not detected within {}: {mark}",
@@ -503,6 +504,10 @@ impl Demo {
         }
         let failed = self.checks.iter().filter(|c| !c.ok).count() + usize::from(self.interrupted);
         let status = self.table.status();
+        out!(
+            "(each bound is checked with {} of slack for scheduling on a loaded machine)",
+            duration::show(SLACK)
+        );
         out!("");
         out!(
             "{} checks, {failed} failed; ended by reason: {}; handler failures {}",

@@ -1,17 +1,24 @@
 """The multi-process torture run behind .ci/torture SECONDS.
 
-Sixteen or more worker processes (`livereg worker --reregister`) beat, get
-SIGKILLed and restarted, SIGSTOPped and resumed, and deregister; the reaper
-(`livereg reap --on-drop`, logging every drop) is itself killed and restarted;
-clears are requested. Throughout, and at the end, it checks:
+Sixteen worker processes (`livereg worker --reregister`) beat, get SIGKILLed
+and replaced, SIGSTOPped and resumed; the reaper (`livereg reap --on-drop`,
+logging every drop) is itself killed and restarted; clears are requested.
+At the end it checks:
 
-- no worker that kept beating is ever evicted for silence (timeout/grace);
+- no worker that kept beating is ever evicted for silence (timeout/grace),
+  and a stopped one never before `timeout` after it stopped;
 - every killed worker is dropped within its bound (timeout + timeout/4 plus
   slack, counted from the kill or from the reaper's restart if it was down);
 - every registration ends exactly once, or at least once across a reaper
   kill (and then only the interrupted drop repeats);
 - no slot leaks: after everything stops, every slot is free;
 - the table still validates.
+
+Everything is keyed by worker object and by registration (slot, generation),
+never by pid: over a long run the kernel reuses the pids of killed workers
+(`pid_max` is often 32,768), and a drop must be charged to the registration it
+names, not to whichever process holds that pid now. The bookkeeping is the
+`Ledger` class, tested on its own by `.ci/torture_test.py`.
 
 It prints one final line of counts and exits 0 only with 0 violations.
 """
@@ -25,13 +32,164 @@ import sys
 import tempfile
 import threading
 import time
+from collections import namedtuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIVEREG = os.path.join(ROOT, "target", "release", "livereg")
 TIMEOUT = 0.5
 BOUND = TIMEOUT + TIMEOUT / 4
 SLACK = 1.0
+BEAT_INTERVAL = 0.05
 WORKERS = 16
+
+# One line of the --on-drop hook's log: what ended, why, and when (wall clock).
+Drop = namedtuple("Drop", "instance reason pid slot generation at")
+
+
+class Life:
+    """What the harness did to one worker process and what it registered.
+
+    Times are wall-clock seconds (`time.time()`), the clock the drop hook
+    stamps with.
+    """
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.registrations = []  # (slot, generation), in order
+        self.stops = []  # [stopped, resumed or None]
+        self.killed = None
+
+    @property
+    def stopped(self):
+        return bool(self.stops) and self.stops[-1][1] is None
+
+    def last_stop_before(self, at):
+        starts = [start for start, _ in self.stops if start <= at]
+        return max(starts) if starts else None
+
+
+class Ledger:
+    """Everything the run did, and the judgement of the drops against it."""
+
+    def __init__(self, timeout=TIMEOUT, slack=SLACK, beat_interval=BEAT_INTERVAL):
+        self.timeout = timeout
+        self.bound = timeout + timeout / 4
+        self.slack = slack
+        self.beat_interval = beat_interval
+        self.lives = []
+        self.clears = []  # wall-clock time each successful clear was requested
+        self.reaper_downtime = []  # (down, up)
+
+    def judge(self, drops, slots_held_at_end=0):
+        """Returns (violations, summary) for the drops the hook logged."""
+        violations = []
+        owner = {}
+        for life in self.lives:
+            for registration in life.registrations:
+                if registration in owner:
+                    violations.append(
+                        f"registration slot/generation {registration} handed to pid {owner[registration].pid} "
+                        f"and pid {life.pid}")
+                owner[registration] = life
+        first_drop = {}
+        counts = {}
+        for drop in drops:
+            key = (drop.slot, drop.generation)
+            first_drop.setdefault(key, drop)
+            counts[key] = counts.get(key, 0) + 1
+        worst = {}
+
+        def latency(reason, seconds, bound):
+            if seconds > worst.get(reason, (-1.0, bound))[0]:
+                worst[reason] = (seconds, bound)
+
+        # 1. Beating workers are never evicted for silence; stopped ones never early.
+        for key, drop in first_drop.items():
+            life = owner.get(key)
+            if life is None or drop.reason not in ("timeout", "grace"):
+                continue
+            stopped = life.last_stop_before(drop.at)
+            if stopped is None:
+                violations.append(
+                    f"instance {drop.instance} (registration {key}, pid {life.pid}) evicted for "
+                    f"{drop.reason} but never stopped")
+                continue
+            earliest = stopped + self.timeout - 2 * self.beat_interval
+            if drop.reason == "timeout" and drop.at < earliest:
+                violations.append(
+                    f"instance {drop.instance} (registration {key}) evicted {drop.at - stopped:.3f}s after "
+                    f"its SIGSTOP, before its timeout of {self.timeout}s")
+            latency(drop.reason, drop.at - stopped, self.bound + self.beat_interval + self.slack)
+        # 2. Killed workers are dropped within their bound: the registration
+        # they held when killed (their last) ends within timeout + timeout/4
+        # plus slack, counted from the reaper's return if it was down.
+        for life in self.lives:
+            if life.killed is None or not life.registrations:
+                continue
+            drop = first_drop.get(life.registrations[-1])
+            if drop is None:
+                continue  # reported below as never ended
+            start = life.killed
+            for down, up in self.reaper_downtime:
+                if down <= life.killed + self.bound and up >= life.killed:
+                    start = max(start, up)
+            waited = max(0.0, drop.at - start)
+            if drop.at > life.killed:
+                latency(f"{drop.reason} after kill", waited, self.bound + self.slack)
+            if waited > self.bound + self.slack and drop.at > life.killed:
+                violations.append(
+                    f"killed pid {life.pid} (registration {life.registrations[-1]}) dropped {waited:.2f}s "
+                    f"after its kill (bound {self.bound}s)")
+        # Clears: every cleared registration ends soon after a request.
+        for drop in first_drop.values():
+            requested = [at for at in self.clears if at <= drop.at]
+            if drop.reason == "cleared" and requested:
+                latency("cleared", drop.at - max(requested), self.slack)
+        # 3. Every registration ends exactly once (repeats only across reaper kills).
+        for key in owner:
+            if key not in counts:
+                violations.append(f"registration slot/generation {key} never ended")
+        repeats = sum(n - 1 for n in counts.values() if n > 1)
+        if repeats > len(self.reaper_downtime):
+            violations.append(f"{repeats} repeated drops but only {len(self.reaper_downtime)} reaper kills")
+        # 4. No slot leaks.
+        if slots_held_at_end:
+            violations.append(f"slots still held at the end: {slots_held_at_end}")
+        for what, (seconds, bound) in worst.items():
+            if what == "cleared" and seconds > bound:
+                violations.append(f"a cleared registration was dropped {seconds:.2f}s after the request")
+        pids = {}
+        for life in self.lives:
+            pids[life.pid] = pids.get(life.pid, 0) + 1
+        by_reason = {}
+        for drop in drops:
+            by_reason[drop.reason] = by_reason.get(drop.reason, 0) + 1
+        summary = {
+            "registrations": len(owner),
+            "ended": len(drops),
+            "by_reason": by_reason,
+            "kills": sum(1 for life in self.lives if life.killed is not None),
+            "stops": sum(len(life.stops) for life in self.lives),
+            "clears": len(self.clears),
+            "reaper_restarts": len(self.reaper_downtime),
+            "repeats": repeats,
+            "pid_reuses": sum(n - 1 for n in pids.values()),
+            "worst": worst,
+        }
+        return violations, summary
+
+
+def describe(seconds, violations, summary):
+    reasons = ", ".join(f"{r} {n}" for r, n in sorted(summary["by_reason"].items()))
+    worst = "; ".join(
+        f"{what} {seconds * 1000:.0f}ms (bound {bound * 1000:.0f}ms)"
+        for what, (seconds, bound) in sorted(summary["worst"].items()))
+    return (
+        f"torture {seconds:.0f}s: registrations {summary['registrations']}, ended {summary['ended']} "
+        f"({reasons}), kills {summary['kills']}, stops {summary['stops']}, clears {summary['clears']}, "
+        f"reaper restarts {summary['reaper_restarts']}, repeated drops {summary['repeats']}, "
+        f"pid reuses {summary['pid_reuses']}; worst latency: {worst}; violations: {len(violations)}"
+    )
 
 
 def run(*args, check=True):
@@ -42,16 +200,14 @@ def run(*args, check=True):
 
 
 class Worker:
-    """One worker process and what we know about it."""
+    """One worker process; its `life` is what the ledger judges."""
 
     def __init__(self, table, instance):
-        self.instance = instance
         self.process = subprocess.Popen(
-            [LIVEREG, "worker", table, "--instance", str(instance), "--interval", "50ms", "--reregister"],
+            [LIVEREG, "worker", table, "--instance", str(instance), "--interval",
+             f"{int(BEAT_INTERVAL * 1000)}ms", "--reregister"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.stopped_since = None  # time of SIGSTOP while stopped
-        self.ever_stopped = False
-        self.registrations = []  # (slot, generation) in order
+        self.life = Life(self.process.pid)
         self.lines = threading.Thread(target=self._read, daemon=True)
         self.lines.start()
 
@@ -59,11 +215,29 @@ class Worker:
         for line in self.process.stdout:
             parts = line.split()
             if parts and parts[0] == "registered":
-                self.registrations.append((int(parts[1]), int(parts[2])))
+                self.life.registrations.append((int(parts[1]), int(parts[2])))
 
-    @property
-    def pid(self):
-        return self.process.pid
+    def kill(self):
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        self.life.killed = time.time()
+
+    def stop(self):
+        self.process.send_signal(signal.SIGSTOP)
+        self.life.stops.append([time.time(), None])
+
+    def resume(self):
+        self.process.send_signal(signal.SIGCONT)
+        self.life.stops[-1][1] = time.time()
+
+
+def read_drops(path):
+    drops = []
+    with open(path) as log:
+        for line in log:
+            instance, reason, pid, slot, generation, at = line.split()
+            drops.append(Drop(int(instance), reason, int(pid), int(slot), int(generation), float(at)))
+    return drops
 
 
 def main():
@@ -74,15 +248,14 @@ def main():
     open(drops_path, "w").close()
     hook = f'echo "$LIVEREG_INSTANCE_ID $LIVEREG_REASON $LIVEREG_PID $LIVEREG_SLOT $LIVEREG_GENERATION $(date +%s.%N)" >> {drops_path}'
     run("create", name, "--capacity", "64", "--timeout", f"{int(TIMEOUT * 1000)}ms", "--grace", "1s")
-    violations = []
-    kills = []  # (pid, time)
-    reaper_restarts = 0
-    reaper_downtime = []  # (down, up)
-    clears = 0
+    ledger = Ledger()
+    workers = []
+    reaper = None
     try:
         reaper = subprocess.Popen([LIVEREG, "reap", name, "--on-drop", hook], stderr=subprocess.DEVNULL)
         time.sleep(0.3)
         workers = [Worker(name, i + 1) for i in range(WORKERS)]
+        ledger.lives.extend(w.life for w in workers)
         retired = []
         next_instance = WORKERS + 1
         deadline = time.monotonic() + seconds
@@ -91,38 +264,32 @@ def main():
             action = rng.random()
             victim = rng.randrange(len(workers))
             worker = workers[victim]
-            if action < 0.25 and worker.stopped_since is None:
-                worker.process.send_signal(signal.SIGKILL)
-                worker.process.wait()
-                kills.append((worker.pid, time.time()))
+            if action < 0.25 and not worker.life.stopped:
+                worker.kill()
                 retired.append(worker)
                 workers[victim] = Worker(name, next_instance)
+                ledger.lives.append(workers[victim].life)
                 next_instance += 1
-            elif action < 0.45 and worker.stopped_since is None:
-                worker.process.send_signal(signal.SIGSTOP)
-                worker.stopped_since = time.monotonic()
-                worker.ever_stopped = True
-            elif action < 0.65 and worker.stopped_since is not None:
-                worker.process.send_signal(signal.SIGCONT)
-                worker.stopped_since = None
+            elif action < 0.45 and not worker.life.stopped:
+                worker.stop()
+            elif action < 0.65 and worker.life.stopped:
+                worker.resume()
             elif action < 0.70:
+                requested = time.time()
                 if run("clear", name, "--wait", "5s", check=False).returncode == 0:
-                    clears += 1
+                    ledger.clears.append(requested)
             elif action < 0.73:
                 reaper.send_signal(signal.SIGKILL)
                 reaper.wait()
                 down = time.time()
                 time.sleep(rng.uniform(0.05, 0.5))
                 reaper = subprocess.Popen([LIVEREG, "reap", name, "--on-drop", hook], stderr=subprocess.DEVNULL)
-                reaper_downtime.append((down, time.time()))
-                reaper_restarts += 1
-        # Wind down: resume and stop every worker cleanly, let the reaper drain.
+                ledger.reaper_downtime.append((down, time.time()))
+        # Wind down: resume and kill every worker, let the reaper drain.
         for worker in workers:
-            if worker.stopped_since is not None:
-                worker.process.send_signal(signal.SIGCONT)
-            worker.process.send_signal(signal.SIGKILL)
-            worker.process.wait()
-            kills.append((worker.pid, time.time()))
+            if worker.life.stopped:
+                worker.resume()
+            worker.kill()
         time.sleep(BOUND + SLACK)
         for worker in retired + workers:
             worker.lines.join(timeout=5)
@@ -131,72 +298,19 @@ def main():
         reaper.wait(timeout=10)
         time.sleep(0.2)
 
-        drops = []
-        with open(drops_path) as log:
-            for line in log:
-                instance, reason, pid, slot, generation, at = line.split()
-                drops.append((int(instance), reason, int(pid), int(slot), int(generation), float(at)))
-        everyone = retired + workers
-        by_pid = {w.pid: w for w in everyone}
-        # 1. Beating workers are never evicted for silence.
-        for instance, reason, pid, slot, generation, _ in drops:
-            worker = by_pid.get(pid)
-            if reason in ("timeout", "grace") and worker is not None and not worker.ever_stopped:
-                violations.append(f"instance {instance} (pid {pid}) evicted for {reason} but never stopped")
-        # 2. Killed workers are dropped within their bound: the registration
-        # they held when killed (their last) ends within timeout + timeout/4
-        # plus slack, counted from the reaper's return if it was down.
-        ended_at = {}
-        for _, _, _, slot, generation, at in drops:
-            ended_at.setdefault((slot, generation), at)
-        for pid, killed in kills:
-            worker = by_pid[pid]
-            if not worker.registrations:
-                continue
-            last = worker.registrations[-1]
-            at = ended_at.get(last)
-            if at is None:
-                continue  # reported below as never ended
-            start = killed
-            for down, up in reaper_downtime:
-                if down <= killed + BOUND and up >= killed:
-                    start = max(start, up)
-            if at > start + BOUND + SLACK and at > killed:
-                violations.append(f"killed pid {pid} dropped {at - start:.2f}s after its kill (bound {BOUND}s)")
-        # 3. Every registration ends exactly once (repeats only across reaper kills).
-        registered = [(s, g) for w in everyone for (s, g) in w.registrations]
-        counts = {}
-        for _, _, _, slot, generation, _ in drops:
-            counts[(slot, generation)] = counts.get((slot, generation), 0) + 1
-        for key in registered:
-            if counts.get(key, 0) == 0:
-                violations.append(f"registration slot/generation {key} never ended")
-        repeats = sum(n - 1 for n in counts.values() if n > 1)
-        if repeats > reaper_restarts:
-            violations.append(f"{repeats} repeated drops but only {reaper_restarts} reaper kills")
-        # 4. No slot leaks; 5. the table validates (status opened it).
-        if status["registrations"]:
-            violations.append(f"slots still held at the end: {status['registrations']}")
-        by_reason = {}
-        for _, reason, _, _, _, _ in drops:
-            by_reason[reason] = by_reason.get(reason, 0) + 1
+        violations, summary = ledger.judge(read_drops(drops_path), status["registrations"])
         for message in violations:
             print("VIOLATION:", message)
-        print(
-            f"torture {seconds:.0f}s: registrations {len(registered)}, ended {len(drops)} "
-            f"({', '.join(f'{r} {n}' for r, n in sorted(by_reason.items()))}), kills {len(kills)}, "
-            f"clears {clears}, reaper restarts {reaper_restarts}, repeated drops {repeats}, "
-            f"violations: {len(violations)}"
-        )
+        print(describe(seconds, violations, summary))
         return 1 if violations else 0
     finally:
-        for process in [w.process for w in locals().get("workers", [])]:
+        for worker in workers:
             try:
-                process.send_signal(signal.SIGCONT)
-                process.kill()
+                worker.process.send_signal(signal.SIGCONT)
+                worker.process.kill()
             except ProcessLookupError:
                 pass
-        if "reaper" in locals():
+        if reaper is not None:
             reaper.kill()
         run("rm", name, check=False)
         os.unlink(drops_path)

@@ -148,13 +148,56 @@ impl Slot {
     }
 
     /// Reads the label; an impossible length or invalid UTF-8 from a corrupted
-    /// table is shown lossily rather than refused.
+    /// table is shown lossily rather than refused, and cut back to at most
+    /// [`LABEL_MAX`] bytes of whole characters.
     pub fn load_label(&self) -> String {
         let mut bytes = [0u8; LABEL_MAX + 1];
         for (word, chunk) in self.label.iter().zip(bytes.chunks_exact_mut(8)) {
             chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
         }
         let len = usize::from(bytes[0]).min(LABEL_MAX);
-        String::from_utf8_lossy(&bytes[1..=len]).into_owned()
+        let shown = String::from_utf8_lossy(&bytes[1..=len]);
+        label_prefix(&shown).to_owned()
+    }
+}
+
+/// The longest prefix of `label` that has at most [`LABEL_MAX`] bytes and
+/// ends on a character boundary.
+///
+/// # Examples
+///
+/// ```
+/// let label = "é".repeat(30); // 60 bytes
+/// assert_eq!(livereg::label_prefix(&label), "é".repeat(23));
+/// ```
+pub fn label_prefix(label: &str) -> &str {
+    let mut end = label.len().min(LABEL_MAX);
+    while !label.is_char_boundary(end) {
+        end -= 1;
+    }
+    &label[..end]
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hostile_label_loads_as_whole_characters_within_the_limit() {
+        // SAFETY:
+        // - `Slot` is made only of atomic integers; all-zero bytes are valid.
+        let slot: Box<Slot> = unsafe { Box::new(std::mem::zeroed()) };
+        // Length 47, then 47 bytes that are not UTF-8: each shows as U+FFFD
+        // (three bytes), 141 bytes before the cut.
+        for (i, word) in slot.label.iter().enumerate() {
+            let first = if i == 0 { 47 } else { 0xFF };
+            word.store(
+                u64::from_le_bytes([first, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]),
+                Ordering::Relaxed,
+            );
+        }
+        let label = slot.load_label();
+        assert!(label.len() <= LABEL_MAX, "{} bytes", label.len());
+        assert_eq!(label, "\u{FFFD}".repeat(LABEL_MAX / 3));
     }
 }

@@ -72,8 +72,8 @@ pub use clock::{monotonic_ns, Clock, ManualClock};
 pub use error::{Error, Result};
 pub use event::{DropEvent, Reason};
 pub use layout::{
-    table_size, HEADER_SIZE, LABEL_MAX, MAGIC, MAX_CAPACITY, SLOT_SIZE, VERSION_MAJOR,
-    VERSION_MINOR,
+    label_prefix, table_size, HEADER_SIZE, LABEL_MAX, MAGIC, MAX_CAPACITY, SLOT_SIZE,
+    VERSION_MAJOR, VERSION_MINOR,
 };
 #[cfg(not(loom))]
 pub use reaper::{HandlerError, Reaper, ReaperBuilder, ScanReport};

@@ -157,8 +157,9 @@ fn update_beat(
     remember: bool,
     next: impl Fn(u64) -> u64,
 ) -> Result<(), Gone> {
-    if slot.state.load(Acquire) != state_word(generation, LIVE) {
-        return Err(Gone::Reused);
+    let state = slot.state.load(Acquire);
+    if state != state_word(generation, LIVE) {
+        return Err(released(slot, generation, state));
     }
     let mut current = slot.beat.load(Relaxed);
     loop {
@@ -179,6 +180,25 @@ fn update_beat(
             Ok(_) => return Ok(()),
             Err(actual) => current = actual,
         }
+    }
+}
+
+/// Why a handle of `generation` no longer owns its slot, whose state word is
+/// `state`. The reaper releases a slot in the same scan that ends it, so an
+/// owner usually finds it already `FREE(g + 1)`; until a next owner publishes,
+/// the beat word still holds this generation's end marker, and its reason is
+/// the one the owner hears.
+fn released(slot: &Slot, generation: u32, state: u64) -> Gone {
+    let (now, phase) = split_state(state);
+    if now != generation.wrapping_add(1) || phase == LIVE {
+        return Gone::Reused;
+    }
+    // Acquire on `state` above: a claimant's beat store of the next tag, made
+    // after its claim, is either seen here or the old marker still stands.
+    let word = slot.beat.load(Acquire);
+    match decode_beat(word) {
+        Beat::Ended(reason) if beat_matches(word, generation) => Gone::Ended(reason),
+        _ => Gone::Reused,
     }
 }
 
@@ -329,6 +349,21 @@ mod tests {
         assert_eq!(beat(&slot, old, 50_000), Err(Gone::Reused));
         assert_eq!(end(&slot, old, Reason::Deregistered), Err(Gone::Reused));
         assert_eq!(slot.beat.load(Relaxed), before);
+    }
+
+    #[test]
+    fn a_released_registration_still_reports_why_it_ended() {
+        let (slot, generation) = live_slot();
+        let judged = slot.beat.load(Relaxed);
+        evict(&slot, generation, judged, Reason::Timeout).unwrap();
+        assert!(release(&slot, generation));
+        assert_eq!(
+            beat(&slot, generation, 9_000),
+            Err(Gone::Ended(Some(Reason::Timeout)))
+        );
+        let next = try_claim(&slot).unwrap();
+        publish(&slot, next, &registration());
+        assert_eq!(beat(&slot, generation, 9_000), Err(Gone::Reused));
     }
 
     #[test]

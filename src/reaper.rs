@@ -401,9 +401,11 @@ impl Reaper {
         for handler in &mut self.drop_handlers {
             if let Err(cause) = isolate(|| handler(event)) {
                 failures += 1;
-                eprintln!(
-                    "livereg: table '{}': drop handler failed for instance {} ({}): {cause}",
-                    self.table.inner.name, event.instance_id, event.reason
+                log::warn!(
+                    "table '{}': drop handler failed for instance {} ({}): {cause}",
+                    self.table.inner.name,
+                    event.instance_id,
+                    event.reason
                 );
             }
         }
@@ -415,8 +417,8 @@ impl Reaper {
         for handler in &mut self.clear_handlers {
             if let Err(cause) = isolate(handler) {
                 failures += 1;
-                eprintln!(
-                    "livereg: table '{}': clear handler failed: {cause}",
+                log::warn!(
+                    "table '{}': clear handler failed: {cause}",
                     self.table.inner.name
                 );
             }
@@ -435,13 +437,18 @@ fn isolate(handler: impl FnOnce() -> Result<(), HandlerError>) -> Result<(), Str
     match catch_unwind(AssertUnwindSafe(handler)) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(error)) => Err(error.to_string()),
-        Err(panic) => Err(match panic.downcast_ref::<&str>() {
+        Err(panic) => Err(panic_message(&*panic)),
+    }
+}
+
+/// What a caught panic says.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match panic.downcast_ref::<&str>() {
+        Some(message) => format!("panicked: {message}"),
+        None => match panic.downcast_ref::<String>() {
             Some(message) => format!("panicked: {message}"),
-            None => match panic.downcast_ref::<String>() {
-                Some(message) => format!("panicked: {message}"),
-                None => "panicked".to_owned(),
-            },
-        }),
+            None => "panicked".to_owned(),
+        },
     }
 }
 

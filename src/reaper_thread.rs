@@ -93,6 +93,29 @@ impl ReaperThread {
         self.thread.is_some()
     }
 
+    /// Whether the scanning thread is still at work. It never stops on its
+    /// own (handlers are isolated, output errors ignored); a daemon checks
+    /// this so that it cannot sleep on while nobody reaps.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Panic`](crate::Error::Panic) naming why the thread ended, once
+    /// it has ended without being stopped (the role is then given back).
+    pub fn check(&mut self) -> Result<()> {
+        match &self.thread {
+            Some(thread) if thread.is_finished() => {}
+            _ => return Ok(()),
+        }
+        let why = match self.thread.take().map(JoinHandle::join) {
+            Some(Err(panic)) => crate::reaper::panic_message(&*panic),
+            _ => "it returned".to_owned(),
+        };
+        Err(crate::Error::Panic(format!(
+            "table '{}': the reaper thread ended: {why}",
+            self.table.name()
+        )))
+    }
+
     /// The table this reaper holds.
     pub fn table(&self) -> &Table {
         &self.table

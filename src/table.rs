@@ -403,6 +403,20 @@ impl Table {
     }
 }
 
+/// The instant `wait` from now; `None` (never) if that is past what an
+/// [`Instant`] can hold, as `Duration::MAX` is.
+pub(crate) fn deadline_after(wait: Duration) -> Option<Instant> {
+    Instant::now().checked_add(wait)
+}
+
+/// Time left until `deadline` (`None`: unbounded).
+pub(crate) fn time_left(deadline: Option<Instant>) -> Duration {
+    match deadline {
+        Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+        None => Duration::MAX,
+    }
+}
+
 /// Waits until the creator marks the header ready; returns the object's size.
 fn wait_until_ready(name: &str, file: &File) -> Result<u64> {
     let corrupt = |detail: String| Error::Corrupt(format!("table '{name}': {detail}"));
@@ -563,13 +577,13 @@ impl Inner {
     /// announces progress. Returns whether `done()` held.
     pub fn wait_settled(&self, wait: Duration, done: impl Fn() -> bool) -> bool {
         let settled = &self.header().settled;
-        let deadline = Instant::now() + wait;
+        let deadline = deadline_after(wait);
         loop {
             let seen = settled.load(Acquire);
             if done() {
                 return true;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = time_left(deadline);
             if left.is_zero() {
                 return false;
             }

@@ -270,6 +270,26 @@ fn reap_logs_runs_the_hook_refuses_a_second_reaper_and_stops_on_sigterm() {
 }
 
 #[test]
+fn reap_keeps_reaping_after_its_log_reader_goes_away() {
+    let (name, _guard) = created("epipe", &["--timeout", "400ms", "--grace", "800ms"]);
+    let mut reaper = Background::spawn(&["reap", &name, "--on-drop", "exit 3"]);
+    wait_until("the reaper", || reaper_alive(&name));
+    // Every drop is logged, and every hook fails and is logged: into a pipe
+    // nobody reads any more (EPIPE).
+    drop(reaper.0.stderr.take());
+    for (id, ended) in [("1", 1), ("2", 2)] {
+        let worker = Background::spawn(&["worker", &name, "--instance", id]);
+        wait_until("the worker", || {
+            status_json(&name)["tracked_instances"] == 1
+        });
+        worker.signal(libc::SIGKILL);
+        wait_until("its drop", || status_json(&name)["ended_total"] == ended);
+    }
+    assert!(reaper_alive(&name));
+    assert_eq!(reaper.0.try_wait().unwrap(), None, "the daemon is still up");
+}
+
+#[test]
 fn slow_failing_hook_neither_stalls_scans_nor_loses_events() {
     let (name, _guard) = created("slow-hook", &["--timeout", "400ms", "--grace", "800ms"]);
     let hook_log = std::env::temp_dir().join(format!("{name}.hook"));

@@ -132,8 +132,15 @@ fn clear_ends_every_registration_and_runs_clear_handlers_once() {
     let mut reasons = recorder.reasons();
     reasons.sort_by_key(|(id, _)| *id);
     assert_eq!(reasons, vec![(1, Reason::Cleared), (2, Reason::Cleared)]);
-    assert!(matches!(a.heartbeat(), Err(Error::Evicted { .. })));
-    assert!(matches!(b.heartbeat(), Err(Error::Evicted { .. })));
+    for worker in [&a, &b] {
+        assert!(matches!(
+            worker.heartbeat(),
+            Err(Error::Evicted {
+                reason: Some(Reason::Cleared),
+                ..
+            })
+        ));
+    }
     table.register(1, "a again").unwrap().heartbeat().unwrap();
     assert_eq!(table.status().ended["cleared"], 2);
     reaper.stop();
@@ -171,6 +178,16 @@ fn concurrent_clear_requests_coalesce() {
         1,
         "three pending requests, one clear"
     );
+}
+
+#[test]
+fn clear_with_an_unbounded_wait_completes() {
+    let table = Table::in_memory(&options()).unwrap();
+    let reaper = table.reaper().spawn().unwrap();
+    let worker = table.register(1, "a").unwrap();
+    table.clear(Duration::MAX).unwrap();
+    assert!(worker.heartbeat().is_err());
+    reaper.stop();
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use crate::boundary::{guard, guard_void, null};
 use crate::table::{borrow, hand_out, livereg_table};
 use crate::types::{livereg_callbacks, livereg_drop_event, livereg_result};
-use registry::{DropEvent, ReaperBuilder, ReaperThread, Table};
+use registry::{label_prefix, DropEvent, ReaperBuilder, ReaperThread, Table, LABEL_MAX};
 use std::ffi::c_char;
 
 /// A running reaper thread (opaque to C).
@@ -21,10 +21,7 @@ unsafe impl Send for Callbacks {}
 impl Callbacks {
     fn on_drop(&self, event: &DropEvent) {
         if let Some(on_drop) = self.0.on_drop {
-            let mut label = [0 as c_char; 48];
-            for (to, from) in label.iter_mut().zip(event.label.bytes().take(47)) {
-                *to = from as c_char;
-            }
+            let label = c_label(&event.label);
             let c_event = livereg_drop_event {
                 instance_id: event.instance_id,
                 slot: event.slot,
@@ -49,6 +46,15 @@ impl Callbacks {
             unsafe { on_clear(self.0.userdata) };
         }
     }
+}
+
+/// `label` as a NUL-terminated C string of whole UTF-8 characters.
+fn c_label(label: &str) -> [c_char; LABEL_MAX + 1] {
+    let mut bytes = [0 as c_char; LABEL_MAX + 1];
+    for (to, from) in bytes.iter_mut().zip(label_prefix(label).bytes()) {
+        *to = from as c_char;
+    }
+    bytes
 }
 
 fn builder(table: &Table, callbacks: Option<Callbacks>) -> ReaperBuilder {
@@ -130,4 +136,19 @@ pub unsafe extern "C" fn livereg_reaper_stop(reaper: *mut livereg_reaper) {
             unsafe { Box::from_raw(reaper) }.0.stop();
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    #[test]
+    fn a_long_multibyte_label_reaches_c_as_whole_characters() {
+        let label = "é".repeat(30);
+        let c = c_label(&label);
+        // SAFETY: `c_label` always leaves a NUL in the last byte.
+        let seen = unsafe { CStr::from_ptr(c.as_ptr()) };
+        assert_eq!(seen.to_str().expect("valid UTF-8"), "é".repeat(23));
+    }
 }

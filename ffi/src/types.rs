@@ -131,7 +131,7 @@ pub struct livereg_drop_event {
     /// Silence the reaper judged, in ns (0 for explicit endings).
     pub silent_ns: u64,
     /// The label, NUL-terminated.
-    pub label: [c_char; 48],
+    pub label: [c_char; registry::LABEL_MAX + 1],
 }
 
 /// Callbacks of a reaper; either may be NULL.

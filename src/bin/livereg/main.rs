@@ -12,6 +12,32 @@ mod output {
             let _ = stdout.flush();
         }};
     }
+
+    /// Prints a line to stderr, ignoring a closed pipe: a daemon whose log
+    /// reader went away keeps reaping.
+    macro_rules! note {
+        ($($arg:tt)*) => {{
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+        }};
+    }
+
+    /// The library's log records, as `livereg: MESSAGE` lines on stderr.
+    pub struct Stderr;
+
+    impl log::Log for Stderr {
+        fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+            metadata.level() <= log::Level::Info
+        }
+
+        fn log(&self, record: &log::Record<'_>) {
+            if self.enabled(record.metadata()) {
+                note!("livereg: {}", record.args());
+            }
+        }
+
+        fn flush(&self) {}
+    }
 }
 
 mod clear;
@@ -62,6 +88,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if log::set_logger(&output::Stderr).is_ok() {
+        log::set_max_level(log::LevelFilter::Info);
+    }
     let result = match cli.command {
         Command::Create(args) => create::run(args),
         Command::Reap(args) => reap::run(args),
@@ -76,7 +105,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("livereg: {error}");
+            note!("livereg: {error}");
             ExitCode::FAILURE
         }
     }

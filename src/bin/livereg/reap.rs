@@ -35,10 +35,10 @@ pub fn run(args: Args) -> Outcome {
         .on_drop
         .clone()
         .map(|command| std::thread::spawn(move || run_hooks(&command, queue)));
-    let Some(reaper) = take_role(&table, &args, hooks)? else {
+    let Some(mut reaper) = take_role(&table, &args, hooks)? else {
         return Ok(ExitCode::SUCCESS);
     };
-    eprintln!(
+    note!(
         "livereg: table '{}': reaping (timeout {}, grace {}, scan every {}, boot token {:#018x})",
         args.name,
         duration::show(table.reap_timeout()),
@@ -47,13 +47,14 @@ pub fn run(args: Args) -> Outcome {
         table.status().boot_token
     );
     while signals::take().is_none() {
+        reaper.check()?;
         std::thread::sleep(Duration::from_millis(50));
     }
     reaper.stop();
     if let Some(thread) = hook_thread {
         let _ = thread.join();
     }
-    eprintln!("livereg: table '{}': reaper stopped", args.name);
+    note!("livereg: table '{}': reaper stopped", args.name);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -82,7 +83,7 @@ fn take_role(
         match attempt {
             Err(Error::Busy(message)) if args.standby => {
                 if !announced {
-                    eprintln!("livereg: {message}; standing by to take over");
+                    note!("livereg: {message}; standing by to take over");
                     announced = true;
                 }
                 if signals::take().is_some() {
@@ -101,7 +102,7 @@ fn take_role(
 }
 
 fn log(table: &str, event: &DropEvent) {
-    eprintln!(
+    note!(
         "livereg: table '{table}': instance {} ({}pid {}, slot {}) ended: {} after {} silent",
         event.instance_id,
         if event.label.is_empty() {
@@ -132,11 +133,11 @@ fn run_hooks(command: &str, queue: mpsc::Receiver<DropEvent>) {
             .status();
         match status {
             Ok(status) if status.success() => {}
-            Ok(status) => eprintln!(
+            Ok(status) => note!(
                 "livereg: --on-drop hook for instance {} {status}",
                 event.instance_id
             ),
-            Err(e) => eprintln!(
+            Err(e) => note!(
                 "livereg: --on-drop hook for instance {} did not start: {e}",
                 event.instance_id
             ),

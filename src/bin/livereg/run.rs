@@ -84,13 +84,13 @@ fn beat(
     if let Some(current) = worker {
         match current.heartbeat() {
             Ok(()) => return Some(current),
-            Err(e) => eprintln!("livereg run: {e}; registering again"),
+            Err(e) => note!("livereg run: {e}; registering again"),
         }
     }
     match register() {
         Ok(worker) => Some(worker),
         Err(e) => {
-            eprintln!("livereg run: instance {}: {e}", args.instance);
+            note!("livereg run: instance {}: {e}", args.instance);
             None
         }
     }

@@ -28,8 +28,13 @@ pub struct Clock(Source);
 enum Source {
     #[default]
     Monotonic,
-    Manual(Arc<AtomicU64>),
+    /// A manual clock's time and identity.
+    Manual(Arc<AtomicU64>, u64),
 }
+
+/// Identities of manual clocks: far above any inode number, one per
+/// [`Clock::manual`] call.
+static NEXT_MANUAL: AtomicU64 = AtomicU64::new(1 << 63);
 
 impl Clock {
     /// The system's `CLOCK_MONOTONIC`.
@@ -37,9 +42,13 @@ impl Clock {
         Clock(Source::Monotonic)
     }
 
-    /// A clock that stands at `start_ns` until moved through the returned handle.
+    /// A clock that stands at `start_ns` until moved through the returned
+    /// handle. Each call makes a clock of its own [`identity`](Clock::identity).
     pub fn manual(start_ns: u64) -> ManualClock {
-        ManualClock(Arc::new(AtomicU64::new(start_ns)))
+        ManualClock(
+            Arc::new(AtomicU64::new(start_ns)),
+            NEXT_MANUAL.fetch_add(1, Ordering::Relaxed),
+        )
     }
 
     /// Now, in nanoseconds.
@@ -47,19 +56,45 @@ impl Clock {
     pub fn now_ns(&self) -> u64 {
         match &self.0 {
             Source::Monotonic => monotonic_ns(),
-            Source::Manual(now) => now.load(Ordering::SeqCst),
+            Source::Manual(now, _) => now.load(Ordering::SeqCst),
         }
     }
+
+    /// Which clock this is: readings of two clocks compare only when their
+    /// identities are equal and not [`Clock::UNKNOWN`]. For `CLOCK_MONOTONIC`
+    /// it names the process's time namespace (processes in different time
+    /// namespaces see offset clocks); each manual clock has its own.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use livereg::Clock;
+    ///
+    /// assert_eq!(Clock::monotonic().identity(), Clock::monotonic().identity());
+    /// let manual = Clock::manual(0);
+    /// assert_eq!(manual.clock().identity(), manual.clock().identity());
+    /// assert_ne!(manual.clock().identity(), Clock::manual(0).clock().identity());
+    /// ```
+    pub fn identity(&self) -> u64 {
+        match &self.0 {
+            Source::Monotonic => crate::os::process::time_namespace(),
+            Source::Manual(_, identity) => *identity,
+        }
+    }
+
+    /// The identity of a clock that could not be named: it compares equal
+    /// to none, so its readings are never trusted by another process.
+    pub const UNKNOWN: u64 = 0;
 }
 
 /// The handle that moves a manual [`Clock`].
 #[derive(Clone, Debug)]
-pub struct ManualClock(Arc<AtomicU64>);
+pub struct ManualClock(Arc<AtomicU64>, u64);
 
 impl ManualClock {
     /// A [`Clock`] reading this handle's time.
     pub fn clock(&self) -> Clock {
-        Clock(Source::Manual(self.0.clone()))
+        Clock(Source::Manual(self.0.clone(), self.1))
     }
 
     /// Moves the time forward by `by`.

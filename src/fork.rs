@@ -89,10 +89,57 @@ extern "C" fn in_child() {
     release();
 }
 
-/// The current fork epoch; a handle made in another epoch is not ours.
+/// The current fork epoch; a handle made in another epoch is not ours. It
+/// advances only once [`install`] has run (every handle's maker runs it).
 #[inline]
 pub(crate) fn epoch() -> u64 {
     EPOCH.load(Ordering::Relaxed)
+}
+
+/// Installs the fork handlers (once per process), so that from now on every
+/// forked child sees a new [`epoch`]; returns the current one.
+pub(crate) fn install() -> u64 {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        // SAFETY:
+        // - the three handlers are `extern "C"` functions valid for the life
+        //   of the process, and do only what a fork handler may.
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(in_parent), Some(in_child)) };
+    });
+    epoch()
+}
+
+/// A fact about this process (its start time, its time namespace) computed
+/// once per process: a forked child computes its own instead of inheriting
+/// its parent's. Lock-free, so a child forked while another thread fills it
+/// cannot deadlock.
+pub(crate) struct PerProcess {
+    /// `epoch + 1` of the process that computed `value`; 0 before.
+    epoch: AtomicU64,
+    value: AtomicU64,
+}
+
+impl PerProcess {
+    pub(crate) const fn new() -> PerProcess {
+        PerProcess {
+            epoch: AtomicU64::new(0),
+            value: AtomicU64::new(0),
+        }
+    }
+
+    /// The value for this process, computing it with `compute` if this
+    /// process has not yet (racing threads compute the same value).
+    pub(crate) fn get(&self, compute: impl FnOnce() -> u64) -> u64 {
+        let current = install() + 1;
+        // Acquire: pairs with the release below, so `value` is this epoch's.
+        if self.epoch.load(Ordering::Acquire) == current {
+            return self.value.load(Ordering::Relaxed);
+        }
+        let value = compute();
+        self.value.store(value, Ordering::Relaxed);
+        self.epoch.store(current, Ordering::Release);
+        value
+    }
 }
 
 /// A descriptor that holds locks a forked child must not inherit.
@@ -120,13 +167,7 @@ impl Drop for LockDescriptor {
 }
 
 fn track(fd: RawFd) {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        // SAFETY:
-        // - the three handlers are `extern "C"` functions valid for the life
-        //   of the process, and do only what a fork handler may.
-        unsafe { libc::pthread_atfork(Some(before_fork), Some(in_parent), Some(in_child)) };
-    });
+    install();
     with(|fds| fds.push(fd));
 }
 

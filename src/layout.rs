@@ -20,8 +20,9 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"LIVEREG\0");
 /// Layout major version: a table with another major version is refused.
 pub const VERSION_MAJOR: u32 = 1;
-/// Layout minor version: additions that older readers may ignore.
-pub const VERSION_MINOR: u32 = 0;
+/// Layout minor version: additions that older readers may ignore (1: each
+/// slot records its registrant's clock identity).
+pub const VERSION_MINOR: u32 = 1;
 /// Bytes of the header; slots start at this offset.
 pub const HEADER_SIZE: usize = 512;
 /// Bytes of one slot.
@@ -97,7 +98,10 @@ pub(crate) struct Slot {
     pub final_beat: AtomicU64,
     /// Byte 0 is the label's length, bytes 1..=47 its UTF-8.
     pub label: [AtomicU64; 6],
-    reserved2: [AtomicU64; 2],
+    /// Identity of the clock the registrant stamps with (its time
+    /// namespace; see [`crate::Clock::identity`]); 0 before layout 1.1.
+    pub clock_id: AtomicU64,
+    reserved2: AtomicU64,
 }
 
 // The format, checked at compile time (loom's atomics are larger: its build
@@ -132,7 +136,8 @@ impl Slot {
             flags: AtomicU32::new(0),
             final_beat: word(),
             label: std::array::from_fn(|_| word()),
-            reserved2: std::array::from_fn(|_| word()),
+            clock_id: word(),
+            reserved2: word(),
         }
     }
 

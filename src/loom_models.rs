@@ -8,7 +8,7 @@
 
 use crate::event::Reason;
 use crate::layout::Slot;
-use crate::protocol::{self, Beat, Gone, SlotFields, FREE, LIVE};
+use crate::protocol::{self, Beat, Gone, SlotFields, Stamp, FREE, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
@@ -20,6 +20,7 @@ fn fields(instance_id: u64) -> SlotFields<'static> {
         pid: 1,
         process_start: 0,
         registered_ns: 1_000,
+        clock_id: 1,
         flags: 0,
     }
 }
@@ -50,7 +51,7 @@ fn heartbeat_racing_eviction_is_counted_or_refused() {
         let evicted = protocol::evict(&slot, generation, judged, Reason::Timeout);
         let beat = worker.join().unwrap();
         match (beat, evicted) {
-            (Ok(()), Err(_)) => assert_eq!(beat_state(&slot), Beat::At(9_000)),
+            (Ok(()), Err(_)) => assert_eq!(beat_state(&slot), Beat::At(Stamp::of(9_000))),
             (Err(Gone::Ended(Some(Reason::Timeout))), Ok(())) => {
                 assert_eq!(beat_state(&slot), Beat::Ended(Some(Reason::Timeout)))
             }

@@ -8,8 +8,9 @@
 //!   reaper releases an ended registration with `LIVE(g) → FREE(g + 1)`, so a
 //!   handle from generation `g` never matches the next owner.
 //! - `beat = tag << 48 | time`, where `tag` is the generation's low 16 bits and
-//!   `time` is the owner's clock in microseconds (rounded up, so a slot never
-//!   looks older than it is), `0` before the first heartbeat, or
+//!   `time` is a [`Stamp`]: the owner's clock in microseconds (rounded up, so a
+//!   slot never looks older than it is) modulo [`STAMP_PERIOD_US`], so that
+//!   every clock value keeps beating; `0` before the first heartbeat, or
 //!   `ENDED | reason` once the registration has ended.
 //!
 //! Every change to whether a registration is alive is one compare-and-swap on
@@ -39,8 +40,10 @@ const TIME_BITS: u32 = 48;
 const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
 /// Times at or above this are end markers; the low byte is the reason.
 const ENDED: u64 = TIME_MASK & !0xFF;
-/// Latest representable heartbeat time, in microseconds (~8.9 years of uptime).
-const TIME_MAX_US: u64 = ENDED - 1;
+/// Number of distinct stamps (`1..=STAMP_PERIOD_US`): a clock's microseconds
+/// wrap around this period (~8.9 years), so a stamp is read relative to a
+/// nearby time of the same clock ([`Stamp::ns_near`]).
+pub(crate) const STAMP_PERIOD_US: u64 = ENDED - 1;
 
 /// Packs a state word.
 pub(crate) fn state_word(generation: u32, phase: u32) -> u64 {
@@ -56,13 +59,48 @@ fn tag(generation: u32) -> u64 {
     u64::from(generation as u16) << TIME_BITS
 }
 
+/// A heartbeat time as a beat word holds it: the owner's clock in
+/// microseconds, wrapped into `1..=STAMP_PERIOD_US`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stamp(u64);
+
+impl Stamp {
+    /// The stamp of clock reading `now_ns`, rounded up to the microsecond.
+    pub(crate) fn of(now_ns: u64) -> Stamp {
+        let micros = now_ns.div_ceil(1_000);
+        Stamp((micros + STAMP_PERIOD_US - 1) % STAMP_PERIOD_US + 1)
+    }
+
+    /// The clock reading, in nanoseconds, that this stamp stands for among
+    /// those within half a period (~4.4 years) of `reference_ns`, a reading
+    /// of the same clock.
+    pub(crate) fn ns_near(self, reference_ns: u64) -> u64 {
+        let reference = reference_ns / 1_000;
+        let behind = (reference % STAMP_PERIOD_US + STAMP_PERIOD_US - self.0 % STAMP_PERIOD_US)
+            % STAMP_PERIOD_US;
+        let micros = if behind <= STAMP_PERIOD_US / 2 {
+            reference.saturating_sub(behind)
+        } else {
+            reference + (STAMP_PERIOD_US - behind)
+        };
+        micros.saturating_mul(1_000)
+    }
+
+    /// Whether this stamp is later than `other` (serial-number order: the
+    /// nearer way round the period).
+    fn is_after(self, other: Stamp) -> bool {
+        let ahead = (self.0 + STAMP_PERIOD_US - other.0) % STAMP_PERIOD_US;
+        ahead != 0 && ahead < STAMP_PERIOD_US / 2
+    }
+}
+
 /// What a beat word says about its registration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Beat {
     /// Registered, no heartbeat yet.
     Never,
-    /// Last heartbeat at this time (nanoseconds on the owner's clock).
-    At(u64),
+    /// Last heartbeat at this stamp of the owner's clock.
+    At(Stamp),
     /// Ended, for this reason (`None`: a marker no writer of ours produces).
     Ended(Option<Reason>),
 }
@@ -72,13 +110,12 @@ pub(crate) fn decode_beat(word: u64) -> Beat {
     match word & TIME_MASK {
         0 => Beat::Never,
         t if t >= ENDED => Beat::Ended(Reason::from_code(t as u8)),
-        t => Beat::At(t * 1_000),
+        t => Beat::At(Stamp(t)),
     }
 }
 
-fn beat_word(generation: u32, now_ns: u64) -> u64 {
-    let micros = now_ns.div_ceil(1_000).clamp(1, TIME_MAX_US);
-    tag(generation) | micros
+fn beat_word(generation: u32, stamp: Stamp) -> u64 {
+    tag(generation) | stamp.0
 }
 
 fn ended_word(generation: u32, reason: Reason) -> u64 {
@@ -127,6 +164,8 @@ pub(crate) struct SlotFields<'a> {
     pub pid: u32,
     pub process_start: u64,
     pub registered_ns: u64,
+    /// Identity of the registrant's clock ([`crate::Clock::identity`]).
+    pub clock_id: u64,
     /// Initial [`Slot::flags`].
     pub flags: u32,
 }
@@ -139,6 +178,7 @@ pub(crate) fn publish(slot: &Slot, generation: u32, registration: &SlotFields<'_
         .store(registration.process_start, Relaxed);
     slot.registered_ns
         .store(registration.registered_ns, Relaxed);
+    slot.clock_id.store(registration.clock_id, Relaxed);
     slot.beats.store(0, Relaxed);
     slot.flags.store(registration.flags, Relaxed);
     slot.store_label(registration.label);
@@ -204,8 +244,13 @@ fn released(slot: &Slot, generation: u32, state: u64) -> Gone {
 
 /// A heartbeat at `now_ns` through a handle of generation `generation`.
 pub(crate) fn beat(slot: &Slot, generation: u32, now_ns: u64) -> Result<(), Gone> {
-    let stamp = beat_word(generation, now_ns);
-    update_beat(slot, generation, false, |current| current.max(stamp))
+    let stamp = Stamp::of(now_ns);
+    update_beat(slot, generation, false, |current| {
+        match decode_beat(current) {
+            Beat::At(last) if !stamp.is_after(last) => current,
+            _ => beat_word(generation, stamp),
+        }
+    })
 }
 
 /// Ends the registration of generation `generation` for `reason`, whatever its
@@ -265,6 +310,7 @@ mod tests {
             pid: 1,
             process_start: 0,
             registered_ns: 10,
+            clock_id: 1,
             flags: 0,
         }
     }
@@ -294,7 +340,43 @@ mod tests {
     fn beat_is_rounded_up_to_the_microsecond() {
         let (slot, generation) = live_slot();
         beat(&slot, generation, 1_000_001).unwrap();
-        assert_eq!(decode_beat(slot.beat.load(Relaxed)), Beat::At(1_001_000));
+        assert_eq!(
+            decode_beat(slot.beat.load(Relaxed)),
+            Beat::At(Stamp::of(1_001_000))
+        );
+    }
+
+    #[test]
+    fn every_clock_value_keeps_beating_past_the_stamp_period() {
+        let (slot, generation) = live_slot();
+        let period_ns = STAMP_PERIOD_US * 1_000;
+        let mut words = Vec::new();
+        // Beats a second apart from just before one period to well past two.
+        for second in 0..5 {
+            let now = period_ns - 2_000_000_000 + second * 1_000_000_000;
+            beat(&slot, generation, now).unwrap();
+            words.push(slot.beat.load(Relaxed));
+            let Beat::At(stamp) = decode_beat(slot.beat.load(Relaxed)) else {
+                panic!("not a beat")
+            };
+            assert_eq!(stamp.ns_near(now), now.div_ceil(1_000) * 1_000);
+        }
+        // And at the very end of a 64-bit clock.
+        let (slot, generation) = live_slot();
+        for back in [3, 2, 1, 0] {
+            beat(&slot, generation, u64::MAX - back * 1_000_000_000).unwrap();
+            words.push(slot.beat.load(Relaxed));
+        }
+        words.dedup();
+        assert_eq!(words.len(), 9, "every beat changed the word");
+    }
+
+    #[test]
+    fn a_stamp_reads_back_near_a_reference_either_side() {
+        let stamp = Stamp::of(5_000_000_000);
+        assert_eq!(stamp.ns_near(4_000_000_000), 5_000_000_000);
+        assert_eq!(stamp.ns_near(9_000_000_000), 5_000_000_000);
+        assert_eq!(stamp.ns_near(0), 5_000_000_000);
     }
 
     #[test]
@@ -302,7 +384,10 @@ mod tests {
         let (slot, generation) = live_slot();
         beat(&slot, generation, 5_000).unwrap();
         beat(&slot, generation, 3_000).unwrap();
-        assert_eq!(decode_beat(slot.beat.load(Relaxed)), Beat::At(5_000));
+        assert_eq!(
+            decode_beat(slot.beat.load(Relaxed)),
+            Beat::At(Stamp::of(5_000))
+        );
     }
 
     #[test]
@@ -322,7 +407,7 @@ mod tests {
         let (slot, generation) = live_slot();
         beat(&slot, generation, 7_000).unwrap();
         end(&slot, generation, Reason::Deregistered).unwrap();
-        assert_eq!(final_beat(&slot), Beat::At(7_000));
+        assert_eq!(final_beat(&slot), Beat::At(Stamp::of(7_000)));
         assert_eq!(
             decode_beat(slot.beat.load(Relaxed)),
             Beat::Ended(Some(Reason::Deregistered))
@@ -335,7 +420,10 @@ mod tests {
         let judged = slot.beat.load(Relaxed);
         beat(&slot, generation, 9_000).unwrap();
         assert!(evict(&slot, generation, judged, Reason::Timeout).is_err());
-        assert_eq!(decode_beat(slot.beat.load(Relaxed)), Beat::At(9_000));
+        assert_eq!(
+            decode_beat(slot.beat.load(Relaxed)),
+            Beat::At(Stamp::of(9_000))
+        );
     }
 
     #[test]

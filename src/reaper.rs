@@ -124,11 +124,11 @@ impl ReaperBuilder {
             seen: vec![Seen::NONE; inner.capacity as usize],
             timeout_ns: header.reap_timeout_ns.load(Relaxed),
             grace_ns: header.registration_grace_ns.load(Relaxed),
+            clock_id: self.table.clock.identity(),
             table: self.table,
             role,
             drop_handlers: self.drop_handlers,
             clear_handlers: self.clear_handlers,
-            last_scan_ns: None,
             watcher,
         })
     }
@@ -149,15 +149,13 @@ fn next_boot_token(previous: u64, now_ns: u64) -> u64 {
     }
 }
 
-/// The reaper's memory of one slot's beat word: when it first saw the current
-/// value, and the scan before that. A stamp outside that window comes from
-/// another clock (a time namespace), and the slot is judged by when its word
-/// changed instead.
+/// The reaper's memory of one slot's beat word: when, on its own clock, it
+/// first saw the current value. A registration stamping with another clock (a
+/// time namespace) is judged by this instead of by its stamps.
 #[derive(Clone, Copy)]
 struct Seen {
     word: u64,
     first_seen: u64,
-    window_start: u64,
 }
 
 impl Seen {
@@ -166,7 +164,6 @@ impl Seen {
     const NONE: Seen = Seen {
         word: u64::MAX,
         first_seen: 0,
-        window_start: 0,
     };
 }
 
@@ -192,7 +189,9 @@ pub struct Reaper {
     seen: Vec<Seen>,
     timeout_ns: u64,
     grace_ns: u64,
-    last_scan_ns: Option<u64>,
+    /// The identity of the clock this reaper reads: only stamps of that
+    /// clock are trusted.
+    clock_id: u64,
     /// Watches registered processes through pidfds (shared tables).
     watcher: Option<ExitWatcher>,
 }
@@ -275,7 +274,6 @@ impl Reaper {
         if !report.ended.is_empty() || clearing {
             inner.announce_settled();
         }
-        self.last_scan_ns = Some(now_ns);
         report
     }
 
@@ -307,7 +305,7 @@ impl Reaper {
         if !protocol::beat_matches(word, generation) {
             return Verdict::Corrupt;
         }
-        let (stamp, budget, timed_reason) = match protocol::decode_beat(word) {
+        let (signal_ns, budget, timed_reason) = match protocol::decode_beat(word) {
             Beat::Ended(Some(reason)) => return Verdict::Ended(reason, 0),
             Beat::Ended(None) => return Verdict::Corrupt,
             Beat::Never => (
@@ -315,7 +313,7 @@ impl Reaper {
                 self.grace_ns,
                 Reason::Grace,
             ),
-            Beat::At(stamp) => (stamp, self.timeout_ns, Reason::Timeout),
+            Beat::At(stamp) => (stamp.ns_near(now_ns), self.timeout_ns, Reason::Timeout),
         };
         if clearing {
             return match protocol::end(slot, generation, Reason::Cleared) {
@@ -324,7 +322,10 @@ impl Reaper {
                 Err(_) => Verdict::Corrupt,
             };
         }
-        let silent_ns = now_ns.saturating_sub(self.last_signal(index, word, stamp, now_ns));
+        let own_clock =
+            self.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == self.clock_id;
+        let last_signal = self.last_signal(index, word, own_clock.then_some(signal_ns), now_ns);
+        let silent_ns = now_ns.saturating_sub(last_signal);
         let check_lock = match &mut self.watcher {
             Some(watcher) => watcher.needs_lock_check(index, generation, slot),
             None => true,
@@ -347,25 +348,23 @@ impl Reaper {
         }
     }
 
-    /// When the slot last signalled, on the reaper's clock. A stamp from the
-    /// owner's clock is trusted if it falls between the scan before its word
-    /// first appeared and one scan interval after now; otherwise the owner's
-    /// clock is not ours (a time namespace), and the slot is judged by when the
-    /// reaper first saw the word, plus one scan interval so it is never early.
-    fn last_signal(&mut self, index: u32, word: u64, stamp: u64, now_ns: u64) -> u64 {
+    /// When the slot last signalled, on the reaper's clock. `own_stamp` is
+    /// its last signal when the registrant stamps with the reaper's own clock
+    /// (same identity), trusted on every scan, including a restarted
+    /// reaper's first. Any other slot is judged by when this reaper first saw
+    /// its current beat word: its real last signal came no later, so it is
+    /// never evicted early, and at most one scan interval late.
+    fn last_signal(&mut self, index: u32, word: u64, own_stamp: Option<u64>, now_ns: u64) -> u64 {
         let seen = &mut self.seen[index as usize];
         if seen.word != word {
             *seen = Seen {
                 word,
                 first_seen: now_ns,
-                window_start: self.last_scan_ns.unwrap_or(0),
             };
         }
-        let interval = self.timeout_ns / 4;
-        if (seen.window_start..=now_ns.saturating_add(interval)).contains(&stamp) {
-            stamp.min(now_ns)
-        } else {
-            seen.first_seen.saturating_add(interval)
+        match own_stamp {
+            Some(stamp) => stamp.min(now_ns),
+            None => seen.first_seen,
         }
     }
 
@@ -465,8 +464,9 @@ fn drop_event(
     reason: Reason,
     silent_ns: u64,
 ) -> DropEvent {
+    let registered_ns = slot.registered_ns.load(Relaxed);
     let last_heartbeat_ns = match protocol::final_beat(slot) {
-        Beat::At(ns) => Some(ns),
+        Beat::At(stamp) => Some(stamp.ns_near(registered_ns)),
         _ => None,
     };
     DropEvent {
@@ -476,7 +476,7 @@ fn drop_event(
         reason,
         pid: slot.pid.load(Relaxed),
         label: slot.load_label(),
-        registered_ns: slot.registered_ns.load(Relaxed),
+        registered_ns,
         last_heartbeat_ns,
         silent_for: Duration::from_nanos(silent_ns),
     }

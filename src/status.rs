@@ -1,5 +1,6 @@
 //! A snapshot of a table for operators and dashboards, serialisable with serde.
 
+use crate::clock::Clock;
 use crate::event::Reason;
 use crate::exit_watch::FLAG_PIDFD;
 use crate::protocol::{self, Beat, LIVE};
@@ -74,10 +75,11 @@ pub struct RegistrationStatus {
     pub ended_reason: Option<Reason>,
     /// Heartbeats counted (advisory).
     pub heartbeats: u64,
-    /// Time since its last heartbeat, or `None` if it never beat.
+    /// Time since its last heartbeat, or `None` if it never beat or stamps
+    /// with another clock than this handle's (another time namespace).
     pub last_heartbeat_age_seconds: Option<f64>,
-    /// Time since it registered.
-    pub registered_age_seconds: f64,
+    /// Time since it registered, or `None` if it stamps with another clock.
+    pub registered_age_seconds: Option<f64>,
     /// How its process's exit is detected: `pidfd+lock` (the reaper watches
     /// the process and wakes at once), `lock` (a kernel-held lock, seen at the
     /// next scan: the process is in another PID namespace, or not yet
@@ -97,6 +99,7 @@ impl Table {
         let header = inner.header();
         let now = self.clock.now_ns();
         let age = |then: u64| seconds(now.saturating_sub(then));
+        let clock_id = self.clock.identity();
         let shared = inner.file().is_some();
         let registrations: Vec<RegistrationStatus> = (0..inner.capacity)
             .filter_map(|index| {
@@ -106,14 +109,19 @@ impl Table {
                 if phase != LIVE || !protocol::beat_matches(word, generation) {
                     return None;
                 }
+                let registered_ns = slot.registered_ns.load(Relaxed);
                 let (last_beat, ended_reason) = match protocol::decode_beat(word) {
                     Beat::Never => (None, None),
-                    Beat::At(ns) => (Some(ns), None),
+                    Beat::At(stamp) => (Some(stamp), None),
                     Beat::Ended(reason) => match protocol::final_beat(slot) {
-                        Beat::At(ns) => (Some(ns), reason),
+                        Beat::At(stamp) => (Some(stamp), reason),
                         _ => (None, reason),
                     },
                 };
+                // Ages on this handle's clock mean something only for
+                // registrants that stamp with it (not another time namespace).
+                let same_clock =
+                    clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == clock_id;
                 Some(RegistrationStatus {
                     slot: index,
                     generation,
@@ -127,8 +135,10 @@ impl Table {
                     },
                     ended_reason,
                     heartbeats: slot.beats.load(Relaxed),
-                    last_heartbeat_age_seconds: last_beat.map(age),
-                    registered_age_seconds: age(slot.registered_ns.load(Relaxed)),
+                    last_heartbeat_age_seconds: last_beat
+                        .filter(|_| same_clock)
+                        .map(|stamp| age(stamp.ns_near(now))),
+                    registered_age_seconds: same_clock.then(|| age(registered_ns)),
                     exit_detection: match (shared, slot.flags.load(Relaxed) & FLAG_PIDFD != 0) {
                         (false, _) => "none",
                         (true, false) => "lock",

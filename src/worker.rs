@@ -227,6 +227,7 @@ impl<'t> Registration<'t> {
                     process::start_time(&self.pid.to_string()).unwrap_or(0)
                 },
                 registered_ns: table.clock.now_ns(),
+                clock_id: table.clock.identity(),
                 flags: if self.pid == std::process::id() {
                     0
                 } else {

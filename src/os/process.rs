@@ -1,13 +1,29 @@
 //! Facts about processes read from `/proc`.
 
-use std::sync::OnceLock;
+use crate::fork::PerProcess;
+use std::os::unix::fs::MetadataExt;
 
 /// This process's start time in clock ticks since boot (`/proc/self/stat`
 /// field 22), or 0 if `/proc` is unreadable. With the pid, it names the
-/// process uniquely: a reused pid has a later start time.
+/// process uniquely: a reused pid has a later start time. A forked child
+/// reads its own.
 pub(crate) fn own_start_time() -> u64 {
-    static START: OnceLock<u64> = OnceLock::new();
-    *START.get_or_init(|| start_time("self").unwrap_or(0))
+    static START: PerProcess = PerProcess::new();
+    START.get(|| start_time("self").unwrap_or(0))
+}
+
+/// The inode of this process's time namespace (`/proc/self/ns/time`), which
+/// names the `CLOCK_MONOTONIC` it reads: processes in one time namespace read
+/// one clock. 0 if unknown (no `/proc`, or a kernel without time namespaces,
+/// before Linux 5.6). A forked child reads its own (after `unshare(CLONE_NEWTIME)`
+/// children live in another namespace than their parent).
+pub(crate) fn time_namespace() -> u64 {
+    static NAMESPACE: PerProcess = PerProcess::new();
+    NAMESPACE.get(|| {
+        std::fs::metadata("/proc/self/ns/time")
+            .map(|meta| meta.ino())
+            .unwrap_or(0)
+    })
 }
 
 /// Field 22 of `/proc/PID/stat`. The command name (field 2) may contain

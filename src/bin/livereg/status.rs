@@ -69,20 +69,20 @@ pub fn render(status: &Status) -> String {
             Some(reason) => format!("ending ({reason})"),
             None => r.state.to_owned(),
         };
-        let last = r
-            .last_heartbeat_age_seconds
+        // Another time namespace's stamps have no age on this clock.
+        let foreign = r.registered_age_seconds.is_none();
+        let last = match r.last_heartbeat_age_seconds {
+            Some(s) => format!("{} ago", age(s)),
+            None if foreign && r.heartbeats > 0 => "other clock".into(),
+            None => "never".into(),
+        };
+        let registered = r
+            .registered_age_seconds
             .map(|s| format!("{} ago", age(s)))
-            .unwrap_or_else(|| "never".into());
+            .unwrap_or_else(|| "other clock".into());
         out += &format!(
             "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}\n",
-            r.slot,
-            r.instance_id,
-            r.label,
-            r.pid,
-            state,
-            last,
-            r.heartbeats,
-            format!("{} ago", age(r.registered_age_seconds)),
+            r.slot, r.instance_id, r.label, r.pid, state, last, r.heartbeats, registered,
         );
     }
     if status.registrations.is_empty() {

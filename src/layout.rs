@@ -73,7 +73,12 @@ pub(crate) struct Header {
     pub last_scan_duration_ns: AtomicU64,
     pub registrations_total: AtomicU64,
     pub corrupt_slots: AtomicU64,
-    reserved: [AtomicU64; 41],
+    /// Clear requests up to this ticket expired unserved: the reaper they
+    /// were made to died, and the next one started after them (layout 1.1).
+    pub clear_expired: AtomicU64,
+    /// Identity of the clock `reaper_heartbeat_ns` is read from (layout 1.1).
+    pub reaper_clock_id: AtomicU64,
+    reserved: [AtomicU64; 39],
 }
 
 /// One registration's cache-line pair.

@@ -9,8 +9,10 @@ use crate::layout::Slot;
 use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use crate::table::{ReaperRole, Table};
+use crate::table::{Inner, ReaperRole, Table};
+use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a failing handler returns.
@@ -112,7 +114,17 @@ impl ReaperBuilder {
             .boot_token
             .store(next_boot_token(previous, now), Release);
         header.reaper_pid.store(std::process::id(), Relaxed);
+        header
+            .reaper_clock_id
+            .store(self.table.clock.identity(), Relaxed);
         header.reaper_heartbeat_ns.store(now, Release);
+        // Requests made to a reaper that died before serving them expire: a
+        // requester was told `NoReaper`, and registrations made since must
+        // not be ended by a stale request.
+        header
+            .clear_expired
+            .fetch_max(header.clear_requested.load(Acquire), AcqRel);
+        inner.announce_settled();
         // Shared tables: watch registered processes through pidfds, so an
         // exit wakes the reaper at once and live watched processes need no
         // lock check per scan (without pidfd support, locks catch every exit).
@@ -211,7 +223,11 @@ impl Reaper {
             watcher.collect_fired();
         }
         let clear_ticket = header.clear_requested.load(Acquire);
-        let clearing = clear_ticket > header.clear_completed.load(Acquire);
+        let served = header
+            .clear_completed
+            .load(Acquire)
+            .max(header.clear_expired.load(Acquire));
+        let clearing = clear_ticket > served;
         let mut report = ScanReport {
             cleared: clearing,
             ..ScanReport::default()
@@ -396,6 +412,7 @@ impl Reaper {
     }
 
     fn run_drop_handlers(&mut self, event: &DropEvent) -> u32 {
+        let _inside = InsideHandlers::enter(&self.table.inner);
         let mut failures = 0;
         for handler in &mut self.drop_handlers {
             if let Err(cause) = isolate(|| handler(event)) {
@@ -412,6 +429,7 @@ impl Reaper {
     }
 
     fn run_clear_handlers(&mut self) -> u32 {
+        let _inside = InsideHandlers::enter(&self.table.inner);
         let mut failures = 0;
         for handler in &mut self.clear_handlers {
             if let Err(cause) = isolate(handler) {
@@ -428,6 +446,52 @@ impl Reaper {
     /// The scan interval of this reaper's table.
     pub(crate) fn interval(&self) -> Duration {
         Duration::from_nanos(self.timeout_ns / 4)
+    }
+}
+
+thread_local! {
+    /// The table whose reaper's handlers this thread is running, if any.
+    static INSIDE_HANDLERS: RefCell<Option<Arc<Inner>>> = const { RefCell::new(None) };
+}
+
+/// Marks this thread as running the handlers of a table's reaper, until dropped.
+struct InsideHandlers;
+
+impl InsideHandlers {
+    fn enter(inner: &Arc<Inner>) -> InsideHandlers {
+        INSIDE_HANDLERS.with(|inside| *inside.borrow_mut() = Some(inner.clone()));
+        InsideHandlers
+    }
+}
+
+impl Drop for InsideHandlers {
+    fn drop(&mut self) {
+        INSIDE_HANDLERS.with(|inside| *inside.borrow_mut() = None);
+    }
+}
+
+/// Refuses `what` when called from a handler of this table's reaper: it
+/// would wait for the reaper, which waits for the handler.
+///
+/// # Errors
+///
+/// [`Error::Busy`](crate::Error::Busy) naming the call, inside a handler.
+pub(crate) fn refuse_inside_handler(inner: &Arc<Inner>, what: &str) -> Result<()> {
+    let inside = INSIDE_HANDLERS.with(|inside| {
+        inside.borrow().as_ref().is_some_and(|running| {
+            Arc::ptr_eq(running, inner)
+                || (running.file().is_some()
+                    && inner.file().is_some()
+                    && running.name == inner.name)
+        })
+    });
+    if inside {
+        Err(crate::Error::Busy(format!(
+            "table '{}': cannot {what} from inside a handler of its reaper: the reaper waits for the handler to return",
+            inner.name
+        )))
+    } else {
+        Ok(())
     }
 }
 

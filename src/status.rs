@@ -28,8 +28,11 @@ pub struct Status {
     pub tracked_instances: usize,
     /// Number of slots.
     pub capacity: u32,
-    /// Whether a reaper holds the table and scans.
+    /// Whether a reaper holds the table (the kernel's reaper lock).
     pub reaper_alive: bool,
+    /// Whether that reaper has not scanned for two scan intervals (stuck in a
+    /// handler, or stopped); judged only on the reaper's own clock.
+    pub reaper_stalled: bool,
     /// The reaper's pid in its own namespace (0: none recorded).
     pub reaper_pid: u32,
     /// Changes whenever a reaper (re)starts.
@@ -161,6 +164,7 @@ impl Table {
             tracked_instances: registrations.iter().filter(|r| r.state == "live").count(),
             capacity: inner.capacity,
             reaper_alive: self.reaper_alive(),
+            reaper_stalled: self.reaper_stalled(),
             reaper_pid: header.reaper_pid.load(Relaxed),
             boot_token: header.boot_token.load(Acquire),
             reaper_heartbeat_age_seconds: age(header.reaper_heartbeat_ns.load(Acquire)),

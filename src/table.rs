@@ -346,16 +346,30 @@ impl Table {
         self.reap_timeout() / 4
     }
 
-    /// Whether a reaper holds the table and has scanned recently (within two
-    /// scan intervals plus a second, on this handle's clock).
+    /// Whether a reaper holds the table: decided by the kernel's reaper lock,
+    /// which its holder keeps while it lives (however long its handlers run)
+    /// and the kernel drops when it dies. Never by comparing clocks.
     pub fn reaper_alive(&self) -> bool {
+        self.inner.reaper_role_taken()
+    }
+
+    /// Whether a live reaper has not scanned for two scan intervals: stuck
+    /// in a handler, or stopped. A diagnostic only (it compares the reaper's
+    /// clock with this handle's), false where the two clocks differ.
+    pub fn reaper_stalled(&self) -> bool {
         let header = self.inner.header();
+        let clock_id = self.clock.identity();
+        if clock_id == Clock::UNKNOWN
+            || header.reaper_clock_id.load(Relaxed) != clock_id
+            || !self.reaper_alive()
+        {
+            return false;
+        }
         let age = self
             .clock
             .now_ns()
             .saturating_sub(header.reaper_heartbeat_ns.load(Acquire));
-        let fresh = age <= duration_ns(self.scan_interval() * 2 + Duration::from_secs(1));
-        fresh && self.inner.reaper_role_taken()
+        age > duration_ns(self.scan_interval() * 2)
     }
 
     /// The boot token of the live reaper: it changes whenever a reaper
@@ -379,27 +393,41 @@ impl Table {
     ///
     /// # Errors
     ///
-    /// - [`Error::NoReaper`]: no reaper is alive (then nothing is requested).
+    /// - [`Error::NoReaper`]: no reaper is alive (then nothing is
+    ///   requested), or it died before carrying the clear out (the request
+    ///   then expires: a later reaper does not act on it).
     /// - [`Error::Timeout`]: the clear did not complete within `wait`.
+    /// - [`Error::Busy`]: called from a handler of this table's reaper, which
+    ///   cannot scan while it waits.
     pub fn clear(&self, wait: Duration) -> Result<()> {
+        crate::reaper::refuse_inside_handler(&self.inner, "clear the table")?;
         if !self.reaper_alive() {
             return Err(self.inner.no_reaper());
         }
         let header = self.inner.header();
         let ticket = header.clear_requested.fetch_add(1, AcqRel) + 1;
         self.inner.wake_reaper();
-        let done = self
-            .inner
-            .wait_settled(wait, || header.clear_completed.load(Acquire) >= ticket);
-        if done {
-            Ok(())
-        } else {
+        let mut outcome = None;
+        self.inner.wait_settled(wait, || {
+            outcome = if header.clear_completed.load(Acquire) >= ticket {
+                Some(Ok(()))
+            } else if header.clear_expired.load(Acquire) >= ticket || !self.reaper_alive() {
+                Some(Err(Error::NoReaper(format!(
+                    "table '{}': the reaper died before completing the clear; the request expired",
+                    self.inner.name
+                ))))
+            } else {
+                None
+            };
+            outcome.is_some()
+        });
+        outcome.unwrap_or_else(|| {
             Err(Error::Timeout(format!(
                 "table '{}': the clear was not completed within {wait:?} (reaper pid {})",
                 self.inner.name,
                 header.reaper_pid.load(Relaxed)
             )))
-        }
+        })
     }
 }
 
@@ -575,7 +603,7 @@ impl Inner {
 
     /// Waits up to `wait` for `done()`, rechecking whenever the reaper
     /// announces progress. Returns whether `done()` held.
-    pub fn wait_settled(&self, wait: Duration, done: impl Fn() -> bool) -> bool {
+    pub fn wait_settled(&self, wait: Duration, mut done: impl FnMut() -> bool) -> bool {
         let settled = &self.header().settled;
         let deadline = deadline_after(wait);
         loop {

@@ -11,11 +11,11 @@ use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
 use std::fs::File;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// How long a registration waits for the drop of the same instance id's
-/// previous registration (evicted, deregistered or replaced) to finish.
-const PREVIOUS_DROP_WAIT: Duration = Duration::from_secs(5);
+/// How long a registration waits, by default, for the drop of the same
+/// instance id's previous registration (evicted, deregistered or replaced).
+pub const PREVIOUS_DROP_WAIT: Duration = Duration::from_secs(5);
 
 /// A registration being prepared: [`Table::registration`] makes one.
 ///
@@ -25,12 +25,15 @@ const PREVIOUS_DROP_WAIT: Duration = Duration::from_secs(5);
 /// use livereg::{Table, TableOptions};
 ///
 /// let table = Table::in_memory(&TableOptions::default())?;
+/// let reaper = table.reaper().spawn()?;
 /// let first = table.registration(7).label("gpu0").register()?;
-/// // Registering a live id again is refused unless it replaces the old one.
+/// // Registering a live id again is refused unless it replaces the old one;
+/// // a replacement waits until the reaper has run the old one's drop.
 /// assert!(table.register(7, "gpu0").is_err());
 /// let second = table.registration(7).label("gpu0").replace(true).register()?;
 /// assert!(first.heartbeat().is_err());
 /// second.heartbeat()?;
+/// reaper.stop();
 /// # Ok::<(), livereg::Error>(())
 /// ```
 #[must_use = "a registration does nothing until `register` is called"]
@@ -40,6 +43,7 @@ pub struct Registration<'t> {
     label: &'t str,
     pid: u32,
     replace: bool,
+    drop_wait: Duration,
 }
 
 impl Table {
@@ -51,6 +55,7 @@ impl Table {
             label: "",
             pid: std::process::id(),
             replace: false,
+            drop_wait: PREVIOUS_DROP_WAIT,
         }
     }
 
@@ -87,20 +92,31 @@ impl<'t> Registration<'t> {
         self
     }
 
+    /// How long to wait for the drop of this id's previous registration
+    /// (default [`PREVIOUS_DROP_WAIT`], five seconds).
+    pub fn drop_wait(mut self, wait: Duration) -> Self {
+        self.drop_wait = wait;
+        self
+    }
+
     /// Claims a free slot and publishes the registration.
     ///
-    /// When a previous registration of the same id has ended but its drop
-    /// handlers have not yet run, waits (up to five seconds) for them while a
-    /// reaper is alive, so a server never drops state of the new registration.
+    /// An id never comes back before its drop: while a previous registration
+    /// of the same id has ended and its drop handlers have not finished
+    /// (under a live reaper, or left by one that died), the new registration
+    /// waits for them, up to [`drop_wait`](Registration::drop_wait), so a
+    /// server never frees state of the new registration.
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidArgument`]: instance id 0, or a label over 47 bytes.
+    /// - [`Error::InvalidArgument`]: instance id 0, a label over 47 bytes or
+    ///   containing NUL.
     /// - [`Error::Exists`]: the id is registered and alive (and `replace` is off).
     /// - [`Error::Full`]: no slot is free.
-    /// - [`Error::Timeout`]: the previous registration's drop did not finish.
-    /// - [`Error::Busy`]: another process holds the registration lock for
-    ///   over five seconds.
+    /// - [`Error::Busy`]: the previous registration's drop did not finish
+    ///   within the wait (or this is a handler of the reaper that would run
+    ///   it); or another process held the registration lock for over five
+    ///   seconds.
     /// - [`Error::Io`]: opening the slot's exit-detection lock failed.
     pub fn register(self) -> Result<Worker> {
         let table = self.table;
@@ -109,6 +125,12 @@ impl<'t> Registration<'t> {
             return Err(Error::InvalidArgument(
                 "instance id 0 is reserved, expected 1 or more".into(),
             ));
+        }
+        if self.label.contains('\0') {
+            return Err(Error::InvalidArgument(format!(
+                "label {:?} contains a NUL byte, expected text without NUL (it reaches C strings and hook environments)",
+                self.label
+            )));
         }
         if self.label.len() > LABEL_MAX {
             return Err(Error::InvalidArgument(format!(
@@ -122,11 +144,10 @@ impl<'t> Registration<'t> {
             })?)),
             None => None,
         };
-        let started = Instant::now();
-        let mut tolerate_pending = false;
+        let deadline = crate::table::deadline_after(self.drop_wait);
         loop {
             let guard = inner.lock_registrations(lock_file.as_deref())?;
-            let pending = match self.find_current(tolerate_pending) {
+            let (index, generation) = match self.find_current() {
                 None => {
                     let claimed = self.claim(lock_file.as_deref())?;
                     drop(guard);
@@ -148,31 +169,35 @@ impl<'t> Registration<'t> {
                 Some((index, generation, true)) => (index, generation),
             };
             drop(guard);
-            if !table.reaper_alive() {
-                // Nobody to wait for: the drop runs whenever a reaper next
-                // scans, and the new registration takes another slot.
-                tolerate_pending = true;
-                continue;
-            }
-            let (index, generation) = pending;
+            let pending = |why: &str| {
+                Error::Busy(format!(
+                    "table '{}': instance {}'s previous registration (slot {index}) has ended and its drop is pending: {why}",
+                    inner.name, self.instance_id
+                ))
+            };
+            crate::reaper::refuse_inside_handler(inner, "register it again")
+                .map_err(|_| pending("this is a handler of the reaper that runs that drop"))?;
             let slot = inner.slot(index);
-            let left = PREVIOUS_DROP_WAIT.saturating_sub(started.elapsed());
-            let released = inner.wait_settled(left, || {
+            let released = inner.wait_settled(crate::table::time_left(deadline), || {
                 slot.state.load(Acquire) != protocol::state_word(generation, LIVE)
             });
             if !released {
-                return Err(Error::Timeout(format!(
-                    "table '{}': instance {}'s previous registration (slot {index}) was not dropped within {PREVIOUS_DROP_WAIT:?}",
-                    inner.name, self.instance_id
-                )));
+                return Err(pending(&if table.reaper_alive() {
+                    format!("the reaper has not finished it within {:?}", self.drop_wait)
+                } else {
+                    format!(
+                        "no reaper is alive to run it (waited {:?}); the next reaper will",
+                        self.drop_wait
+                    )
+                }));
             }
         }
     }
 
     /// The slot holding a registration of this id: `(index, generation,
-    /// ended)`, a live one first; ended ones awaiting their drop only unless
-    /// `tolerate_pending`. Called under the registration lock.
-    fn find_current(&self, tolerate_pending: bool) -> Option<(u32, u32, bool)> {
+    /// ended)`, a live one first, else one that ended and awaits its drop.
+    /// Called under the registration lock.
+    fn find_current(&self) -> Option<(u32, u32, bool)> {
         let inner = &self.table.inner;
         let mut pending = None;
         for index in 0..inner.capacity {
@@ -182,10 +207,7 @@ impl<'t> Registration<'t> {
                 continue;
             }
             match protocol::decode_beat(slot.beat.load(Acquire)) {
-                Beat::Ended(_) if !tolerate_pending => {
-                    pending = pending.or(Some((index, generation, true)))
-                }
-                Beat::Ended(_) => {}
+                Beat::Ended(_) => pending = pending.or(Some((index, generation, true))),
                 _ => return Some((index, generation, false)),
             }
         }

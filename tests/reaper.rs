@@ -7,8 +7,8 @@ use common::{manual_setup, options, Recorder, TempTable};
 use livereg::{Error, Reason, Table, TableOptions};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 #[test]
 fn panicking_and_failing_handlers_do_not_stop_the_others() {
@@ -225,11 +225,16 @@ fn probe_returns_a_boot_token_that_changes_when_a_reaper_restarts() {
 }
 
 #[test]
-fn probe_says_no_reaper_once_the_reaper_stops_scanning() {
-    let (table, clock, _reaper, _recorder) = manual_setup(&options());
+fn a_reaper_that_stops_scanning_is_alive_but_shows_as_stalled() {
+    let (table, clock, mut reaper, _recorder) = manual_setup(&options());
     assert!(table.probe().is_ok());
+    assert!(!table.status().reaper_stalled);
     clock.advance(Duration::from_secs(10));
-    assert!(matches!(table.probe(), Err(Error::NoReaper(_))));
+    // It still holds the reaper lock: alive, whatever the clocks say.
+    assert!(table.probe().is_ok());
+    assert!(table.status().reaper_stalled);
+    reaper.scan_once(clock.now_ns());
+    assert!(!table.status().reaper_stalled);
 }
 
 #[test]
@@ -290,4 +295,123 @@ fn status_has_the_reference_keys_and_more() {
     assert_eq!(registration["heartbeats"], 1);
     assert_eq!(registration["last_heartbeat_age_seconds"], 0.5);
     assert_eq!(registration["state"], "live");
+}
+
+#[test]
+fn a_reaper_stuck_in_a_long_handler_stays_alive_and_its_id_does_not_come_back_early() {
+    let table = Table::in_memory(&TableOptions {
+        capacity: 4,
+        reap_timeout: Duration::from_millis(100),
+        registration_grace: Duration::from_millis(200),
+        ..TableOptions::default()
+    })
+    .unwrap();
+    let (release, released) = mpsc::channel::<()>();
+    let (entered, handling) = mpsc::channel();
+    let reaper = table
+        .reaper()
+        .on_drop(move |event| {
+            entered.send(event.instance_id)?;
+            released.recv()?;
+            Ok(())
+        })
+        .spawn()
+        .unwrap();
+    table.register(1, "old").unwrap().deregister().unwrap();
+    assert_eq!(handling.recv_timeout(Duration::from_secs(5)).unwrap(), 1);
+    // Longer than two scan intervals plus a second: the reaper is alive all
+    // the same (it holds its lock), though it shows as stalled.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(table.probe().is_ok(), "a live reaper looked dead");
+    assert!(table.status().reaper_stalled);
+    match table
+        .registration(1)
+        .drop_wait(Duration::from_millis(100))
+        .register()
+    {
+        Err(Error::Busy(message)) => assert!(
+            message.contains("drop is pending") && message.contains("not finished"),
+            "{message}"
+        ),
+        other => panic!("expected Busy while the old drop runs, got {other:?}"),
+    }
+    assert_eq!(table.status().tracked_instances, 0);
+    // Once the drop returns, the id registers (the wait sees the release).
+    release.send(()).unwrap();
+    let again = table.register(1, "new").unwrap();
+    again.deregister().unwrap();
+    release.send(()).unwrap();
+    reaper.stop();
+}
+
+#[test]
+fn an_id_ended_under_a_reaper_that_died_waits_for_the_next_reapers_drop() {
+    let (table, clock, reaper, recorder) = manual_setup(&options());
+    table.register(1, "a").unwrap().deregister().unwrap();
+    drop(reaper); // gone before it ran the drop
+    match table
+        .registration(1)
+        .drop_wait(Duration::from_millis(50))
+        .register()
+    {
+        Err(Error::Busy(message)) => assert!(message.contains("no reaper is alive"), "{message}"),
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    let mut next = table.reaper().on_drop(recorder.handler()).build().unwrap();
+    next.scan_once(clock.now_ns());
+    assert_eq!(recorder.reasons(), vec![(1, Reason::Deregistered)]);
+    table.register(1, "a").unwrap();
+}
+
+#[test]
+fn handlers_that_would_wait_on_their_own_reaper_fail_at_once() {
+    let table = Table::in_memory(&options()).unwrap();
+    let inside = table.clone();
+    let (sender, seen) = mpsc::channel();
+    let mut reaper = table
+        .reaper()
+        .on_drop(move |event| {
+            let started = Instant::now();
+            let clear = inside.clear(Duration::from_secs(5));
+            let register = inside.register(event.instance_id, "again");
+            sender.send((clear.err(), register.err(), started.elapsed()))?;
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    table.register(1, "a").unwrap().deregister().unwrap();
+    reaper.scan();
+    let (clear, register, took) = seen.recv().unwrap();
+    assert!(
+        matches!(&clear, Some(Error::Busy(m)) if m.contains("inside a handler")),
+        "{clear:?}"
+    );
+    assert!(
+        matches!(&register, Some(Error::Busy(m)) if m.contains("handler of the reaper")),
+        "{register:?}"
+    );
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+}
+
+#[test]
+fn a_clear_whose_reaper_dies_says_no_reaper_and_expires() {
+    let (table, clock, reaper, recorder) = manual_setup(&options());
+    let requester = table.clone();
+    let waiting = std::thread::spawn(move || {
+        let started = Instant::now();
+        (requester.clear(Duration::from_secs(10)), started.elapsed())
+    });
+    while table.status().clears_requested == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(reaper); // dies without scanning
+    let (result, took) = waiting.join().unwrap();
+    assert!(matches!(result, Err(Error::NoReaper(_))), "{result:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // A later reaper does not carry out the stale request.
+    let worker = table.register(1, "after").unwrap();
+    let mut next = table.reaper().on_drop(recorder.handler()).build().unwrap();
+    next.scan_once(clock.now_ns());
+    assert!(recorder.events().is_empty(), "{:?}", recorder.events());
+    worker.heartbeat().unwrap();
 }

@@ -197,3 +197,12 @@ fn concurrent_registrations_of_one_id_have_one_winner() {
         );
     }
 }
+
+#[test]
+fn a_label_with_nul_is_refused() {
+    let table = Table::in_memory(&options()).unwrap();
+    match table.register(1, "gpu\0x") {
+        Err(Error::InvalidArgument(message)) => assert!(message.contains("NUL"), "{message}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}

@@ -30,7 +30,13 @@ fn age(seconds: f64) -> String {
 
 /// The human view: a header block, then one line per registration.
 pub fn render(status: &Status) -> String {
-    let reaper = if status.reaper_alive {
+    let reaper = if status.reaper_stalled {
+        format!(
+            "STALLED (pid {} holds the table but has not scanned for {}: a handler stuck, or the process stopped)",
+            status.reaper_pid,
+            age(status.reaper_heartbeat_age_seconds)
+        )
+    } else if status.reaper_alive {
         format!(
             "alive (pid {}, boot token {:#018x}, last scan {} ago)",
             status.reaper_pid,

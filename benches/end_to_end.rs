@@ -81,7 +81,7 @@ fn signal(child: &Child, signal: i32) {
 fn wait_for_watch(table: &Table, id: u64) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        let status = table.status();
+        let status = table.status().unwrap();
         if status
             .registrations
             .iter()

@@ -57,7 +57,7 @@ fn sweep(c: &mut Criterion) {
         group.bench_with_input(
             BenchmarkId::new("heartbeat sweep, live slots", n),
             &n,
-            |b, _| b.iter(|| reaper.scan_once(manual.now_ns())),
+            |b, _| b.iter(|| reaper.scan_once(manual.now_ns()).unwrap()),
         );
         drop(reaper);
         drop(workers);
@@ -66,7 +66,7 @@ fn sweep(c: &mut Criterion) {
         group.bench_with_input(
             BenchmarkId::new("heartbeat sweep, free slots", n),
             &n,
-            |b, _| b.iter(|| reaper.scan()),
+            |b, _| b.iter(|| reaper.scan().unwrap()),
         );
     }
     // Exit checks hold a lock descriptor per registration and the reaper a
@@ -77,11 +77,11 @@ fn sweep(c: &mut Criterion) {
         let bench = BenchTable::new(&format!("scan-{n}"), &options(n));
         let workers = fill(&bench.table, n, None);
         let mut reaper = bench.table.reaper().build().unwrap();
-        reaper.scan(); // the first scan opens and verifies the pidfds
+        reaper.scan().unwrap(); // the first scan opens and verifies the pidfds
         group.bench_with_input(
             BenchmarkId::new("sweep + exit check, pidfd-watched (same PID namespace)", n),
             &n,
-            |b, _| b.iter(|| reaper.scan()),
+            |b, _| b.iter(|| reaper.scan().unwrap()),
         );
         drop(reaper);
         drop(workers);
@@ -98,7 +98,7 @@ fn sweep(c: &mut Criterion) {
         group.bench_with_input(
             BenchmarkId::new("sweep + exit check, lock only (other PID namespace)", n),
             &n,
-            |b, _| b.iter(|| reaper.scan()),
+            |b, _| b.iter(|| reaper.scan().unwrap()),
         );
         drop(reaper);
         drop(workers);

@@ -39,7 +39,7 @@ type ClearHandler = Box<dyn FnMut() -> Result<(), HandlerError> + Send>;
 /// let worker = table.register(5, "gpu5")?;
 /// worker.heartbeat()?;
 /// manual.advance(table.reap_timeout());
-/// reaper.scan_once(manual.now_ns());
+/// reaper.scan_once(manual.now_ns())?;
 /// assert_eq!(dropped.try_recv().unwrap(), (5, Reason::Timeout));
 /// assert!(worker.heartbeat().is_err());
 /// # Ok::<(), livereg::Error>(())
@@ -214,9 +214,15 @@ impl Reaper {
     /// whose process has exited, and every one already ended (deregistered,
     /// replaced, or left by a reaper that died mid-drop); runs the drop
     /// handlers outside any lock; then frees those slots.
-    pub fn scan_once(&mut self, now_ns: u64) -> ScanReport {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`](crate::Error::Corrupt) if the object was truncated
+    /// (checked before any slot is read; nothing is done then).
+    pub fn scan_once(&mut self, now_ns: u64) -> Result<ScanReport> {
         let started = monotonic_ns();
         let inner = self.table.inner.clone();
+        inner.check_size()?;
         let header = inner.header();
         header.reaper_heartbeat_ns.store(now_ns, Release);
         if let Some(watcher) = &mut self.watcher {
@@ -290,11 +296,15 @@ impl Reaper {
         if !report.ended.is_empty() || clearing {
             inner.announce_settled();
         }
-        report
+        Ok(report)
     }
 
     /// One scan now, on the table's clock.
-    pub fn scan(&mut self) -> ScanReport {
+    ///
+    /// # Errors
+    ///
+    /// As [`Reaper::scan_once`].
+    pub fn scan(&mut self) -> Result<ScanReport> {
         self.scan_once(self.table.clock.now_ns())
     }
 

@@ -34,7 +34,7 @@ use std::thread::JoinHandle;
 pub struct ReaperThread {
     table: Table,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<Result<()>>>,
 }
 
 impl ReaperBuilder {
@@ -74,17 +74,22 @@ impl ReaperBuilder {
     }
 }
 
-fn run(reaper: &mut Reaper, stop: &AtomicBool) {
+/// Scans until stopped; ends early only if the table cannot be scanned
+/// (truncated under it), with that error.
+fn run(reaper: &mut Reaper, stop: &AtomicBool) -> Result<()> {
     let table = reaper.table().clone();
     let wake = &table.inner.header().wake;
     let interval = reaper.interval();
     while !stop.load(Ordering::Acquire) {
+        // The wake word lives in the header: look before touching it.
+        table.inner.check_size()?;
         let seen = wake.load(Acquire);
-        reaper.scan();
+        reaper.scan()?;
         if !stop.load(Ordering::Acquire) {
             futex::wait(wake, seen, interval);
         }
     }
+    Ok(())
 }
 
 impl ReaperThread {
@@ -93,27 +98,31 @@ impl ReaperThread {
         self.thread.is_some()
     }
 
-    /// Whether the scanning thread is still at work. It never stops on its
-    /// own (handlers are isolated, output errors ignored); a daemon checks
-    /// this so that it cannot sleep on while nobody reaps.
+    /// Whether the scanning thread is still at work. It stops on its own
+    /// only when the table cannot be scanned any more (truncated under it);
+    /// a daemon checks this so that it cannot sleep on while nobody reaps.
     ///
     /// # Errors
     ///
-    /// [`Error::Panic`](crate::Error::Panic) naming why the thread ended, once
-    /// it has ended without being stopped (the role is then given back).
+    /// Once the thread has ended without being stopped (its role is then
+    /// given back): the error that ended it ([`Error::Corrupt`](crate::Error::Corrupt)),
+    /// or [`Error::Panic`](crate::Error::Panic) naming a panic.
     pub fn check(&mut self) -> Result<()> {
         match &self.thread {
             Some(thread) if thread.is_finished() => {}
             _ => return Ok(()),
         }
-        let why = match self.thread.take().map(JoinHandle::join) {
-            Some(Err(panic)) => crate::reaper::panic_message(&*panic),
-            _ => "it returned".to_owned(),
+        let ended = |why: String| {
+            crate::Error::Panic(format!(
+                "table '{}': the reaper thread ended: {why}",
+                self.table.name()
+            ))
         };
-        Err(crate::Error::Panic(format!(
-            "table '{}': the reaper thread ended: {why}",
-            self.table.name()
-        )))
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Ok(Err(error))) => Err(error),
+            Some(Err(panic)) => Err(ended(crate::reaper::panic_message(&*panic))),
+            _ => Err(ended("it returned".to_owned())),
+        }
     }
 
     /// The table this reaper holds.

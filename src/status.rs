@@ -95,10 +95,16 @@ fn seconds(ns: u64) -> f64 {
 }
 
 impl Table {
-    /// A snapshot of the table. Reading cannot fail; slots in impossible
-    /// states are counted in `corrupt_slots` by the reaper and left out here.
-    pub fn status(&self) -> Status {
+    /// A snapshot of the table. Slots in impossible states are counted in
+    /// `corrupt_slots` by the reaper and left out here.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`](crate::Error::Corrupt) if the object was truncated
+    /// under this handle (its slots are not read then).
+    pub fn status(&self) -> crate::Result<Status> {
         let inner = &self.inner;
+        inner.check_size()?;
         let header = inner.header();
         let now = self.clock.now_ns();
         let age = |then: u64| seconds(now.saturating_sub(then));
@@ -155,7 +161,7 @@ impl Table {
             .map(|reason| (reason.as_str(), header.ended[reason.index()].load(Relaxed)))
             .collect();
         let timeout_ns = header.reap_timeout_ns.load(Relaxed);
-        Status {
+        Ok(Status {
             table: inner.name.clone(),
             enabled: timeout_ns > 0,
             reap_timeout_seconds: seconds(timeout_ns),
@@ -177,6 +183,6 @@ impl Table {
             clears_requested: header.clear_requested.load(Relaxed),
             clears_completed: header.clear_completed.load(Relaxed),
             registrations,
-        }
+        })
     }
 }

@@ -105,7 +105,7 @@ impl TableOptions {
 /// let table = Table::create(&name, &TableOptions::default())?;
 /// let worker = table.register(42, "gpu0")?;
 /// worker.heartbeat()?;
-/// assert_eq!(table.status().tracked_instances, 1);
+/// assert_eq!(table.status()?.tracked_instances, 1);
 /// worker.deregister()?;
 /// Table::unlink(&name)?;
 /// # Ok::<(), livereg::Error>(())
@@ -575,6 +575,34 @@ impl Inner {
         }
     }
 
+    /// Checks that the object still has every byte of the table, before
+    /// reading its slots: a process that can write the table can also
+    /// truncate it, and touching a page past the end would fault (SIGBUS).
+    /// A truncation racing the reads that follow this check is the remaining
+    /// window (see the README, "Hostile peers").
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Corrupt`] naming the size found and expected, or
+    /// [`Error::Io`] if the object cannot be examined.
+    pub fn check_size(&self) -> Result<()> {
+        let Memory::Mapped { file, .. } = &self.memory else {
+            return Ok(());
+        };
+        let size = file
+            .metadata()
+            .map_err(|e| Error::os(&self.name, "stat", e))?
+            .len();
+        let expected = table_size(self.capacity) as u64;
+        if size < expected {
+            return Err(Error::Corrupt(format!(
+                "table '{}': the object shrank to {size} bytes, expected {expected}: truncated by another process",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
     /// The table's descriptor, when it is an OS object.
     pub fn file(&self) -> Option<&File> {
         match &self.memory {
@@ -729,7 +757,10 @@ pub(crate) struct ReaperRole {
 
 impl Drop for ReaperRole {
     fn drop(&mut self) {
-        self.inner.header().reaper_pid.store(0, Relaxed);
+        // A truncated table has no header to write to any more.
+        if self.inner.check_size().is_ok() {
+            self.inner.header().reaper_pid.store(0, Relaxed);
+        }
         if let Memory::Heap { reaper_taken, .. } = &self.inner.memory {
             reaper_taken.store(false, Release);
         }

@@ -117,6 +117,7 @@ impl<'t> Registration<'t> {
     ///   within the wait (or this is a handler of the reaper that would run
     ///   it); or another process held the registration lock for over five
     ///   seconds.
+    /// - [`Error::Corrupt`]: the object was truncated under this handle.
     /// - [`Error::Io`]: opening the slot's exit-detection lock failed.
     pub fn register(self) -> Result<Worker> {
         let table = self.table;
@@ -138,6 +139,7 @@ impl<'t> Registration<'t> {
                 self.label.len()
             )));
         }
+        inner.check_size()?;
         let lock_file = match inner.file() {
             Some(file) => Some(LockDescriptor::new(lock::reopen(file).map_err(|e| {
                 Error::os(&inner.name, "open the registration's lock descriptor", e)
@@ -335,6 +337,7 @@ impl Worker {
     /// # Errors
     ///
     /// [`Error::Evicted`] if it had already ended; it is gone either way.
+    /// [`Error::Corrupt`] if the table was truncated (nothing is written).
     pub fn deregister(mut self) -> Result<()> {
         self.finish()
     }
@@ -345,6 +348,7 @@ impl Worker {
             return Err(self.inherited());
         }
         let inner = &self.table.inner;
+        inner.check_size()?;
         let result = protocol::end(
             inner.slot(self.index),
             self.generation,

@@ -195,15 +195,15 @@ fn scan_over_garbage_slots_reports_them_and_keeps_working() {
     let table = Table::open(&temp.name).unwrap();
     let worker = table.register(1, "real").unwrap();
     let mut reaper = table.reaper().build().unwrap();
-    let first = reaper.scan();
+    let first = reaper.scan().unwrap();
     assert!(first.corrupt_slots > 0, "garbage slots are reported");
     for _ in 0..5 {
-        reaper.scan();
+        reaper.scan().unwrap();
     }
     worker
         .heartbeat()
         .expect("a real registration is untouched by garbage around it");
-    let status = table.status();
+    let status = table.status().unwrap();
     assert!(status.corrupt_slots > 0);
     assert!(status
         .registrations
@@ -240,8 +240,8 @@ fn random_bytes_anywhere_never_panic() {
         if let Ok(table) = Table::open(&temp.name) {
             let _ = table.status();
             if let Ok(mut reaper) = table.reaper().build() {
-                reaper.scan();
-                reaper.scan();
+                reaper.scan().unwrap();
+                reaper.scan().unwrap();
             }
             let _ = table.register(7, "probe").map(|w| w.heartbeat());
             let _ = table.status();
@@ -325,8 +325,8 @@ fn fuzz_open_validate_and_scan() {
             opened += 1;
             let _ = table.status();
             if let Ok(mut reaper) = table.reaper().build() {
-                reaper.scan();
-                reaper.scan_once(rng.next());
+                reaper.scan().unwrap();
+                reaper.scan_once(rng.next()).unwrap();
             }
             let _ = table
                 .register(1 + rng.next() % 8, "fuzz")
@@ -335,4 +335,29 @@ fn fuzz_open_validate_and_scan() {
         }
     }
     println!("fuzz: {rounds} inputs, {opened} opened, 0 panics");
+}
+
+#[test]
+fn a_table_truncated_under_open_handles_is_refused_not_faulted_on() {
+    let temp = TempTable::new("truncated-live", &options());
+    let mut reaper = temp.table.reaper().build().unwrap();
+    let worker = temp.table.register(1, "w").unwrap();
+    reaper.scan().unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/dev/shm/{}", temp.name))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let shrank = |what: &str, result: Result<(), Error>| match result {
+        Err(Error::Corrupt(message)) => assert!(
+            message.contains("shrank to 0 bytes") && message.contains("truncated"),
+            "{what}: {message}"
+        ),
+        other => panic!("{what}: expected Corrupt, got {other:?}"),
+    };
+    shrank("scan", reaper.scan().map(drop));
+    shrank("status", temp.table.status().map(drop));
+    shrank("register", temp.table.register(2, "w").map(drop));
+    shrank("deregister", worker.deregister());
 }

@@ -12,7 +12,7 @@ fn beaten_worker_is_kept_one_nanosecond_before_the_timeout() {
     let worker = table.register(1, "w").unwrap();
     worker.heartbeat().unwrap();
     let beat_at = clock.now_ns();
-    reaper.scan_once(beat_at + SECOND - 1);
+    reaper.scan_once(beat_at + SECOND - 1).unwrap();
     assert!(recorder.events().is_empty());
     clock.set(beat_at + SECOND - 1);
     worker.heartbeat().unwrap();
@@ -24,8 +24,8 @@ fn beaten_worker_is_evicted_at_the_timeout_on_the_next_scan() {
     let worker = table.register(1, "w").unwrap();
     worker.heartbeat().unwrap();
     let beat_at = clock.now_ns();
-    reaper.scan_once(beat_at + SECOND - 1);
-    reaper.scan_once(beat_at + SECOND);
+    reaper.scan_once(beat_at + SECOND - 1).unwrap();
+    reaper.scan_once(beat_at + SECOND).unwrap();
     assert_eq!(recorder.reasons(), vec![(1, Reason::Timeout)]);
     let event = &recorder.events()[0];
     assert_eq!(event.silent_for, Duration::from_secs(1));
@@ -37,14 +37,14 @@ fn never_beaten_worker_is_judged_by_the_grace_not_the_timeout() {
     let (table, clock, mut reaper, recorder) = manual_setup(&options());
     let _worker = table.register(2, "w").unwrap();
     let registered_at = clock.now_ns();
-    reaper.scan_once(registered_at + SECOND);
-    reaper.scan_once(registered_at + 3 * SECOND - 1);
+    reaper.scan_once(registered_at + SECOND).unwrap();
+    reaper.scan_once(registered_at + 3 * SECOND - 1).unwrap();
     assert!(
         recorder.events().is_empty(),
         "evicted before the grace: {:?}",
         recorder.events()
     );
-    reaper.scan_once(registered_at + 3 * SECOND);
+    reaper.scan_once(registered_at + 3 * SECOND).unwrap();
     assert_eq!(recorder.reasons(), vec![(2, Reason::Grace)]);
     assert_eq!(recorder.events()[0].last_heartbeat_ns, None);
 }
@@ -55,7 +55,7 @@ fn heartbeat_after_eviction_reports_evicted() {
     let worker = table.register(3, "w").unwrap();
     worker.heartbeat().unwrap();
     clock.advance(Duration::from_secs(1));
-    reaper.scan_once(clock.now_ns());
+    reaper.scan_once(clock.now_ns()).unwrap();
     // The slot was released in the scan that evicted it; the worker still
     // hears why.
     match worker.heartbeat() {
@@ -72,11 +72,11 @@ fn evicted_worker_can_register_again() {
     let (table, clock, mut reaper, _recorder) = manual_setup(&options());
     let worker = table.register(4, "w").unwrap();
     clock.advance(Duration::from_secs(3));
-    reaper.scan_once(clock.now_ns());
+    reaper.scan_once(clock.now_ns()).unwrap();
     assert!(worker.heartbeat().is_err());
     let again = table.register(4, "w").unwrap();
     again.heartbeat().unwrap();
-    assert_eq!(table.status().tracked_instances, 1);
+    assert_eq!(table.status().unwrap().tracked_instances, 1);
 }
 
 #[test]
@@ -89,12 +89,12 @@ fn zero_timeout_disables_reaping() {
     let worker = table.register(5, "w").unwrap();
     worker.heartbeat().unwrap();
     clock.advance(Duration::from_secs(3600));
-    reaper.scan_once(clock.now_ns());
+    reaper.scan_once(clock.now_ns()).unwrap();
     assert!(recorder.events().is_empty());
     worker.heartbeat().unwrap();
     let thread = table.reaper().spawn().unwrap();
     assert!(!thread.is_running(), "no thread runs with reaping disabled");
-    assert!(!table.status().enabled);
+    assert!(!table.status().unwrap().enabled);
 }
 
 #[test]
@@ -125,9 +125,9 @@ fn a_heartbeat_just_before_the_edge_restarts_the_timeout() {
     let worker = table.register(6, "w").unwrap();
     worker.heartbeat().unwrap();
     clock.advance(Duration::from_secs(1) - Duration::from_nanos(1));
-    reaper.scan_once(clock.now_ns());
+    reaper.scan_once(clock.now_ns()).unwrap();
     worker.heartbeat().unwrap();
-    reaper.scan_once(clock.now_ns() + 1);
+    reaper.scan_once(clock.now_ns() + 1).unwrap();
     assert!(recorder.events().is_empty());
     worker.heartbeat().unwrap();
 }
@@ -139,17 +139,17 @@ fn stamps_from_another_clock_do_not_evict_a_beating_worker() {
     // beats and goes once it stops. (It registers after the reaper's first
     // scan, as workers of a running server do.)
     let (table, clock, mut reaper, recorder) = manual_setup(&options());
-    reaper.scan_once(clock.now_ns());
+    reaper.scan_once(clock.now_ns()).unwrap();
     let foreign = livereg::Clock::manual(5 * SECOND);
     let worker = table.with_clock(foreign.clock()).register(7, "w").unwrap();
     for _ in 0..10 {
         foreign.advance(Duration::from_millis(250));
         worker.heartbeat().unwrap();
         clock.advance(Duration::from_millis(250));
-        reaper.scan_once(clock.now_ns());
+        reaper.scan_once(clock.now_ns()).unwrap();
     }
     assert!(recorder.events().is_empty(), "{:?}", recorder.events());
     clock.advance(Duration::from_secs(2));
-    reaper.scan_once(clock.now_ns());
+    reaper.scan_once(clock.now_ns()).unwrap();
     assert_eq!(recorder.reasons(), vec![(7, Reason::Timeout)]);
 }

@@ -290,6 +290,31 @@ fn reap_keeps_reaping_after_its_log_reader_goes_away() {
 }
 
 #[test]
+fn reap_exits_1_naming_the_cause_when_its_table_is_truncated() {
+    let (name, _guard) = created("truncated", &["--timeout", "400ms", "--grace", "800ms"]);
+    let reaper = Background::spawn(&["reap", &name]);
+    wait_until("the reaper", || reaper_alive(&name));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/dev/shm/{name}"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let output = reaper.finish();
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let last = stderr(&output)
+        .trim_end()
+        .lines()
+        .last()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        last.contains("shrank to 0 bytes") && last.contains("truncated"),
+        "{last}"
+    );
+}
+
+#[test]
 fn slow_failing_hook_neither_stalls_scans_nor_loses_events() {
     let (name, _guard) = created("slow-hook", &["--timeout", "400ms", "--grace", "800ms"]);
     let hook_log = std::env::temp_dir().join(format!("{name}.hook"));

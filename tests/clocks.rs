@@ -49,14 +49,14 @@ fn a_worker_whose_clock_lags_is_not_evicted_on_the_reapers_first_scan() {
         two_clocks(100 * SECOND, 400 * SECOND);
     let worker = workers.register(1, "lagging").unwrap();
     worker.heartbeat().unwrap();
-    reaper.scan_once(reaper_clock.now_ns());
+    reaper.scan_once(reaper_clock.now_ns()).unwrap();
     assert!(recorder.events().is_empty(), "{:?}", recorder.events());
     // It keeps beating: never evicted.
     for _ in 0..8 {
         worker_clock.advance(Duration::from_millis(250));
         reaper_clock.advance(Duration::from_millis(250));
         worker.heartbeat().unwrap();
-        reaper.scan_once(reaper_clock.now_ns());
+        reaper.scan_once(reaper_clock.now_ns()).unwrap();
     }
     assert!(recorder.events().is_empty(), "{:?}", recorder.events());
 }
@@ -69,16 +69,16 @@ fn a_lag_under_one_scan_interval_never_evicts_early() {
     let worker = workers.register(1, "lagging").unwrap();
     worker.heartbeat().unwrap();
     // Its last beat was at 10.0 s on the reaper's clock.
-    reaper.scan_once(10 * SECOND);
-    reaper.scan_once(10 * SECOND + 800_000_000);
-    reaper.scan_once(11 * SECOND - 1);
+    reaper.scan_once(10 * SECOND).unwrap();
+    reaper.scan_once(10 * SECOND + 800_000_000).unwrap();
+    reaper.scan_once(11 * SECOND - 1).unwrap();
     assert!(
         recorder.events().is_empty(),
         "evicted early: {:?}",
         recorder.events()
     );
     reaper_clock.set(11 * SECOND);
-    reaper.scan_once(11 * SECOND);
+    reaper.scan_once(11 * SECOND).unwrap();
     assert_eq!(recorder.reasons(), vec![(1, Reason::Timeout)]);
     assert!(recorder.events()[0].silent_for >= Duration::from_secs(1));
 }
@@ -89,10 +89,12 @@ fn a_silent_worker_whose_clock_runs_ahead_is_still_evicted() {
         two_clocks(900 * SECOND, 10 * SECOND);
     let worker = workers.register(1, "ahead").unwrap();
     worker.heartbeat().unwrap();
-    reaper.scan_once(reaper_clock.now_ns());
-    reaper.scan_once(reaper_clock.now_ns() + SECOND - 1);
+    reaper.scan_once(reaper_clock.now_ns()).unwrap();
+    reaper
+        .scan_once(reaper_clock.now_ns() + SECOND - 1)
+        .unwrap();
     assert!(recorder.events().is_empty());
-    reaper.scan_once(reaper_clock.now_ns() + SECOND);
+    reaper.scan_once(reaper_clock.now_ns() + SECOND).unwrap();
     assert_eq!(recorder.reasons(), vec![(1, Reason::Timeout)]);
 }
 
@@ -102,10 +104,10 @@ fn a_never_beaten_worker_on_another_clock_gets_its_whole_grace() {
         two_clocks(SECOND, 1_000 * SECOND);
     let _worker = workers.register(1, "silent").unwrap();
     let start = reaper_clock.now_ns();
-    reaper.scan_once(start);
-    reaper.scan_once(start + 3 * SECOND - 1);
+    reaper.scan_once(start).unwrap();
+    reaper.scan_once(start + 3 * SECOND - 1).unwrap();
     assert!(recorder.events().is_empty());
-    reaper.scan_once(start + 3 * SECOND);
+    reaper.scan_once(start + 3 * SECOND).unwrap();
     assert_eq!(recorder.reasons(), vec![(1, Reason::Grace)]);
 }
 
@@ -177,7 +179,7 @@ fn workers_in_other_time_namespaces_are_kept_while_beating_and_evicted_when_stop
             drops.try_recv().is_err(),
             "offset {offset}s: a beating worker was evicted"
         );
-        let pid = temp.table.status().registrations[0].pid;
+        let pid = temp.table.status().unwrap().registrations[0].pid;
         signal(pid, libc::SIGSTOP);
         let stopped = Instant::now();
         let (event, at) = drops

@@ -82,7 +82,7 @@ fn forked_child_neither_keeps_a_dead_parent_alive_nor_acts_as_it() {
     assert!(child.contains("inherited-heartbeat refused"), "{child}");
     assert!(child.contains("own-registration Ok(true)"), "{child}");
     std::thread::sleep(Duration::from_millis(200));
-    let status = temp.table.status();
+    let status = temp.table.status().unwrap();
     let live: Vec<u64> = status
         .registrations
         .iter()

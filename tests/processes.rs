@@ -60,7 +60,7 @@ impl Drop for WorkerProcess {
 fn wait_for_detection(table: &Table, means: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let status = table.status();
+        let status = table.status().unwrap();
         let found = status.registrations.first().map(|r| r.exit_detection);
         if found == Some(means) {
             return;
@@ -156,7 +156,7 @@ fn sigstopped_worker_is_evicted_and_registers_again_after_sigcont() {
         again, first,
         "a fresh registration (new generation or slot)"
     );
-    let status = temp.table.status();
+    let status = temp.table.status().unwrap();
     assert_eq!(status.tracked_instances, 1);
     assert_eq!(status.registrations[0].pid, worker.child.id());
 }
@@ -203,7 +203,7 @@ fn helper_reaper_stuck_in_its_drop_handler() {
         .unwrap();
     println!("reaping");
     loop {
-        reaper.scan();
+        reaper.scan().unwrap();
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -248,7 +248,7 @@ fn killed_reaper_mid_drop_is_resumed_by_the_next() {
         first_token,
         "a new reaper, a new boot token"
     );
-    reaper.scan();
+    reaper.scan().unwrap();
     let events = recorder.events();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(
@@ -258,7 +258,7 @@ fn killed_reaper_mid_drop_is_resumed_by_the_next() {
     stays
         .heartbeat()
         .expect("registrations survive a reaper restart");
-    assert_eq!(temp.table.status().tracked_instances, 1);
+    assert_eq!(temp.table.status().unwrap().tracked_instances, 1);
 }
 
 #[test]
@@ -301,7 +301,7 @@ fn worker_in_another_pid_namespace_is_judged_by_its_lock() {
     );
     let mut lines = BufReader::new(namespaced.0.stdout.take().unwrap()).lines();
     assert!(lines.next().unwrap().unwrap().starts_with("registered"));
-    let registration = temp.table.status().registrations[0].clone();
+    let registration = temp.table.status().unwrap().registrations[0].clone();
     assert_eq!(
         registration.pid, 1,
         "the worker is pid 1 of its own namespace"
@@ -309,16 +309,17 @@ fn worker_in_another_pid_namespace_is_judged_by_its_lock() {
     // Make the reaper scan (a registration wakes it): it then tries to verify
     // pid 1 (its own namespace's init, started at another time), so it must
     // rely on the lock, and must not drop the worker while it lives.
-    let scans_before = temp.table.status().scans;
+    let scans_before = temp.table.status().unwrap().scans;
     drop(temp.table.register(99, "wakes the reaper").unwrap());
     let deadline = Instant::now() + Duration::from_secs(5);
-    while temp.table.status().scans <= scans_before {
+    while temp.table.status().unwrap().scans <= scans_before {
         assert!(Instant::now() < deadline, "the reaper did not scan");
         std::thread::sleep(Duration::from_millis(10));
     }
     let live = temp
         .table
         .status()
+        .unwrap()
         .registrations
         .into_iter()
         .find(|r| r.instance_id == 21)

@@ -29,13 +29,13 @@ fn panicking_and_failing_handlers_do_not_stop_the_others() {
         .unwrap();
     table.register(1, "a").unwrap().deregister().unwrap();
     table.register(2, "b").unwrap().deregister().unwrap();
-    let report = reaper.scan();
+    let report = reaper.scan().unwrap();
     assert_eq!(report.handler_failures, 3, "one panic and two errors");
     assert_eq!(
         recorder.reasons(),
         vec![(1, Reason::Deregistered), (2, Reason::Deregistered)]
     );
-    let status = table.status();
+    let status = table.status().unwrap();
     assert_eq!(status.handler_failures, 3);
     assert_eq!(status.ended["deregistered"], 2);
     assert!(
@@ -62,22 +62,22 @@ fn every_ended_registration_is_dropped_exactly_once() {
         quit.deregister().unwrap();
         for _ in 0..8 {
             clock.advance(Duration::from_millis(250));
-            reaper.scan_once(clock.now_ns());
+            reaper.scan_once(clock.now_ns()).unwrap();
             let _ = keep.heartbeat();
         }
         drop(keep);
-        reaper.scan_once(clock.now_ns());
+        reaper.scan_once(clock.now_ns()).unwrap();
         expected += 3;
     }
     // The last silent registrations need their grace to pass.
     clock.advance(Duration::from_secs(3));
-    reaper.scan_once(clock.now_ns());
+    reaper.scan_once(clock.now_ns()).unwrap();
     let events = recorder.events();
     assert_eq!(events.len(), expected);
     let unique: HashSet<(u32, u32)> = events.iter().map(|e| (e.slot, e.generation)).collect();
     assert_eq!(unique.len(), expected, "a registration was dropped twice");
-    assert_eq!(table.status().ended_total, expected as u64);
-    assert!(table.status().registrations.is_empty());
+    assert_eq!(table.status().unwrap().ended_total, expected as u64);
+    assert!(table.status().unwrap().registrations.is_empty());
 }
 
 #[test]
@@ -101,7 +101,7 @@ fn handlers_run_outside_locks_and_before_the_slot_is_reused() {
         .build()
         .unwrap();
     table.register(1, "w").unwrap().deregister().unwrap();
-    reaper.scan();
+    reaper.scan().unwrap();
     assert!(matches!(
         seen.lock().unwrap().take(),
         Some(Err(Error::Full(_)))
@@ -142,7 +142,7 @@ fn clear_ends_every_registration_and_runs_clear_handlers_once() {
         ));
     }
     table.register(1, "a again").unwrap().heartbeat().unwrap();
-    assert_eq!(table.status().ended["cleared"], 2);
+    assert_eq!(table.status().unwrap().ended["cleared"], 2);
     reaper.stop();
 }
 
@@ -160,15 +160,15 @@ fn concurrent_clear_requests_coalesce() {
         })
         .build()
         .unwrap();
-    reaper.scan_once(clock.now_ns());
+    reaper.scan_once(clock.now_ns()).unwrap();
     std::thread::scope(|scope| {
         let requests: Vec<_> = (0..3)
             .map(|_| scope.spawn(|| table.clear(Duration::from_secs(10))))
             .collect();
-        while table.status().clears_requested < 3 {
+        while table.status().unwrap().clears_requested < 3 {
             std::thread::yield_now();
         }
-        reaper.scan_once(clock.now_ns());
+        reaper.scan_once(clock.now_ns()).unwrap();
         for request in requests {
             request.join().unwrap().unwrap();
         }
@@ -198,7 +198,11 @@ fn clear_and_probe_without_a_reaper_say_no_reaper() {
         Err(Error::NoReaper(_))
     ));
     assert!(matches!(table.probe(), Err(Error::NoReaper(_))));
-    assert_eq!(table.status().clears_requested, 0, "nothing was requested");
+    assert_eq!(
+        table.status().unwrap().clears_requested,
+        0,
+        "nothing was requested"
+    );
 }
 
 #[test]
@@ -218,7 +222,7 @@ fn probe_returns_a_boot_token_that_changes_when_a_reaper_restarts() {
     drop(reaper);
     assert!(table.probe().is_err());
     let mut second = table.reaper().build().unwrap();
-    second.scan_once(clock.now_ns());
+    second.scan_once(clock.now_ns()).unwrap();
     let token = table.probe().unwrap();
     assert_ne!(token, first);
     assert_ne!(token, 0);
@@ -228,13 +232,13 @@ fn probe_returns_a_boot_token_that_changes_when_a_reaper_restarts() {
 fn a_reaper_that_stops_scanning_is_alive_but_shows_as_stalled() {
     let (table, clock, mut reaper, _recorder) = manual_setup(&options());
     assert!(table.probe().is_ok());
-    assert!(!table.status().reaper_stalled);
+    assert!(!table.status().unwrap().reaper_stalled);
     clock.advance(Duration::from_secs(10));
     // It still holds the reaper lock: alive, whatever the clocks say.
     assert!(table.probe().is_ok());
-    assert!(table.status().reaper_stalled);
-    reaper.scan_once(clock.now_ns());
-    assert!(!table.status().reaper_stalled);
+    assert!(table.status().unwrap().reaper_stalled);
+    reaper.scan_once(clock.now_ns()).unwrap();
+    assert!(!table.status().unwrap().reaper_stalled);
 }
 
 #[test]
@@ -262,8 +266,8 @@ fn status_has_the_reference_keys_and_more() {
     let worker = table.register(8, "gpu8").unwrap();
     worker.heartbeat().unwrap();
     clock.advance(Duration::from_millis(500));
-    reaper.scan_once(clock.now_ns());
-    let json = serde_json::to_value(table.status()).unwrap();
+    reaper.scan_once(clock.now_ns()).unwrap();
+    let json = serde_json::to_value(table.status().unwrap()).unwrap();
     for key in [
         "enabled",
         "reap_timeout_seconds",
@@ -323,7 +327,7 @@ fn a_reaper_stuck_in_a_long_handler_stays_alive_and_its_id_does_not_come_back_ea
     // the same (it holds its lock), though it shows as stalled.
     std::thread::sleep(Duration::from_millis(1200));
     assert!(table.probe().is_ok(), "a live reaper looked dead");
-    assert!(table.status().reaper_stalled);
+    assert!(table.status().unwrap().reaper_stalled);
     match table
         .registration(1)
         .drop_wait(Duration::from_millis(100))
@@ -335,7 +339,7 @@ fn a_reaper_stuck_in_a_long_handler_stays_alive_and_its_id_does_not_come_back_ea
         ),
         other => panic!("expected Busy while the old drop runs, got {other:?}"),
     }
-    assert_eq!(table.status().tracked_instances, 0);
+    assert_eq!(table.status().unwrap().tracked_instances, 0);
     // Once the drop returns, the id registers (the wait sees the release).
     release.send(()).unwrap();
     let again = table.register(1, "new").unwrap();
@@ -358,7 +362,7 @@ fn an_id_ended_under_a_reaper_that_died_waits_for_the_next_reapers_drop() {
         other => panic!("expected Busy, got {other:?}"),
     }
     let mut next = table.reaper().on_drop(recorder.handler()).build().unwrap();
-    next.scan_once(clock.now_ns());
+    next.scan_once(clock.now_ns()).unwrap();
     assert_eq!(recorder.reasons(), vec![(1, Reason::Deregistered)]);
     table.register(1, "a").unwrap();
 }
@@ -380,7 +384,7 @@ fn handlers_that_would_wait_on_their_own_reaper_fail_at_once() {
         .build()
         .unwrap();
     table.register(1, "a").unwrap().deregister().unwrap();
-    reaper.scan();
+    reaper.scan().unwrap();
     let (clear, register, took) = seen.recv().unwrap();
     assert!(
         matches!(&clear, Some(Error::Busy(m)) if m.contains("inside a handler")),
@@ -401,7 +405,7 @@ fn a_clear_whose_reaper_dies_says_no_reaper_and_expires() {
         let started = Instant::now();
         (requester.clear(Duration::from_secs(10)), started.elapsed())
     });
-    while table.status().clears_requested == 0 {
+    while table.status().unwrap().clears_requested == 0 {
         std::thread::sleep(Duration::from_millis(1));
     }
     drop(reaper); // dies without scanning
@@ -411,7 +415,7 @@ fn a_clear_whose_reaper_dies_says_no_reaper_and_expires() {
     // A later reaper does not carry out the stale request.
     let worker = table.register(1, "after").unwrap();
     let mut next = table.reaper().on_drop(recorder.handler()).build().unwrap();
-    next.scan_once(clock.now_ns());
+    next.scan_once(clock.now_ns()).unwrap();
     assert!(recorder.events().is_empty(), "{:?}", recorder.events());
     worker.heartbeat().unwrap();
 }

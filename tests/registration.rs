@@ -24,7 +24,7 @@ fn label_of_47_bytes_is_kept_whole_and_48_is_refused() {
     let longest = "é".repeat(23) + "x"; // 47 bytes of UTF-8
     assert_eq!(longest.len(), LABEL_MAX);
     let worker = table.register(1, &longest).unwrap();
-    assert_eq!(table.status().registrations[0].label, longest);
+    assert_eq!(table.status().unwrap().registrations[0].label, longest);
     drop(worker);
     match table.register(2, &"é".repeat(24)) {
         Err(Error::InvalidArgument(message)) => {
@@ -45,7 +45,7 @@ fn live_duplicate_id_is_refused_with_exists() {
         Err(Error::Exists(message)) => assert!(message.contains("instance 9"), "{message}"),
         other => panic!("expected Exists, got {other:?}"),
     }
-    assert_eq!(table.status().tracked_instances, 1);
+    assert_eq!(table.status().unwrap().tracked_instances, 1);
 }
 
 #[test]
@@ -65,7 +65,7 @@ fn full_table_is_refused_and_frees_up_after_a_deregistration() {
     b.deregister().unwrap();
     assert!(matches!(table.register(3, ""), Err(Error::Full(_))));
     let mut reaper = table.reaper().build().unwrap();
-    reaper.scan();
+    reaper.scan().unwrap();
     table.register(3, "").unwrap();
 }
 
@@ -88,7 +88,7 @@ fn replace_ends_the_old_registration_first() {
         Err(Error::Evicted { instance_id: 5, .. })
     ));
     new.heartbeat().unwrap();
-    let status = table.status();
+    let status = table.status().unwrap();
     assert_eq!(status.tracked_instances, 1);
     assert_eq!(status.registrations[0].label, "new");
     reaper.stop();
@@ -103,7 +103,7 @@ fn stale_handle_after_slot_reuse_cannot_touch_the_new_owner() {
     let stale = table.register(1, "old").unwrap();
     stale.heartbeat().unwrap();
     clock.advance(Duration::from_secs(1));
-    reaper.scan_once(clock.now_ns());
+    reaper.scan_once(clock.now_ns()).unwrap();
     let owner = table.register(2, "new").unwrap();
     assert_eq!(
         owner.slot(),
@@ -112,7 +112,7 @@ fn stale_handle_after_slot_reuse_cannot_touch_the_new_owner() {
     );
     assert_ne!(owner.generation(), stale.generation());
     owner.heartbeat().unwrap();
-    let before = table.status().registrations[0].clone();
+    let before = table.status().unwrap().registrations[0].clone();
 
     clock.advance(Duration::from_millis(900));
     assert!(matches!(
@@ -124,7 +124,7 @@ fn stale_handle_after_slot_reuse_cannot_touch_the_new_owner() {
     ));
     assert!(matches!(stale.deregister(), Err(Error::Evicted { .. })));
 
-    let after = table.status().registrations[0].clone();
+    let after = table.status().unwrap().registrations[0].clone();
     assert_eq!(
         (
             after.instance_id,
@@ -136,7 +136,7 @@ fn stale_handle_after_slot_reuse_cannot_touch_the_new_owner() {
     );
     // The new owner's clock is untouched: it is still evicted on its own time.
     clock.advance(Duration::from_millis(100));
-    reaper.scan_once(clock.now_ns());
+    reaper.scan_once(clock.now_ns()).unwrap();
     assert_eq!(
         recorder.reasons(),
         vec![(1, Reason::Timeout), (2, Reason::Timeout)]
@@ -147,7 +147,7 @@ fn stale_handle_after_slot_reuse_cannot_touch_the_new_owner() {
 fn dropping_a_worker_deregisters_it() {
     let (table, _clock, mut reaper, recorder) = manual_setup(&options());
     drop(table.register(3, "w").unwrap());
-    reaper.scan();
+    reaper.scan().unwrap();
     assert_eq!(recorder.reasons(), vec![(3, Reason::Deregistered)]);
 }
 
@@ -156,12 +156,12 @@ fn deregister_after_eviction_reports_evicted_and_ends_nothing_else() {
     let (table, clock, mut reaper, recorder) = manual_setup(&options());
     let worker = table.register(4, "w").unwrap();
     clock.advance(Duration::from_secs(3));
-    reaper.scan_once(clock.now_ns());
+    reaper.scan_once(clock.now_ns()).unwrap();
     assert!(matches!(
         worker.deregister(),
         Err(Error::Evicted { instance_id: 4, .. })
     ));
-    reaper.scan_once(clock.now_ns() + SECOND);
+    reaper.scan_once(clock.now_ns() + SECOND).unwrap();
     assert_eq!(recorder.reasons(), vec![(4, Reason::Grace)]);
 }
 

@@ -113,7 +113,7 @@ pub unsafe extern "C" fn livereg_reaper_scan(
         let table = unsafe { borrow(table) }?;
         // SAFETY: by this function's contract; `as_ref` handles NULL.
         let callbacks = unsafe { cb.as_ref() }.copied().map(Callbacks);
-        let report = builder(table, callbacks).build()?.scan();
+        let report = builder(table, callbacks).build()?.scan()?;
         // SAFETY: by this function's contract; `as_mut` handles NULL.
         if let Some(ended) = unsafe { ended.as_mut() } {
             *ended = report.ended.len() as u32;

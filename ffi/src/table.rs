@@ -143,7 +143,7 @@ pub unsafe extern "C" fn livereg_get_stats(
         let table = unsafe { borrow(table) }?;
         // SAFETY: by this function's contract; `as_mut` handles NULL.
         let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
-        let status = table.status();
+        let status = table.status()?;
         let mut ended_by_reason = [0u64; 7];
         for reason in Reason::ALL {
             ended_by_reason[reason as usize] = status.ended[reason.as_str()];

@@ -16,9 +16,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> Outcome {
     let table = Table::open(&args.name)?;
-    let before = table.status().ended["cleared"];
+    let before = table.status()?.ended["cleared"];
     table.clear(args.wait)?;
-    let cleared = table.status().ended["cleared"] - before;
+    let cleared = table.status()?.ended["cleared"] - before;
     out!(
         "cleared table '{}': {cleared} registrations ended",
         args.name

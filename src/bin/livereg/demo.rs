@@ -338,7 +338,7 @@ impl Demo {
             ));
         }
         std::thread::sleep(TIMEOUT);
-        let status = self.table.status();
+        let status = self.table.status()?;
         self.say(&format!(
             "{} workers live and beating; nobody evicted after a full timeout",
             status.tracked_instances
@@ -447,7 +447,7 @@ impl Demo {
             BEAT_EVERY,
         );
 
-        let live = self.table.status();
+        let live = self.table.status()?;
         self.say(&format!(
             "{} workers live again; stopping them cleanly",
             live.tracked_instances
@@ -503,7 +503,13 @@ impl Demo {
             );
         }
         let failed = self.checks.iter().filter(|c| !c.ok).count() + usize::from(self.interrupted);
-        let status = self.table.status();
+        let status = match self.table.status() {
+            Ok(status) => status,
+            Err(error) => {
+                note!("livereg demo: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
         out!(
             "(each bound is checked with {} of slack for scheduling on a loaded machine)",
             duration::show(SLACK)

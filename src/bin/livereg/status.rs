@@ -15,7 +15,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Outcome {
-    let status = Table::open(&args.name)?.status();
+    let status = Table::open(&args.name)?.status()?;
     if args.json {
         out!("{}", serde_json::to_string_pretty(&status)?);
     } else {

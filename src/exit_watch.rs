@@ -8,6 +8,7 @@
 //! registration says (`/proc/PID/stat`); only then does it watch. Otherwise the
 //! registration relies on its lock alone, seen at the next scan.
 
+use crate::fork;
 use crate::layout::Slot;
 use crate::os::{pidfd, process};
 use crate::sync::Ordering::Relaxed;
@@ -48,6 +49,8 @@ pub(crate) struct ExitWatcher {
     watches: Vec<Watch>,
     /// Slots whose pidfd fired, filled by the watcher thread.
     fired: Arc<Mutex<Vec<u32>>>,
+    /// The fork epoch the thread was started in.
+    fork_epoch: u64,
 }
 
 impl ExitWatcher {
@@ -81,6 +84,7 @@ impl ExitWatcher {
             thread: Some(thread),
             watches: Vec::new(),
             fired,
+            fork_epoch: fork::install(),
         })
     }
 
@@ -153,6 +157,12 @@ impl ExitWatcher {
 
 impl Drop for ExitWatcher {
     fn drop(&mut self) {
+        if self.fork_epoch != fork::epoch() {
+            // A forked child's copy: the thread is the parent's (it does not
+            // exist here), and so is the event its stop would be written to.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         pidfd::signal(&self.stop);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

@@ -217,11 +217,19 @@ impl Reaper {
     ///
     /// # Errors
     ///
-    /// [`Error::Corrupt`](crate::Error::Corrupt) if the object was truncated
-    /// (checked before any slot is read; nothing is done then).
+    /// - [`Error::Corrupt`](crate::Error::Corrupt) if the object was
+    ///   truncated (checked before any slot is read; nothing is done then).
+    /// - [`Error::Busy`](crate::Error::Busy) in a forked child: the role
+    ///   stays the parent's.
     pub fn scan_once(&mut self, now_ns: u64) -> Result<ScanReport> {
         let started = monotonic_ns();
         let inner = self.table.inner.clone();
+        if !self.role.held_here() {
+            return Err(crate::Error::Busy(format!(
+                "table '{}': this reaper was inherited through fork: the role is the parent's; build a reaper in the child",
+                inner.name
+            )));
+        }
         inner.check_size()?;
         let header = inner.header();
         header.reaper_heartbeat_ns.store(now_ns, Release);

@@ -2,6 +2,7 @@
 //! when a deregistration, a replacement or a clear request wakes it.
 
 use crate::error::Result;
+use crate::fork;
 use crate::os::futex;
 use crate::reaper::{Reaper, ReaperBuilder};
 use crate::sync::Ordering::Acquire;
@@ -35,6 +36,8 @@ pub struct ReaperThread {
     table: Table,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<()>>>,
+    /// The fork epoch the thread was started in.
+    fork_epoch: u64,
 }
 
 impl ReaperBuilder {
@@ -55,6 +58,7 @@ impl ReaperBuilder {
                 table,
                 stop,
                 thread: None,
+                fork_epoch: fork::install(),
             });
         }
         let mut reaper = self.build()?;
@@ -70,6 +74,7 @@ impl ReaperBuilder {
             table,
             stop,
             thread: Some(thread),
+            fork_epoch: fork::install(),
         })
     }
 }
@@ -136,6 +141,13 @@ impl ReaperThread {
     }
 
     fn halt(&mut self) {
+        if self.fork_epoch != fork::epoch() {
+            // A forked child's copy: the scanning thread is the parent's and
+            // does not exist here; waking or joining it would disturb the
+            // parent's reaper (or wait forever).
+            std::mem::forget(self.thread.take());
+            return;
+        }
         if let Some(thread) = self.thread.take() {
             self.stop.store(true, Ordering::Release);
             self.table.inner.wake_reaper();

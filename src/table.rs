@@ -2,7 +2,7 @@
 
 use crate::clock::{duration_ns, Clock};
 use crate::error::{Error, Result};
-use crate::fork::LockDescriptor;
+use crate::fork::{self, LockDescriptor};
 use crate::layout::{
     table_size, Header, Slot, HEADER_SIZE, MAGIC, MAX_CAPACITY, READY, SLOT_SIZE, VERSION_MAJOR,
     VERSION_MINOR,
@@ -677,6 +677,7 @@ impl Inner {
                     Ok(true) => Ok(ReaperRole {
                         inner: self.clone(),
                         lock: Some(own),
+                        fork_epoch: fork::install(),
                     }),
                     Ok(false) => Err(busy()),
                     Err(e) => Err(Error::os(&self.name, "take the reaper lock", e)),
@@ -689,6 +690,7 @@ impl Inner {
                     Ok(ReaperRole {
                         inner: self.clone(),
                         lock: None,
+                        fork_epoch: fork::install(),
                     })
                 }
             }
@@ -753,10 +755,23 @@ pub(crate) struct ReaperRole {
     /// The role's own open file description: it holds the reaper lock, and
     /// checks slot locks (any other description's lock is "someone else's").
     pub lock: Option<LockDescriptor>,
+    /// The fork epoch the role was taken in: a forked child's copy is not
+    /// the role, and must leave the parent's reaper alone.
+    fork_epoch: u64,
+}
+
+impl ReaperRole {
+    /// Whether this is the process that took the role (not a forked child).
+    pub fn held_here(&self) -> bool {
+        self.fork_epoch == fork::epoch()
+    }
 }
 
 impl Drop for ReaperRole {
     fn drop(&mut self) {
+        if !self.held_here() {
+            return;
+        }
         // A truncated table has no header to write to any more.
         if self.inner.check_size().is_ok() {
             self.inner.header().reaper_pid.store(0, Relaxed);

@@ -6,7 +6,7 @@ mod common;
 use common::TempTable;
 use livereg::{Error, Reason, Table};
 use std::io::{BufRead, BufReader};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Not a test: the parent process of the tests below, run in a child process.
 /// It registers instances 1 and 3, forks, and both sides report on stdout.
@@ -118,4 +118,106 @@ fn forked_child_neither_keeps_a_dead_parent_alive_nor_acts_as_it() {
         0,
         "the child is still alive"
     );
+}
+
+/// Not a test: a server process that reaps, registers instance 1 and forks;
+/// the child drops its inherited reaper (as a C++ destructor at `exit()`
+/// would) and registers instance 2 as itself.
+#[test]
+#[ignore = "helper process, run by the fork tests"]
+fn helper_reaps_then_forks() {
+    let name = std::env::var("LIVEREG_HELPER_TABLE").expect("run by the fork tests");
+    let table = Table::open(&name).unwrap();
+    let reaper = table.reaper().spawn().unwrap();
+    let worker = table.register(1, "parent").unwrap();
+    // SAFETY:
+    // - the child only uses this thread's state and then loops; the
+    //   harness's other threads are idle at this point.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        drop(reaper);
+        std::mem::forget(worker);
+        let own = table.register(2, "child").unwrap();
+        println!("child {}", std::process::id());
+        loop {
+            let _ = own.heartbeat();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    println!("parent {}", std::process::id());
+    loop {
+        let _ = worker.heartbeat();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn forked_child_of_a_reaper_leaves_it_alone_and_registers_as_itself() {
+    let temp = TempTable::new("fork-reaper", &common::long_options());
+    let mut helper = common::spawn_helper("helper_reaps_then_forks", &temp.name);
+    let mut lines = BufReader::new(helper.stdout.take().unwrap()).lines();
+    let (mut parent, mut child) = (None, None);
+    while parent.is_none() || child.is_none() {
+        let line = lines.next().expect("helper output").unwrap();
+        let pid = |at: usize| {
+            line[at..]
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<i32>()
+                .unwrap()
+        };
+        if let Some(at) = line.find("parent ") {
+            parent = Some(pid(at));
+        }
+        if let Some(at) = line.find("child ") {
+            child = Some(pid(at));
+        }
+    }
+    let (parent, child) = (parent.unwrap(), child.unwrap());
+    struct Kill(i32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: `kill` has no memory effects.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+    let _guards = (Kill(child), Kill(parent));
+    // The parent's reaper verified the child as itself (its own start time)
+    // and watches it through a pidfd.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = temp.table.status().unwrap();
+        let watched = status
+            .registrations
+            .iter()
+            .any(|r| r.instance_id == 2 && r.exit_detection == "pidfd+lock");
+        if watched {
+            assert_eq!(
+                status.reaper_pid as i32, parent,
+                "the child zeroed the reaper pid"
+            );
+            assert!(status.reaper_alive);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the child was never pidfd-watched: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The parent's exit watcher still runs: the child's death is seen at once
+    // (a scan of the 30 s timeout would take 7.5 s).
+    // SAFETY: `kill` has no memory effects.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while temp.table.status().unwrap().ended["process_exited"] == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the child's exit was not seen at once"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = helper.kill();
+    let _ = helper.wait();
 }

@@ -1,9 +1,17 @@
 //! `livereg run NAME --instance ID -- CMD ARGS...`: registers on behalf of a
 //! program that cannot link the library.
+//!
+//! The wrapper registers first (the program never starts if that fails) as
+//! itself, and beats once at once: the program is alive when it starts. The
+//! program is the wrapper's child and dies with it (`PR_SET_PDEATHSIG`), so the
+//! wrapper's life bounds the program's and its exit is detected like any
+//! registrant's. Every catchable terminating signal sent to the wrapper is
+//! passed on once; those the terminal sends to the whole foreground group
+//! already reached the program.
 
 use crate::{duration, signals, Outcome};
 use livereg::{Error, Table, Worker};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -25,45 +33,38 @@ pub struct Args {
     command: Vec<String>,
 }
 
+/// Longest sleep between looks at the program and the signals.
+const POLL: Duration = Duration::from_millis(20);
+
 pub fn run(args: Args) -> Outcome {
-    signals::catch_termination();
     let table = Table::open(&args.name)?;
     let interval = args
         .interval
         .unwrap_or_else(|| (table.reap_timeout() / 3).max(Duration::from_millis(10)));
-    let mut child = Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .spawn()
-        .map_err(|e| format!("cannot start '{}': {e}", args.command[0]))?;
-    let pid = child.id();
     let register = || {
-        table
+        let worker = table
             .registration(args.instance)
             .label(&args.label)
-            .pid(pid)
-            .register()
+            .register()?;
+        worker.heartbeat()?;
+        Ok(worker)
     };
-    let mut worker = match register() {
-        Ok(worker) => Some(worker),
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(e.into());
-        }
-    };
-    let mut next_beat = Instant::now() + interval;
+    let mut worker = Some(register()?);
+    signals::catch_to_forward();
+    let mut child = spawn(&args.command)?;
+    let mut next_beat = Instant::now().checked_add(interval);
     let status = loop {
-        if let Some(signal) = signals::take() {
+        for signal in signals::take_to_forward() {
             forward(&child, signal);
         }
         if let Some(status) = child.try_wait()? {
             break status;
         }
-        if Instant::now() >= next_beat {
-            next_beat += interval;
+        if next_beat.is_some_and(|at| Instant::now() >= at) {
+            next_beat = Instant::now().checked_add(interval);
             worker = beat(worker, &register, &args);
         }
-        std::thread::sleep(interval.min(Duration::from_millis(20)));
+        std::thread::sleep(interval.min(POLL));
     };
     if let Some(worker) = worker {
         let _ = worker.deregister();
@@ -72,6 +73,29 @@ pub fn run(args: Args) -> Outcome {
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     Ok(ExitCode::from(code as u8))
+}
+
+/// Starts the program as a child that dies with this process.
+fn spawn(command: &[String]) -> Result<Child, String> {
+    let wrapper = std::process::id();
+    let mut program = Command::new(&command[0]);
+    program.args(&command[1..]);
+    // SAFETY:
+    // - runs in the forked child before exec, and only makes the
+    //   async-signal-safe calls `prctl`, `getppid` and `kill`.
+    unsafe {
+        program.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // The wrapper may have died before the line above took effect.
+            if libc::getppid() as u32 != wrapper {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            Ok(())
+        })
+    };
+    program
+        .spawn()
+        .map_err(|e| format!("cannot start '{}': {e}", command[0]))
 }
 
 /// One heartbeat; after an eviction, registers again (trying again at the

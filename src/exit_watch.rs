@@ -13,6 +13,7 @@ use crate::layout::Slot;
 use crate::os::{pidfd, process};
 use crate::sync::Ordering::Relaxed;
 use crate::table::Inner;
+use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -28,27 +29,47 @@ pub(crate) const FLAG_PROXY: u32 = 2;
 /// Key of the watcher's own stop event in the epoll set.
 const STOP: u64 = u64::MAX;
 
+/// A process as a registration names it: its pid and its start time, so a
+/// reused pid is another process.
+type ProcessId = (u32, u64);
+
 /// What the reaper knows of one slot's watch.
 enum Watch {
     /// Nothing tried for this generation yet.
     Unknown,
-    /// Tried: not verifiable here (another namespace, a reused pid).
+    /// Tried: not verifiable here (another namespace, a reused pid, a proxy
+    /// registration, or no descriptor to spare).
     Unwatchable(u32),
-    /// Watching `generation` through `pidfd` (closed when replaced, which
-    /// also removes it from the epoll set).
-    Watching { generation: u32, _pidfd: OwnedFd },
-    /// The pidfd of `generation` fired: its process exited.
-    Fired(u32),
+    /// `generation`'s process is watched through the shared pidfd of `process`.
+    Watching { generation: u32, process: ProcessId },
 }
 
-/// The watcher thread and the pidfds it waits on.
+/// One watched process: its pidfd (closed when the last registration of the
+/// process ends, which also removes it from the epoll set), its epoll key,
+/// and how many registrations use it.
+struct Watched {
+    _pidfd: OwnedFd,
+    key: u64,
+    users: u32,
+    exited: bool,
+}
+
+/// The watcher thread and the pidfds it waits on: one per registered
+/// process, however many registrations it holds, so the reaper's descriptors
+/// grow with processes, not registrations.
 pub(crate) struct ExitWatcher {
     epoll: Arc<pidfd::Epoll>,
     stop: OwnedFd,
     thread: Option<JoinHandle<()>>,
     watches: Vec<Watch>,
-    /// Slots whose pidfd fired, filled by the watcher thread.
-    fired: Arc<Mutex<Vec<u32>>>,
+    processes: HashMap<ProcessId, Watched>,
+    /// The process behind each epoll key.
+    keys: HashMap<u64, ProcessId>,
+    next_key: u64,
+    /// Whether running short of descriptors was already logged.
+    warned: bool,
+    /// Epoll keys of the pidfds that fired, filled by the watcher thread.
+    fired: Arc<Mutex<Vec<u64>>>,
     /// The fork epoch the thread was started in.
     fork_epoch: u64,
 }
@@ -70,7 +91,7 @@ impl ExitWatcher {
                         let mut fired = report
                             .lock()
                             .unwrap_or_else(|poisoned| poisoned.into_inner());
-                        fired.extend(keys.iter().map(|&key| key as u32));
+                        fired.extend(keys);
                         drop(fired);
                         inner.wake_reaper();
                     }
@@ -83,6 +104,10 @@ impl ExitWatcher {
             stop,
             thread: Some(thread),
             watches: Vec::new(),
+            processes: HashMap::new(),
+            keys: HashMap::new(),
+            next_key: 0,
+            warned: false,
             fired,
             fork_epoch: fork::install(),
         })
@@ -96,11 +121,9 @@ impl ExitWatcher {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()),
         );
-        for index in fired {
-            if let Some(watch) = self.watches.get_mut(index as usize) {
-                if let Watch::Watching { generation, .. } = *watch {
-                    *watch = Watch::Fired(generation);
-                }
+        for key in fired {
+            if let Some(watched) = self.keys.get(&key).and_then(|p| self.processes.get_mut(p)) {
+                watched.exited = true;
             }
         }
     }
@@ -115,43 +138,112 @@ impl ExitWatcher {
             self.watches.resize_with(at + 1, || Watch::Unknown);
         }
         match &self.watches[at] {
-            Watch::Watching { generation: g, .. } if *g == generation => return false,
-            Watch::Unwatchable(g) | Watch::Fired(g) if *g == generation => return true,
+            Watch::Watching {
+                generation: g,
+                process,
+            } if *g == generation => return self.processes.get(process).map_or(true, |w| w.exited),
+            Watch::Unwatchable(g) if *g == generation => return true,
             _ => {}
         }
+        self.forget(index);
         let proxy = slot.flags.load(Relaxed) & FLAG_PROXY != 0;
-        self.watches[at] = match self.open_verified(slot).filter(|_| !proxy) {
-            Some(fd) if self.epoll.add(&fd, u64::from(index)).is_ok() => {
-                slot.flags.fetch_or(FLAG_PIDFD, Relaxed);
-                Watch::Watching {
-                    generation,
-                    _pidfd: fd,
-                }
+        let process = (slot.pid.load(Relaxed), slot.process_start.load(Relaxed));
+        self.watches[at] = if !proxy && self.watch(process) {
+            slot.flags.fetch_or(FLAG_PIDFD, Relaxed);
+            Watch::Watching {
+                generation,
+                process,
             }
-            _ => Watch::Unwatchable(generation),
+        } else {
+            Watch::Unwatchable(generation)
         };
         // Checked once now either way: the process may have exited before the
         // pidfd was opened (the open fails then) or after (it fires).
         true
     }
 
-    /// Stops watching slot `index` (its registration ended).
-    pub(crate) fn forget(&mut self, index: u32) {
-        if let Some(watch) = self.watches.get_mut(index as usize) {
-            *watch = Watch::Unknown;
+    /// Adds a user to `process`'s pidfd, opening it if it is the first.
+    /// False if it cannot be watched from here.
+    fn watch(&mut self, process: ProcessId) -> bool {
+        if let Some(watched) = self.processes.get_mut(&process) {
+            watched.users += 1;
+            return true;
+        }
+        let pidfd = match open_verified(process) {
+            Ok(Some(pidfd)) => pidfd,
+            Ok(None) => return false,
+            Err(e) => {
+                self.short_of_descriptors(&e);
+                return false;
+            }
+        };
+        let key = self.next_key;
+        if let Err(e) = self.epoll.add(&pidfd, key) {
+            self.short_of_descriptors(&e);
+            return false;
+        }
+        self.next_key += 1;
+        self.keys.insert(key, process);
+        self.processes.insert(
+            process,
+            Watched {
+                _pidfd: pidfd,
+                key,
+                users: 1,
+                exited: false,
+            },
+        );
+        true
+    }
+
+    /// Logs, once, that exit detection falls back to the lock check.
+    fn short_of_descriptors(&mut self, error: &std::io::Error) {
+        if !self.warned {
+            self.warned = true;
+            log::warn!(
+                "cannot watch more processes through pidfds ({error}): their exits are seen at the next scan \
+                 by the lock check instead (raise the open-files limit to restore instant detection)"
+            );
         }
     }
 
-    /// A pidfd for the slot's pid, if that pid names the registered process
-    /// in this namespace (same start time, checked after opening, so the pid
-    /// cannot be reused in between).
-    fn open_verified(&self, slot: &Slot) -> Option<OwnedFd> {
-        let (pid, started) = (slot.pid.load(Relaxed), slot.process_start.load(Relaxed));
-        if pid == 0 || started == 0 {
-            return None;
+    /// Stops watching slot `index` (its registration ended), closing its
+    /// process's pidfd if it was the last registration of that process.
+    pub(crate) fn forget(&mut self, index: u32) {
+        let Some(watch) = self.watches.get_mut(index as usize) else {
+            return;
+        };
+        if let Watch::Watching { process, .. } = std::mem::replace(watch, Watch::Unknown) {
+            if let Some(watched) = self.processes.get_mut(&process) {
+                watched.users -= 1;
+                if watched.users == 0 {
+                    let key = watched.key;
+                    self.processes.remove(&process);
+                    self.keys.remove(&key);
+                }
+            }
         }
-        let fd = pidfd::open(pid).ok()?;
-        (process::start_time(&pid.to_string()) == Some(started)).then_some(fd)
+    }
+}
+
+/// A pidfd for `process` if its pid names that process in this namespace
+/// (same start time, checked after opening, so the pid cannot be reused in
+/// between); `None` if it does not or is gone; an error if no descriptor
+/// could be had (`EMFILE`, `ENFILE`).
+fn open_verified((pid, started): ProcessId) -> std::io::Result<Option<OwnedFd>> {
+    if pid == 0 || started == 0 {
+        return Ok(None);
+    }
+    let short = |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+    let fd = match pidfd::open(pid) {
+        Ok(fd) => fd,
+        Err(e) if short(&e) => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    match process::read_start_time(&pid.to_string()) {
+        Ok(found) => Ok((found == started).then_some(fd)),
+        Err(e) if short(&e) => Err(e),
+        Err(_) => Ok(None),
     }
 }
 

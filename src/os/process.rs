@@ -26,10 +26,27 @@ pub(crate) fn time_namespace() -> u64 {
     })
 }
 
+/// Field 22 of `/proc/PID/stat`, or `None` if the process is gone or the
+/// file unreadable.
+pub(crate) fn start_time(pid: &str) -> Option<u64> {
+    read_start_time(pid).ok()
+}
+
 /// Field 22 of `/proc/PID/stat`. The command name (field 2) may contain
 /// spaces and parentheses, so fields are counted after its last `)`.
-pub(crate) fn start_time(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(19)?.parse().ok()
+///
+/// # Errors
+///
+/// The error of reading the file (no such process, no descriptor to spare),
+/// or `InvalidData` if it does not parse.
+pub(crate) fn read_start_time(pid: &str) -> std::io::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let unparsable =
+        || std::io::Error::new(std::io::ErrorKind::InvalidData, "unparsable /proc stat");
+    let after_name = &stat[stat.rfind(')').ok_or_else(unparsable)? + 1..];
+    after_name
+        .split_whitespace()
+        .nth(19)
+        .and_then(|field| field.parse().ok())
+        .ok_or_else(unparsable)
 }

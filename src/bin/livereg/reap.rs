@@ -22,6 +22,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Outcome {
     signals::catch_termination();
+    raise_open_files_limit();
     let table = Table::open(&args.name)?;
     if table.reap_timeout().is_zero() {
         return Err(format!(
@@ -141,6 +142,24 @@ fn run_hooks(command: &str, queue: mpsc::Receiver<DropEvent>) {
                 "livereg: --on-drop hook for instance {} did not start: {e}",
                 event.instance_id
             ),
+        }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit: the reaper holds a
+/// pidfd per registered process. Falls back quietly: running short only
+/// delays exit detection to the next scan.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid, writable `rlimit` for both calls.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
     }
 }

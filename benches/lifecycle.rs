@@ -47,7 +47,7 @@ fn lifecycle(c: &mut Criterion) {
         },
     );
     group.finish();
-    reaper.stop();
+    reaper.stop().unwrap();
 }
 
 criterion_group! {

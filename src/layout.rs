@@ -78,7 +78,9 @@ pub(crate) struct Header {
     pub clear_expired: AtomicU64,
     /// Identity of the clock `reaper_heartbeat_ns` is read from (layout 1.1).
     pub reaper_clock_id: AtomicU64,
-    reserved: [AtomicU64; 39],
+    /// Handlers that ran past their deadline (layout 1.1).
+    pub handlers_overdue: AtomicU64,
+    reserved: [AtomicU64; 38],
 }
 
 /// One registration's cache-line pair.

@@ -27,7 +27,7 @@
 //!
 //! let event = dropped.recv_timeout(Duration::from_secs(5)).unwrap();
 //! assert_eq!((event.instance_id, event.reason), (7, Reason::Deregistered));
-//! reaper.stop();
+//! reaper.stop()?;
 //! Table::unlink(&name)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -39,6 +39,8 @@
 // protocol is model-checked in ordinary memory (see `loom_models`).
 #[cfg(not(loom))]
 mod clock;
+#[cfg(not(loom))]
+mod dropper;
 #[cfg(not(loom))]
 mod error;
 mod event;
@@ -69,6 +71,8 @@ mod worker;
 #[cfg(not(loom))]
 pub use clock::{monotonic_ns, Clock, ManualClock};
 #[cfg(not(loom))]
+pub use dropper::{HandlerError, HANDLER_DEADLINE};
+#[cfg(not(loom))]
 pub use error::{Error, Result};
 pub use event::{DropEvent, Reason};
 pub use layout::{
@@ -76,7 +80,7 @@ pub use layout::{
     VERSION_MAJOR, VERSION_MINOR,
 };
 #[cfg(not(loom))]
-pub use reaper::{HandlerError, Reaper, ReaperBuilder, ScanReport};
+pub use reaper::{Reaper, ReaperBuilder, ScanReport};
 #[cfg(not(loom))]
 pub use reaper_thread::ReaperThread;
 #[cfg(not(loom))]

@@ -1,7 +1,12 @@
-//! The reaper: scans the slots, ends what went silent or whose process exited,
-//! runs the drop handlers, then frees the slots.
+//! The reaper: scans the slots, ends what went silent or whose process
+//! exited, and hands the ended registrations to their drop handlers
+//! ([`crate::dropper`]), which free the slots.
 
 use crate::clock::{monotonic_ns, Clock};
+use crate::dropper::{
+    ClearHandler, DropHandler, HandlerError, HandlerThread, Handlers, Job, Running,
+    HANDLER_DEADLINE,
+};
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
 use crate::exit_watch::ExitWatcher;
@@ -9,16 +14,9 @@ use crate::layout::Slot;
 use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use crate::table::{Inner, ReaperRole, Table};
-use std::cell::RefCell;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use crate::table::{ReaperRole, Table};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// What a failing handler returns.
-pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
-type DropHandler = Box<dyn FnMut(&DropEvent) -> Result<(), HandlerError> + Send>;
-type ClearHandler = Box<dyn FnMut() -> Result<(), HandlerError> + Send>;
 
 /// Configures a reaper: [`Table::reaper`] makes one.
 ///
@@ -49,6 +47,7 @@ pub struct ReaperBuilder {
     table: Table,
     drop_handlers: Vec<DropHandler>,
     clear_handlers: Vec<ClearHandler>,
+    handler_deadline: Duration,
 }
 
 impl Table {
@@ -59,6 +58,7 @@ impl Table {
             table: self.clone(),
             drop_handlers: Vec::new(),
             clear_handlers: Vec::new(),
+            handler_deadline: HANDLER_DEADLINE,
         }
     }
 }
@@ -82,6 +82,15 @@ impl ReaperBuilder {
         F: FnMut() -> Result<(), HandlerError> + Send + 'static,
     {
         self.clear_handlers.push(Box::new(handler));
+        self
+    }
+
+    /// How long a handler may run before it is logged and counted in
+    /// [`Status::handlers_overdue`](crate::Status) (default
+    /// [`HANDLER_DEADLINE`], 30 s). It keeps running: its slot stays held
+    /// until it returns.
+    pub fn handler_deadline(mut self, deadline: Duration) -> Self {
+        self.handler_deadline = deadline;
         self
     }
 
@@ -137,10 +146,16 @@ impl ReaperBuilder {
             timeout_ns: header.reap_timeout_ns.load(Relaxed),
             grace_ns: header.registration_grace_ns.load(Relaxed),
             clock_id: self.table.clock.identity(),
+            in_flight: vec![0; inner.capacity as usize],
+            clear_issued: 0,
+            handlers: Dispatch::Inline(Handlers {
+                inner: inner.clone(),
+                drop_handlers: self.drop_handlers,
+                clear_handlers: self.clear_handlers,
+                running: Arc::new(Running::new(self.handler_deadline)),
+            }),
             table: self.table,
             role,
-            drop_handlers: self.drop_handlers,
-            clear_handlers: self.clear_handlers,
             watcher,
         })
     }
@@ -184,7 +199,9 @@ impl Seen {
 pub struct ScanReport {
     /// The registrations that ended, as their handlers saw them.
     pub ended: Vec<DropEvent>,
-    /// Handlers that failed or panicked in this scan.
+    /// Handlers that failed or panicked in this scan (when the handlers run
+    /// on the scanning thread; a reaper thread's are counted in
+    /// [`Status::handler_failures`](crate::Status) as they finish).
     pub handler_failures: u32,
     /// Slots whose contents no writer of ours produces, skipped.
     pub corrupt_slots: u32,
@@ -192,12 +209,27 @@ pub struct ScanReport {
     pub cleared: bool,
 }
 
+/// Where the handlers run.
+enum Dispatch {
+    /// On the scanning thread, before the scan returns.
+    Inline(Handlers),
+    /// On a thread of their own; the scan only queues the drops.
+    Thread {
+        thread: HandlerThread,
+        running: Arc<Running>,
+    },
+}
+
 /// The one reaper of a table: holds the reaper role until dropped.
 pub struct Reaper {
     table: Table,
     role: ReaperRole,
-    drop_handlers: Vec<DropHandler>,
-    clear_handlers: Vec<ClearHandler>,
+    handlers: Dispatch,
+    /// Per slot, `generation + 1` of an ended registration whose drop is
+    /// queued on the handler thread (0: none): not to be queued again.
+    in_flight: Vec<u32>,
+    /// The last clear ticket queued on the handler thread.
+    clear_issued: u64,
     seen: Vec<Seen>,
     timeout_ns: u64,
     grace_ns: u64,
@@ -241,7 +273,7 @@ impl Reaper {
             .clear_completed
             .load(Acquire)
             .max(header.clear_expired.load(Acquire));
-        let clearing = clear_ticket > served;
+        let clearing = clear_ticket > served.max(self.clear_issued);
         let mut report = ScanReport {
             cleared: clearing,
             ..ScanReport::default()
@@ -249,7 +281,15 @@ impl Reaper {
 
         for index in 0..inner.capacity {
             let slot = inner.slot(index);
-            let (generation, phase) = protocol::split_state(slot.state.load(Acquire));
+            let state = slot.state.load(Acquire);
+            let (generation, phase) = protocol::split_state(state);
+            let queued = &mut self.in_flight[index as usize];
+            if *queued != 0 {
+                if state == protocol::state_word(queued.wrapping_sub(1), LIVE) {
+                    continue; // its drop is running on the handler thread
+                }
+                *queued = 0;
+            }
             match phase {
                 FREE => continue,
                 LIVE => {}
@@ -273,37 +313,40 @@ impl Reaper {
             }
         }
 
-        for event in &report.ended {
-            report.handler_failures += self.run_drop_handlers(event);
-        }
-        for event in &report.ended {
-            if let Some(watcher) = &mut self.watcher {
+        if let Some(watcher) = &mut self.watcher {
+            for event in &report.ended {
                 watcher.forget(event.slot);
             }
-            if protocol::release(inner.slot(event.slot), event.generation) {
-                header.ended[event.reason.index()].fetch_add(1, Relaxed);
-            } else {
-                report.corrupt_slots += 1;
-            }
         }
-        if clearing {
-            report.handler_failures += self.run_clear_handlers();
-            header.clear_completed.fetch_max(clear_ticket, AcqRel);
+        match &mut self.handlers {
+            Dispatch::Inline(handlers) => {
+                for event in &report.ended {
+                    report.handler_failures += handlers.drop_registration(event);
+                }
+                if clearing {
+                    report.handler_failures += handlers.complete_clear(clear_ticket);
+                }
+            }
+            Dispatch::Thread { thread, running } => {
+                for event in &report.ended {
+                    self.in_flight[event.slot as usize] = event.generation.wrapping_add(1);
+                    thread.send(Job::Drop(event.clone()));
+                }
+                if clearing {
+                    thread.send(Job::Clear(clear_ticket));
+                    self.clear_issued = clear_ticket;
+                }
+                running.check_overdue(&inner);
+            }
         }
 
         header.scans.fetch_add(1, Relaxed);
-        header
-            .handler_failures
-            .fetch_add(u64::from(report.handler_failures), Relaxed);
         header
             .corrupt_slots
             .store(u64::from(report.corrupt_slots), Relaxed);
         header
             .last_scan_duration_ns
             .store(monotonic_ns().saturating_sub(started), Relaxed);
-        if !report.ended.is_empty() || clearing {
-            inner.announce_settled();
-        }
         Ok(report)
     }
 
@@ -429,107 +472,22 @@ impl Reaper {
         }
     }
 
-    fn run_drop_handlers(&mut self, event: &DropEvent) -> u32 {
-        let _inside = InsideHandlers::enter(&self.table.inner);
-        let mut failures = 0;
-        for handler in &mut self.drop_handlers {
-            if let Err(cause) = isolate(|| handler(event)) {
-                failures += 1;
-                log::warn!(
-                    "table '{}': drop handler failed for instance {} ({}): {cause}",
-                    self.table.inner.name,
-                    event.instance_id,
-                    event.reason
-                );
-            }
+    /// Moves the handlers to a thread of their own: scans then only queue
+    /// drops, and a slow handler delays only its own registration's slot.
+    pub(crate) fn with_handler_thread(mut self) -> std::io::Result<Reaper> {
+        if let Dispatch::Inline(handlers) = self.handlers {
+            let running = handlers.running.clone();
+            self.handlers = Dispatch::Thread {
+                thread: HandlerThread::start(handlers)?,
+                running,
+            };
         }
-        failures
-    }
-
-    fn run_clear_handlers(&mut self) -> u32 {
-        let _inside = InsideHandlers::enter(&self.table.inner);
-        let mut failures = 0;
-        for handler in &mut self.clear_handlers {
-            if let Err(cause) = isolate(handler) {
-                failures += 1;
-                log::warn!(
-                    "table '{}': clear handler failed: {cause}",
-                    self.table.inner.name
-                );
-            }
-        }
-        failures
+        Ok(self)
     }
 
     /// The scan interval of this reaper's table.
     pub(crate) fn interval(&self) -> Duration {
         Duration::from_nanos(self.timeout_ns / 4)
-    }
-}
-
-thread_local! {
-    /// The table whose reaper's handlers this thread is running, if any.
-    static INSIDE_HANDLERS: RefCell<Option<Arc<Inner>>> = const { RefCell::new(None) };
-}
-
-/// Marks this thread as running the handlers of a table's reaper, until dropped.
-struct InsideHandlers;
-
-impl InsideHandlers {
-    fn enter(inner: &Arc<Inner>) -> InsideHandlers {
-        INSIDE_HANDLERS.with(|inside| *inside.borrow_mut() = Some(inner.clone()));
-        InsideHandlers
-    }
-}
-
-impl Drop for InsideHandlers {
-    fn drop(&mut self) {
-        INSIDE_HANDLERS.with(|inside| *inside.borrow_mut() = None);
-    }
-}
-
-/// Refuses `what` when called from a handler of this table's reaper: it
-/// would wait for the reaper, which waits for the handler.
-///
-/// # Errors
-///
-/// [`Error::Busy`](crate::Error::Busy) naming the call, inside a handler.
-pub(crate) fn refuse_inside_handler(inner: &Arc<Inner>, what: &str) -> Result<()> {
-    let inside = INSIDE_HANDLERS.with(|inside| {
-        inside.borrow().as_ref().is_some_and(|running| {
-            Arc::ptr_eq(running, inner)
-                || (running.file().is_some()
-                    && inner.file().is_some()
-                    && running.name == inner.name)
-        })
-    });
-    if inside {
-        Err(crate::Error::Busy(format!(
-            "table '{}': cannot {what} from inside a handler of its reaper: the reaper waits for the handler to return",
-            inner.name
-        )))
-    } else {
-        Ok(())
-    }
-}
-
-/// Runs a handler, turning an error or a panic into a message.
-fn isolate(handler: impl FnOnce() -> Result<(), HandlerError>) -> Result<(), String> {
-    match catch_unwind(AssertUnwindSafe(handler)) {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(error.to_string()),
-        Err(panic) => Err(panic_message(&*panic)),
-    }
-}
-
-/// What a caught panic says.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    match panic.downcast_ref::<&str>() {
-        Some(message) => format!("panicked: {message}"),
-        None => match panic.downcast_ref::<String>() {
-            Some(message) => format!("panicked: {message}"),
-            None => "panicked".to_owned(),
-        },
     }
 }
 

@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 /// assert!(table.probe().is_ok());
 /// table.register(1, "gpu1")?.deregister()?;
 /// table.clear(Duration::from_secs(5))?;
-/// reaper.stop();
+/// reaper.stop()?;
 /// assert!(table.probe().is_err());
 /// # Ok::<(), livereg::Error>(())
 /// ```
@@ -61,7 +61,13 @@ impl ReaperBuilder {
                 fork_epoch: fork::install(),
             });
         }
-        let mut reaper = self.build()?;
+        let mut reaper =
+            self.build()?
+                .with_handler_thread()
+                .map_err(|source| crate::Error::Io {
+                    context: format!("table '{}': spawn the handler thread", table.name()),
+                    source,
+                })?;
         let stopping = stop.clone();
         let thread = std::thread::Builder::new()
             .name("livereg-reaper".into())
@@ -125,7 +131,7 @@ impl ReaperThread {
         };
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(Err(error))) => Err(error),
-            Some(Err(panic)) => Err(ended(crate::reaper::panic_message(&*panic))),
+            Some(Err(panic)) => Err(ended(crate::dropper::panic_message(&*panic))),
             _ => Err(ended("it returned".to_owned())),
         }
     }
@@ -135,9 +141,18 @@ impl ReaperThread {
         &self.table
     }
 
-    /// Stops the thread after its current scan and gives up the table.
-    pub fn stop(mut self) {
+    /// Stops the thread after its current scan, lets the drops it started
+    /// finish, and gives up the table.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`](crate::Error::Busy) when called from one of this
+    /// reaper's own handlers, which the stop would wait for: the reaper is
+    /// told to stop, and does once the handler has returned.
+    pub fn stop(mut self) -> Result<()> {
+        let inside = crate::dropper::refuse_inside_handler(&self.table.inner, "stop the reaper");
         self.halt();
+        inside
     }
 
     fn halt(&mut self) {
@@ -146,6 +161,14 @@ impl ReaperThread {
             // does not exist here; waking or joining it would disturb the
             // parent's reaper (or wait forever).
             std::mem::forget(self.thread.take());
+            return;
+        }
+        if crate::dropper::refuse_inside_handler(&self.table.inner, "stop the reaper").is_err() {
+            // Called from one of its handlers: joining would wait for the
+            // caller itself. Ask it to stop, and let it go.
+            self.stop.store(true, Ordering::Release);
+            self.table.inner.wake_reaper();
+            self.thread = None;
             return;
         }
         if let Some(thread) = self.thread.take() {

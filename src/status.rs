@@ -49,6 +49,8 @@ pub struct Status {
     pub ended_total: u64,
     /// Drop and clear handlers that failed or panicked, since creation.
     pub handler_failures: u64,
+    /// Handlers that ran past their deadline (30 s by default), since creation.
+    pub handlers_overdue: u64,
     /// Slots the last scan found in a state no writer of ours produces.
     pub corrupt_slots: u64,
     /// Clears requested and completed, since creation.
@@ -179,6 +181,7 @@ impl Table {
             ended_total: ended.values().sum(),
             ended,
             handler_failures: header.handler_failures.load(Relaxed),
+            handlers_overdue: header.handlers_overdue.load(Relaxed),
             corrupt_slots: header.corrupt_slots.load(Relaxed),
             clears_requested: header.clear_requested.load(Relaxed),
             clears_completed: header.clear_completed.load(Relaxed),

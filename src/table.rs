@@ -400,7 +400,7 @@ impl Table {
     /// - [`Error::Busy`]: called from a handler of this table's reaper, which
     ///   cannot scan while it waits.
     pub fn clear(&self, wait: Duration) -> Result<()> {
-        crate::reaper::refuse_inside_handler(&self.inner, "clear the table")?;
+        crate::dropper::refuse_inside_handler(&self.inner, "clear the table")?;
         if !self.reaper_alive() {
             return Err(self.inner.no_reaper());
         }

@@ -33,7 +33,7 @@ pub const PREVIOUS_DROP_WAIT: Duration = Duration::from_secs(5);
 /// let second = table.registration(7).label("gpu0").replace(true).register()?;
 /// assert!(first.heartbeat().is_err());
 /// second.heartbeat()?;
-/// reaper.stop();
+/// reaper.stop()?;
 /// # Ok::<(), livereg::Error>(())
 /// ```
 #[must_use = "a registration does nothing until `register` is called"]
@@ -177,7 +177,7 @@ impl<'t> Registration<'t> {
                     inner.name, self.instance_id
                 ))
             };
-            crate::reaper::refuse_inside_handler(inner, "register it again")
+            crate::dropper::refuse_inside_handler(inner, "register it again")
                 .map_err(|_| pending("this is a handler of the reaper that runs that drop"))?;
             let slot = inner.slot(index);
             let released = inner.wait_settled(crate::table::time_left(deadline), || {

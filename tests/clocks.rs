@@ -199,6 +199,6 @@ fn workers_in_other_time_namespaces_are_kept_while_beating_and_evicted_when_stop
         );
         signal(pid, libc::SIGKILL);
         let _ = unshare.wait();
-        reaper.stop();
+        reaper.stop().unwrap();
     }
 }

@@ -143,7 +143,7 @@ fn clear_ends_every_registration_and_runs_clear_handlers_once() {
     }
     table.register(1, "a again").unwrap().heartbeat().unwrap();
     assert_eq!(table.status().unwrap().ended["cleared"], 2);
-    reaper.stop();
+    reaper.stop().unwrap();
 }
 
 #[test]
@@ -187,7 +187,7 @@ fn clear_with_an_unbounded_wait_completes() {
     let worker = table.register(1, "a").unwrap();
     table.clear(Duration::MAX).unwrap();
     assert!(worker.heartbeat().is_err());
-    reaper.stop();
+    reaper.stop().unwrap();
 }
 
 #[test]
@@ -302,7 +302,7 @@ fn status_has_the_reference_keys_and_more() {
 }
 
 #[test]
-fn a_reaper_stuck_in_a_long_handler_stays_alive_and_its_id_does_not_come_back_early() {
+fn a_long_handler_delays_only_its_own_registration() {
     let table = Table::in_memory(&TableOptions {
         capacity: 4,
         reap_timeout: Duration::from_millis(100),
@@ -314,20 +314,40 @@ fn a_reaper_stuck_in_a_long_handler_stays_alive_and_its_id_does_not_come_back_ea
     let (entered, handling) = mpsc::channel();
     let reaper = table
         .reaper()
+        .handler_deadline(Duration::from_millis(500))
         .on_drop(move |event| {
             entered.send(event.instance_id)?;
-            released.recv()?;
+            if event.instance_id == 1 {
+                released.recv_timeout(Duration::from_secs(20))?;
+            }
             Ok(())
         })
         .spawn()
         .unwrap();
+    let silent = table.register(2, "silent").unwrap();
+    silent.heartbeat().unwrap();
     table.register(1, "old").unwrap().deregister().unwrap();
     assert_eq!(handling.recv_timeout(Duration::from_secs(5)).unwrap(), 1);
-    // Longer than two scan intervals plus a second: the reaper is alive all
-    // the same (it holds its lock), though it shows as stalled.
+    let scans = table.status().unwrap().scans;
+    // Longer than two scan intervals plus a second, and than the deadline.
     std::thread::sleep(Duration::from_millis(1200));
+    let status = table.status().unwrap();
     assert!(table.probe().is_ok(), "a live reaper looked dead");
-    assert!(table.status().unwrap().reaper_stalled);
+    assert!(
+        status.scans > scans + 4,
+        "scans stopped while a handler ran"
+    );
+    assert!(!status.reaper_stalled);
+    assert_eq!(status.handlers_overdue, 1, "counted once, while it runs");
+    // Another registration was evicted on time all the same.
+    assert!(matches!(
+        silent.heartbeat(),
+        Err(Error::Evicted {
+            reason: Some(Reason::Timeout),
+            ..
+        })
+    ));
+    // The id of the registration whose drop still runs does not come back.
     match table
         .registration(1)
         .drop_wait(Duration::from_millis(100))
@@ -339,13 +359,44 @@ fn a_reaper_stuck_in_a_long_handler_stays_alive_and_its_id_does_not_come_back_ea
         ),
         other => panic!("expected Busy while the old drop runs, got {other:?}"),
     }
-    assert_eq!(table.status().unwrap().tracked_instances, 0);
     // Once the drop returns, the id registers (the wait sees the release).
     release.send(()).unwrap();
     let again = table.register(1, "new").unwrap();
+    assert_eq!(handling.recv_timeout(Duration::from_secs(5)).unwrap(), 2);
     again.deregister().unwrap();
     release.send(()).unwrap();
-    reaper.stop();
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn a_handler_that_stops_its_own_reaper_gets_busy_and_the_reaper_stops_after() {
+    let table = Table::in_memory(&options()).unwrap();
+    let (sender, outcome) = mpsc::channel();
+    let reaper = Arc::new(Mutex::new(None::<livereg::ReaperThread>));
+    let inside = reaper.clone();
+    *reaper.lock().unwrap() = Some(
+        table
+            .reaper()
+            .on_drop(move |_| {
+                let mine = inside.lock().unwrap().take();
+                let stopped = mine.map(|reaper| reaper.stop());
+                sender.send(stopped.map(|result| result.err()))?;
+                Ok(())
+            })
+            .spawn()
+            .unwrap(),
+    );
+    table.register(1, "a").unwrap().deregister().unwrap();
+    let stopped = outcome.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(
+        matches!(&stopped, Some(Some(Error::Busy(m))) if m.contains("stop the reaper")),
+        "{stopped:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while table.probe().is_ok() {
+        assert!(Instant::now() < deadline, "the reaper never stopped");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[test]

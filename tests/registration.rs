@@ -91,7 +91,7 @@ fn replace_ends_the_old_registration_first() {
     let status = table.status().unwrap();
     assert_eq!(status.tracked_instances, 1);
     assert_eq!(status.registrations[0].label, "new");
-    reaper.stop();
+    reaper.stop().unwrap();
 }
 
 #[test]

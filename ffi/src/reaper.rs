@@ -133,7 +133,9 @@ pub unsafe extern "C" fn livereg_reaper_stop(reaper: *mut livereg_reaper) {
     guard_void(|| {
         if !reaper.is_null() {
             // SAFETY: a handle from `hand_out`, stopped once, by contract.
-            unsafe { Box::from_raw(reaper) }.0.stop();
+            // From inside one of its callbacks the stop cannot wait: the
+            // reaper then stops once the callback returns.
+            let _ = unsafe { Box::from_raw(reaper) }.0.stop();
         }
     })
 }

@@ -198,7 +198,7 @@ fn example_engine_comes_back(mut engine: Command, tag: &str) {
     std::thread::sleep(Duration::from_millis(1000));
     table.clear(Duration::from_secs(5)).unwrap();
     std::thread::sleep(Duration::from_millis(1000));
-    reaper.stop();
+    reaper.stop().unwrap();
     let _restarted = table.reaper().spawn().unwrap();
     let output = child.wait_with_output().unwrap();
     check(&output, tag);

@@ -110,7 +110,7 @@ pub fn run(args: Args) -> Outcome {
         let _ = worker.child.kill();
         let _ = worker.child.wait();
     }
-    reaper.stop();
+    reaper.stop()?;
     result?;
     Ok(demo.summary())
 }

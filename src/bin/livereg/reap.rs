@@ -51,7 +51,7 @@ pub fn run(args: Args) -> Outcome {
         reaper.check()?;
         std::thread::sleep(Duration::from_millis(50));
     }
-    reaper.stop();
+    reaper.stop()?;
     if let Some(thread) = hook_thread {
         let _ = thread.join();
     }

@@ -1,10 +1,15 @@
-//! `livereg reap NAME [--on-drop CMD] [--standby]`
+//! `livereg reap NAME [--on-drop CMD] [--hook-timeout D] [--standby]`
+//!
+//! The hook is the drop: it runs (on the reaper's handler thread, never
+//! holding up scans) before the registration's slot is freed, so its id
+//! cannot come back before the hook ran, and a daemon killed mid-hook leaves
+//! the drop for the next reaper to run again (at least once).
 
 use crate::{duration, signals, Outcome};
-use livereg::{DropEvent, Error, ReaperThread, Table};
+use livereg::{DropEvent, Error, HandlerError, ReaperThread, Table};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -15,6 +20,10 @@ pub struct Args {
     /// LIVEREG_SLOT and LIVEREG_GENERATION in its environment.
     #[arg(long)]
     on_drop: Option<String>,
+    /// How long a hook may run; then its process group is killed and the
+    /// drop counts as a handler failure.
+    #[arg(long, value_parser = duration::parse, default_value = "30s")]
+    hook_timeout: Duration,
     /// If another reaper holds the table, wait and take over when it dies.
     #[arg(long)]
     standby: bool,
@@ -31,12 +40,7 @@ pub fn run(args: Args) -> Outcome {
         )
         .into());
     }
-    let (hooks, queue) = mpsc::channel::<DropEvent>();
-    let hook_thread = args
-        .on_drop
-        .clone()
-        .map(|command| std::thread::spawn(move || run_hooks(&command, queue)));
-    let Some(mut reaper) = take_role(&table, &args, hooks)? else {
+    let Some(mut reaper) = take_role(&table, &args)? else {
         return Ok(ExitCode::SUCCESS);
     };
     note!(
@@ -52,33 +56,26 @@ pub fn run(args: Args) -> Outcome {
         std::thread::sleep(Duration::from_millis(50));
     }
     reaper.stop()?;
-    if let Some(thread) = hook_thread {
-        let _ = thread.join();
-    }
     note!("livereg: table '{}': reaper stopped", args.name);
     Ok(ExitCode::SUCCESS)
 }
 
 /// Starts the reaper, or (with `--standby`) waits for the role until a
 /// termination signal. `None` means a signal came first.
-fn take_role(
-    table: &Table,
-    args: &Args,
-    hooks: mpsc::Sender<DropEvent>,
-) -> Result<Option<ReaperThread>, Error> {
+fn take_role(table: &Table, args: &Args) -> Result<Option<ReaperThread>, Error> {
     let mut announced = false;
     loop {
-        let sender = hooks.clone();
         let name = args.name.clone();
-        let hooked = args.on_drop.is_some();
+        let hook = args.on_drop.clone();
+        let hook_timeout = args.hook_timeout;
         let attempt = table
             .reaper()
             .on_drop(move |event| {
                 log(&name, event);
-                if hooked {
-                    sender.send(event.clone())?;
+                match &hook {
+                    Some(command) => run_hook(command, event, hook_timeout),
+                    None => Ok(()),
                 }
-                Ok(())
             })
             .spawn();
         match attempt {
@@ -118,31 +115,43 @@ fn log(table: &str, event: &DropEvent) {
     );
 }
 
-/// Runs the hook once per event, in order, off the reaper's thread: a slow or
-/// failing hook delays only later hooks, never a scan.
-fn run_hooks(command: &str, queue: mpsc::Receiver<DropEvent>) {
-    for event in queue {
-        let status = Command::new("sh")
-            .arg("-c")
-            .arg(command)
-            .env("LIVEREG_INSTANCE_ID", event.instance_id.to_string())
-            .env("LIVEREG_REASON", event.reason.as_str())
-            .env("LIVEREG_PID", event.pid.to_string())
-            .env("LIVEREG_LABEL", &event.label)
-            .env("LIVEREG_SLOT", event.slot.to_string())
-            .env("LIVEREG_GENERATION", event.generation.to_string())
-            .status();
-        match status {
-            Ok(status) if status.success() => {}
-            Ok(status) => note!(
-                "livereg: --on-drop hook for instance {} {status}",
-                event.instance_id
-            ),
-            Err(e) => note!(
-                "livereg: --on-drop hook for instance {} did not start: {e}",
-                event.instance_id
-            ),
+/// Runs the hook for one ended registration and waits for it, up to
+/// `timeout`; then kills its process group. A non-zero exit, a failure to
+/// start and a timeout are handler failures.
+fn run_hook(command: &str, event: &DropEvent, timeout: Duration) -> Result<(), HandlerError> {
+    let mut hook = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .env("LIVEREG_INSTANCE_ID", event.instance_id.to_string())
+        .env("LIVEREG_REASON", event.reason.as_str())
+        .env("LIVEREG_PID", event.pid.to_string())
+        .env("LIVEREG_LABEL", &event.label)
+        .env("LIVEREG_SLOT", event.slot.to_string())
+        .env("LIVEREG_GENERATION", event.generation.to_string())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("--on-drop hook did not start: {e}"))?;
+    let deadline = Instant::now().checked_add(timeout);
+    loop {
+        if let Some(status) = hook.try_wait()? {
+            return if status.success() {
+                Ok(())
+            } else {
+                Err(format!("--on-drop hook {status}").into())
+            };
         }
+        if deadline.is_some_and(|at| Instant::now() >= at) {
+            // SAFETY: `kill` has no memory effects; the group is the hook's
+            // own (process_group(0)), its leader not yet reaped.
+            unsafe { libc::kill(-(hook.id() as libc::pid_t), libc::SIGKILL) };
+            let _ = hook.wait();
+            return Err(format!(
+                "--on-drop hook still running after {}: its process group was killed",
+                duration::show(timeout)
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -25,8 +25,10 @@
  * Threads:   every function may be called from any thread. One handle may be
  *            used from several threads at once, except that a handle must not
  *            be freed while another thread uses it. Callbacks run on the
- *            reaper's thread (livereg_reaper_start) or on the calling thread
- *            (livereg_reaper_scan).
+ *            reaper's handler threads (livereg_reaper_start), several at once
+ *            when one is slow (so one stuck callback never delays the drops
+ *            of other workers): make them, and userdata, thread-safe. With
+ *            livereg_reaper_scan they run on the calling thread.
  * Panics:    no Rust panic crosses this boundary; an internal bug returns
  *            LIVEREG_PANIC.
  * ABI:       the table layout carries a version. A table made by a library
@@ -115,7 +117,9 @@ typedef struct livereg_drop_event {
 } livereg_drop_event;
 
 /* Reaper callbacks; either may be NULL. They must return (no longjmp, no C++
- * exception) and should be quick: slots are freed only after they return. */
+ * exception); a slot is freed (and its instance id may register again) only
+ * after its on_drop returned. A callback that runs past 30 s is logged and
+ * counted (handlers_overdue) but never interrupted. */
 typedef struct livereg_callbacks {
     void *userdata;                 /* passed back to both callbacks */
     void (*on_drop)(void *userdata, const livereg_drop_event *event);

@@ -1,7 +1,9 @@
 //! Running the drop and clear handlers, then freeing the slots of the
 //! registrations they were for: inline on the scanning thread (a reaper the
-//! caller drives), or on a thread of their own (a reaper thread), so that a
-//! slow handler delays only its own registration's slot, never a scan.
+//! caller drives), or on a pool of handler threads (a reaper thread), where
+//! each drop runs as soon as it is queued, beside any that are still running:
+//! a slow handler delays only its own registration's slot, never a scan nor
+//! another registration's drop.
 
 use crate::error::Result;
 use crate::event::DropEvent;
@@ -9,96 +11,111 @@ use crate::fork;
 use crate::protocol;
 use crate::sync::Ordering::{AcqRel, Relaxed};
 use crate::table::Inner;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// What a failing handler returns.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
-pub(crate) type DropHandler = Box<dyn FnMut(&DropEvent) -> Result<(), HandlerError> + Send>;
-pub(crate) type ClearHandler = Box<dyn FnMut() -> Result<(), HandlerError> + Send>;
+pub(crate) type DropHandler = Box<dyn Fn(&DropEvent) -> Result<(), HandlerError> + Send + Sync>;
+pub(crate) type ClearHandler = Box<dyn Fn() -> Result<(), HandlerError> + Send + Sync>;
 
 /// How long a handler may run before it is logged and counted as overdue.
 pub const HANDLER_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How long an idle handler thread beyond the first waits for work.
+const IDLE_THREAD_LINGER: Duration = Duration::from_secs(5);
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// The handlers of one reaper, and what they need to finish a drop.
 pub(crate) struct Handlers {
     pub inner: Arc<Inner>,
     pub drop_handlers: Vec<DropHandler>,
     pub clear_handlers: Vec<ClearHandler>,
-    pub running: Arc<Running>,
+    pub running: Running,
 }
 
-/// What the handlers are doing now, for the overdue check.
-#[derive(Default)]
+/// The jobs running now, for the overdue check.
 pub(crate) struct Running {
-    /// Monotonic start of the running job (ns), 0 when idle.
-    since_ns: AtomicU64,
-    /// Jobs started, and the last one counted as overdue.
-    started: AtomicU64,
-    counted: AtomicU64,
-    what: Mutex<String>,
-    deadline_ns: AtomicU64,
+    deadline_ns: u64,
+    jobs: Mutex<HashMap<u64, RunningJob>>,
+    next: Mutex<u64>,
+}
+
+struct RunningJob {
+    since_ns: u64,
+    what: String,
+    counted: bool,
 }
 
 impl Running {
     pub(crate) fn new(deadline: Duration) -> Running {
-        let running = Running::default();
-        running
-            .deadline_ns
-            .store(crate::clock::duration_ns(deadline), Relaxed);
-        running
+        Running {
+            deadline_ns: crate::clock::duration_ns(deadline),
+            jobs: Mutex::new(HashMap::new()),
+            next: Mutex::new(0),
+        }
     }
 
-    fn begin(&self, what: String) {
-        *self.what.lock().unwrap_or_else(|p| p.into_inner()) = what;
-        self.started.fetch_add(1, Relaxed);
-        self.since_ns
-            .store(crate::clock::monotonic_ns(), Ordering::Release);
+    fn begin(&self, what: String) -> u64 {
+        let id = {
+            let mut next = lock(&self.next);
+            *next += 1;
+            *next
+        };
+        let job = RunningJob {
+            since_ns: crate::clock::monotonic_ns(),
+            what,
+            counted: false,
+        };
+        lock(&self.jobs).insert(id, job);
+        id
     }
 
-    fn end(&self, inner: &Inner) {
+    fn end(&self, id: u64, inner: &Inner) {
         self.check_overdue(inner);
-        self.since_ns.store(0, Ordering::Release);
+        lock(&self.jobs).remove(&id);
     }
 
-    /// Counts and logs, once per job, a job running past the deadline.
+    /// Counts and logs, once per job, every job running past the deadline.
     pub(crate) fn check_overdue(&self, inner: &Inner) {
-        let since = self.since_ns.load(Ordering::Acquire);
-        let deadline = self.deadline_ns.load(Relaxed);
-        if since == 0 || crate::clock::monotonic_ns().saturating_sub(since) <= deadline {
-            return;
+        let now = crate::clock::monotonic_ns();
+        for job in lock(&self.jobs).values_mut() {
+            if job.counted || now.saturating_sub(job.since_ns) <= self.deadline_ns {
+                continue;
+            }
+            job.counted = true;
+            inner.header().handlers_overdue.fetch_add(1, Relaxed);
+            log::warn!(
+                "table '{}': a handler for {} has run for over {:?}; its slot stays held until it returns",
+                inner.name,
+                job.what,
+                Duration::from_nanos(self.deadline_ns)
+            );
         }
-        let job = self.started.load(Relaxed);
-        if self.counted.swap(job, AcqRel) == job {
-            return;
-        }
-        inner.header().handlers_overdue.fetch_add(1, Relaxed);
-        log::warn!(
-            "table '{}': a handler for {} has run for over {:?}; its slot stays held until it returns",
-            inner.name,
-            self.what.lock().unwrap_or_else(|p| p.into_inner()),
-            Duration::from_nanos(deadline)
-        );
     }
 }
 
 impl Handlers {
     /// Runs every drop handler for `event`, then frees its slot and counts
     /// the ending. Returns the handlers that failed.
-    pub(crate) fn drop_registration(&mut self, event: &DropEvent) -> u32 {
-        let inner = self.inner.clone();
-        self.running.begin(format!(
+    pub(crate) fn drop_registration(&self, event: &DropEvent) -> u32 {
+        let inner = &self.inner;
+        let job = self.running.begin(format!(
             "instance {} ({}, slot {})",
             event.instance_id, event.reason, event.slot
         ));
         let mut failures = 0;
         {
-            let _inside = InsideHandlers::enter(&inner);
-            for handler in &mut self.drop_handlers {
+            let _inside = InsideHandlers::enter(inner);
+            for handler in &self.drop_handlers {
                 if let Err(cause) = isolate(|| handler(event)) {
                     failures += 1;
                     log::warn!(
@@ -110,7 +127,7 @@ impl Handlers {
                 }
             }
         }
-        self.running.end(&inner);
+        self.running.end(job, inner);
         let header = inner.header();
         if protocol::release(inner.slot(event.slot), event.generation) {
             header.ended[event.reason.index()].fetch_add(1, Relaxed);
@@ -130,20 +147,20 @@ impl Handlers {
     }
 
     /// Runs the clear handlers, then marks clear `ticket` completed.
-    pub(crate) fn complete_clear(&mut self, ticket: u64) -> u32 {
-        let inner = self.inner.clone();
-        self.running.begin("a clear".to_owned());
+    pub(crate) fn complete_clear(&self, ticket: u64) -> u32 {
+        let inner = &self.inner;
+        let job = self.running.begin("a clear".to_owned());
         let mut failures = 0;
         {
-            let _inside = InsideHandlers::enter(&inner);
-            for handler in &mut self.clear_handlers {
+            let _inside = InsideHandlers::enter(inner);
+            for handler in &self.clear_handlers {
                 if let Err(cause) = isolate(handler) {
                     failures += 1;
                     log::warn!("table '{}': clear handler failed: {cause}", inner.name);
                 }
             }
         }
-        self.running.end(&inner);
+        self.running.end(job, inner);
         let header = inner.header();
         header
             .handler_failures
@@ -154,62 +171,172 @@ impl Handlers {
     }
 }
 
-/// A drop or a clear completion, queued for the handler thread.
+/// A drop or a clear completion, queued for the handler threads.
 pub(crate) enum Job {
     Drop(DropEvent),
+    /// Runs once every drop queued before it has finished.
     Clear(u64),
 }
 
-/// The handlers on a thread of their own, fed in order.
-pub(crate) struct HandlerThread {
-    jobs: Option<mpsc::Sender<Job>>,
-    thread: Option<JoinHandle<()>>,
+/// Handler threads: a job starts as soon as it is queued, on an idle thread
+/// or a new one, so a stuck handler never holds up the next drop.
+pub(crate) struct HandlerPool {
+    pool: Arc<Pool>,
     fork_epoch: u64,
 }
 
-impl HandlerThread {
-    pub(crate) fn start(mut handlers: Handlers) -> std::io::Result<HandlerThread> {
-        let (jobs, queue) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("livereg-handlers".into())
-            .spawn(move || {
-                for job in queue {
-                    match job {
-                        Job::Drop(event) => handlers.drop_registration(&event),
-                        Job::Clear(ticket) => handlers.complete_clear(ticket),
-                    };
-                }
-            })?;
-        Ok(HandlerThread {
-            jobs: Some(jobs),
-            thread: Some(thread),
+struct Pool {
+    handlers: Handlers,
+    state: Mutex<PoolState>,
+    /// Signalled when a job is queued or the pool closes.
+    work: Condvar,
+    /// Signalled when a job finishes or a thread leaves.
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct PoolState {
+    queue: VecDeque<(u64, Job)>,
+    next: u64,
+    /// Drops queued or running, by sequence number.
+    drops: BTreeSet<u64>,
+    threads: usize,
+    idle: usize,
+    closed: bool,
+}
+
+thread_local! {
+    /// Whether this thread is one of a pool's handler threads.
+    static IN_POOL: Cell<bool> = const { Cell::new(false) };
+}
+
+impl HandlerPool {
+    pub(crate) fn new(handlers: Handlers) -> HandlerPool {
+        HandlerPool {
+            pool: Arc::new(Pool {
+                handlers,
+                state: Mutex::new(PoolState::default()),
+                work: Condvar::new(),
+                done: Condvar::new(),
+            }),
             fork_epoch: fork::install(),
-        })
+        }
     }
 
-    pub(crate) fn send(&self, job: Job) {
-        if let Some(jobs) = &self.jobs {
-            // The thread lives as long as the sender: the send cannot fail.
-            let _ = jobs.send(job);
+    /// Queues `job`, starting a thread for it if none is idle.
+    ///
+    /// # Errors
+    ///
+    /// The OS error of starting a thread (the job then stays queued for the
+    /// threads there are).
+    pub(crate) fn send(&self, job: Job) -> std::io::Result<()> {
+        let mut state = lock(&self.pool.state);
+        let seq = state.next;
+        state.next += 1;
+        if matches!(job, Job::Drop(_)) {
+            state.drops.insert(seq);
+        }
+        state.queue.push_back((seq, job));
+        let start = state.idle < state.queue.len();
+        if start {
+            state.threads += 1;
+        }
+        drop(state);
+        self.pool.work.notify_one();
+        if start {
+            let pool = self.pool.clone();
+            let spawned = std::thread::Builder::new()
+                .name("livereg-handlers".into())
+                .spawn(move || pool.serve());
+            if let Err(e) = spawned {
+                lock(&self.pool.state).threads -= 1;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Pool {
+    fn serve(&self) {
+        IN_POOL.with(|in_pool| in_pool.set(true));
+        let mut state = lock(&self.state);
+        loop {
+            if let Some((seq, job)) = state.queue.pop_front() {
+                drop(state);
+                self.run(seq, job);
+                state = lock(&self.state);
+                state.drops.remove(&seq);
+                self.done.notify_all();
+                continue;
+            }
+            if state.closed {
+                break;
+            }
+            state.idle += 1;
+            let (next, timeout) = self
+                .work
+                .wait_timeout(state, IDLE_THREAD_LINGER)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            state = next;
+            state.idle -= 1;
+            if timeout.timed_out() && state.queue.is_empty() && state.threads > 1 {
+                break;
+            }
+        }
+        state.threads -= 1;
+        self.done.notify_all();
+    }
+
+    fn run(&self, seq: u64, job: Job) {
+        match job {
+            Job::Drop(event) => {
+                self.handlers.drop_registration(&event);
+            }
+            Job::Clear(ticket) => {
+                let mut state = lock(&self.state);
+                while state.drops.first().is_some_and(|&first| first < seq) {
+                    state = self
+                        .done
+                        .wait(state)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+                drop(state);
+                self.handlers.complete_clear(ticket);
+            }
         }
     }
 }
 
-impl Drop for HandlerThread {
-    /// Lets the queued jobs finish, then joins the thread (so the reaper role
-    /// is given back only once every drop it started has run).
+impl HandlerPool {
+    /// Counts and logs handlers running past their deadline.
+    pub(crate) fn check_overdue(&self) {
+        self.pool
+            .handlers
+            .running
+            .check_overdue(&self.pool.handlers.inner);
+    }
+}
+
+impl Drop for HandlerPool {
+    /// Lets the queued jobs finish, then waits for the threads to leave (so
+    /// the reaper role is given back only once every drop it started ran).
     fn drop(&mut self) {
-        self.jobs = None;
-        let Some(thread) = self.thread.take() else {
-            return;
-        };
-        if self.fork_epoch != fork::epoch() || thread.thread().id() == std::thread::current().id() {
-            // A forked child's copy (the thread is the parent's), or the
+        let mut state = lock(&self.pool.state);
+        state.closed = true;
+        self.pool.work.notify_all();
+        if self.fork_epoch != fork::epoch() || IN_POOL.with(Cell::get) {
+            // A forked child's copy (the threads are the parent's), or a
             // handler thread itself: nothing to wait for here.
-            std::mem::forget(thread);
             return;
         }
-        let _ = thread.join();
+        while state.threads > 0 {
+            state = self
+                .pool
+                .done
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
     }
 }
 

@@ -4,8 +4,7 @@
 
 use crate::clock::{monotonic_ns, Clock};
 use crate::dropper::{
-    ClearHandler, DropHandler, HandlerError, HandlerThread, Handlers, Job, Running,
-    HANDLER_DEADLINE,
+    ClearHandler, DropHandler, HandlerError, HandlerPool, Handlers, Job, Running, HANDLER_DEADLINE,
 };
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
@@ -15,7 +14,6 @@ use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::table::{ReaperRole, Table};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Configures a reaper: [`Table::reaper`] makes one.
@@ -67,9 +65,13 @@ impl ReaperBuilder {
     /// Adds a drop-state handler, called once for every registration that
     /// ends. A handler that returns an error or panics is counted and logged
     /// in [`Status::handler_failures`](crate::Status); the others still run.
+    ///
+    /// On a reaper thread ([`ReaperBuilder::spawn`]) drops run on handler
+    /// threads, several at once when a handler is slow: handlers are `Fn +
+    /// Sync`.
     pub fn on_drop<F>(mut self, handler: F) -> Self
     where
-        F: FnMut(&DropEvent) -> Result<(), HandlerError> + Send + 'static,
+        F: Fn(&DropEvent) -> Result<(), HandlerError> + Send + Sync + 'static,
     {
         self.drop_handlers.push(Box::new(handler));
         self
@@ -79,7 +81,7 @@ impl ReaperBuilder {
     /// handlers of the registrations the clear ended.
     pub fn on_clear<F>(mut self, handler: F) -> Self
     where
-        F: FnMut() -> Result<(), HandlerError> + Send + 'static,
+        F: Fn() -> Result<(), HandlerError> + Send + Sync + 'static,
     {
         self.clear_handlers.push(Box::new(handler));
         self
@@ -152,7 +154,7 @@ impl ReaperBuilder {
                 inner: inner.clone(),
                 drop_handlers: self.drop_handlers,
                 clear_handlers: self.clear_handlers,
-                running: Arc::new(Running::new(self.handler_deadline)),
+                running: Running::new(self.handler_deadline),
             }),
             table: self.table,
             role,
@@ -213,11 +215,8 @@ pub struct ScanReport {
 enum Dispatch {
     /// On the scanning thread, before the scan returns.
     Inline(Handlers),
-    /// On a thread of their own; the scan only queues the drops.
-    Thread {
-        thread: HandlerThread,
-        running: Arc<Running>,
-    },
+    /// On handler threads; the scan only queues the drops.
+    Pool(HandlerPool),
 }
 
 /// The one reaper of a table: holds the reaper role until dropped.
@@ -327,16 +326,16 @@ impl Reaper {
                     report.handler_failures += handlers.complete_clear(clear_ticket);
                 }
             }
-            Dispatch::Thread { thread, running } => {
+            Dispatch::Pool(pool) => {
                 for event in &report.ended {
                     self.in_flight[event.slot as usize] = event.generation.wrapping_add(1);
-                    thread.send(Job::Drop(event.clone()));
+                    queue(pool, Job::Drop(event.clone()), &inner.name);
                 }
                 if clearing {
-                    thread.send(Job::Clear(clear_ticket));
+                    queue(pool, Job::Clear(clear_ticket), &inner.name);
                     self.clear_issued = clear_ticket;
                 }
-                running.check_overdue(&inner);
+                pool.check_overdue();
             }
         }
 
@@ -472,22 +471,26 @@ impl Reaper {
         }
     }
 
-    /// Moves the handlers to a thread of their own: scans then only queue
-    /// drops, and a slow handler delays only its own registration's slot.
-    pub(crate) fn with_handler_thread(mut self) -> std::io::Result<Reaper> {
+    /// Moves the handlers to handler threads: scans then only queue drops,
+    /// and a slow handler delays only its own registration's slot.
+    pub(crate) fn with_handler_threads(mut self) -> Reaper {
         if let Dispatch::Inline(handlers) = self.handlers {
-            let running = handlers.running.clone();
-            self.handlers = Dispatch::Thread {
-                thread: HandlerThread::start(handlers)?,
-                running,
-            };
+            self.handlers = Dispatch::Pool(HandlerPool::new(handlers));
         }
-        Ok(self)
+        self
     }
 
     /// The scan interval of this reaper's table.
     pub(crate) fn interval(&self) -> Duration {
         Duration::from_nanos(self.timeout_ns / 4)
+    }
+}
+
+/// Queues a job; a thread that cannot be started leaves it to the running
+/// threads (logged: drops are then slower, never lost).
+fn queue(pool: &HandlerPool, job: Job, table: &str) {
+    if let Err(e) = pool.send(job) {
+        log::warn!("table '{table}': cannot start a handler thread ({e}): the drop waits for a running one");
     }
 }
 

@@ -61,13 +61,7 @@ impl ReaperBuilder {
                 fork_epoch: fork::install(),
             });
         }
-        let mut reaper =
-            self.build()?
-                .with_handler_thread()
-                .map_err(|source| crate::Error::Io {
-                    context: format!("table '{}': spawn the handler thread", table.name()),
-                    source,
-                })?;
+        let mut reaper = self.build()?.with_handler_threads();
         let stopping = stop.clone();
         let thread = std::thread::Builder::new()
             .name("livereg-reaper".into())

@@ -291,9 +291,14 @@ fn reap_keeps_reaping_after_its_log_reader_goes_away() {
 
 #[test]
 fn reap_exits_1_naming_the_cause_when_its_table_is_truncated() {
-    let (name, _guard) = created("truncated", &["--timeout", "400ms", "--grace", "800ms"]);
-    let reaper = Background::spawn(&["reap", &name]);
-    wait_until("the reaper", || reaper_alive(&name));
+    // Scans every 500 ms: the window between a scan's size check and its
+    // reads (microseconds) is rarely open when the object shrinks.
+    let (name, _guard) = created("truncated", &["--timeout", "2s", "--grace", "4s"]);
+    let mut reaper = Background::spawn(&["reap", &name]);
+    // Once it says it is reaping (a truncation racing its start-up is the
+    // documented window).
+    let mut log = BufReader::new(reaper.0.stderr.take().unwrap()).lines();
+    assert!(log.next().unwrap().unwrap().contains("reaping"));
     std::fs::OpenOptions::new()
         .write(true)
         .open(format!("/dev/shm/{name}"))
@@ -301,13 +306,14 @@ fn reap_exits_1_naming_the_cause_when_its_table_is_truncated() {
         .set_len(0)
         .unwrap();
     let output = reaper.finish();
-    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
-    let last = stderr(&output)
-        .trim_end()
-        .lines()
-        .last()
-        .unwrap_or("")
-        .to_owned();
+    let rest: Vec<String> = log.map_while(Result::ok).collect();
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{:?} {rest:?}",
+        output.status
+    );
+    let last = rest.last().cloned().unwrap_or_default();
     assert!(
         last.contains("shrank to 0 bytes") && last.contains("truncated"),
         "{last}"

@@ -14,9 +14,12 @@ pub struct livereg_reaper(ReaperThread);
 struct Callbacks(livereg_callbacks);
 
 // SAFETY:
-// - the header documents that callbacks run on the reaper's thread and that
-//   `userdata` must be usable from there; C code that passes it accepts that.
+// - the header documents that callbacks run on library threads, several at
+//   once when one is slow, and that `userdata` must be usable from any of
+//   them concurrently; C code that passes it accepts that.
 unsafe impl Send for Callbacks {}
+// SAFETY: as above.
+unsafe impl Sync for Callbacks {}
 
 impl Callbacks {
     fn on_drop(&self, event: &DropEvent) {

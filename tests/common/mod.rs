@@ -65,7 +65,9 @@ pub struct Recorder(pub Arc<Mutex<Vec<DropEvent>>>);
 
 impl Recorder {
     /// A drop handler that records into this recorder.
-    pub fn handler(&self) -> impl FnMut(&DropEvent) -> Result<(), HandlerError> + Send + 'static {
+    pub fn handler(
+        &self,
+    ) -> impl Fn(&DropEvent) -> Result<(), HandlerError> + Send + Sync + 'static {
         let sink = self.0.clone();
         move |event| {
             sink.lock().unwrap().push(event.clone());

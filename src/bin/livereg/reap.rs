@@ -49,7 +49,7 @@ pub fn run(args: Args) -> Outcome {
         duration::show(table.reap_timeout()),
         duration::show(table.registration_grace()),
         duration::show(table.scan_interval()),
-        table.status()?.boot_token
+        table.probe()?
     );
     while signals::take().is_none() {
         reaper.check()?;

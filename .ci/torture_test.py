@@ -79,14 +79,21 @@ class PidReuse(unittest.TestCase):
 
     def test_repeated_drops_are_allowed_only_across_reaper_kills(self):
         ledger = Ledger()
-        ledger.lives = [life(100, [(3, 7)])]
-        drops = [Drop(1, "cleared", 100, 3, 7, 5.0), Drop(1, "cleared", 100, 3, 7, 5.5)]
+        ledger.lives = [life(100, [(3, 7)]), life(101, [(4, 2)])]
+        drops = [Drop(1, "cleared", 100, 3, 7, 5.0), Drop(1, "cleared", 100, 3, 7, 5.5),
+                 Drop(2, "cleared", 101, 4, 2, 5.0), Drop(2, "cleared", 101, 4, 2, 5.6)]
         violations, summary = ledger.judge(drops)
-        self.assertEqual(violations, ["1 repeated drops but only 0 reaper kills"])
+        self.assertEqual(len(violations), 2)
+        self.assertIn("dropped again at 5.50 with no reaper kill since 5.00", violations[0])
+        # One kill interrupted both drops (their hooks ran at once): both repeat.
         ledger.reaper_downtime = [(5.1, 5.4)]
         violations, summary = ledger.judge(drops)
         self.assertEqual(violations, [])
-        self.assertEqual(summary["repeats"], 1)
+        self.assertEqual(summary["repeats"], 2)
+        # A kill before the first drop does not excuse a repeat.
+        ledger.reaper_downtime = [(4.0, 4.5)]
+        violations, _ = ledger.judge(drops)
+        self.assertEqual(len(violations), 2)
 
 
 if __name__ == "__main__":

@@ -247,3 +247,71 @@ fn crashed_registrant_and_crashed_reaper_leave_recoverable_slots() {
         assert_eq!(protocol::try_claim(&slot), Some(next + 1));
     });
 }
+
+#[test]
+fn an_id_registers_again_only_after_its_drop_handlers_returned() {
+    // Slot 0 holds instance 1, ended and awaiting its drop. The reaper's
+    // handler frees what the server held for it, then releases the slot; a
+    // registrant of the same id waits for the release (SPEC 1.14) and must
+    // then see everything the handler did.
+    loom::model(|| {
+        let old = Arc::new(Slot::new());
+        let generation = live(&old);
+        protocol::end(&old, generation, Reason::Deregistered).unwrap();
+        let freed = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let reaper = {
+            let (old, freed) = (old.clone(), freed.clone());
+            thread::spawn(move || {
+                freed.store(true, Relaxed); // the handler's work
+                assert!(protocol::release(&old, generation));
+            })
+        };
+        // The registrant: a pending drop of its id blocks it (bounded here).
+        let mut released = false;
+        for _ in 0..2 {
+            if old.state.load(Acquire) != protocol::state_word(generation, LIVE) {
+                released = true;
+                break;
+            }
+            thread::yield_now();
+        }
+        if released {
+            assert!(
+                freed.load(Relaxed),
+                "registered again before the old drop's handlers finished"
+            );
+            let fresh = Slot::new();
+            let g = protocol::try_claim(&fresh).unwrap();
+            protocol::publish(&fresh, g, &fields(1));
+        }
+        reaper.join().unwrap();
+    });
+}
+
+#[test]
+fn a_heartbeat_across_the_stamp_wrap_races_eviction_safely() {
+    // The last beat was stamped just before the stamp period wraps; the next
+    // one just after it. Either the beat lands (the reaper's verdict fails,
+    // the word changed) or the worker hears it was evicted.
+    loom::model(|| {
+        let slot = Arc::new(Slot::new());
+        let generation = protocol::try_claim(&slot).expect("free");
+        protocol::publish(&slot, generation, &fields(1));
+        let period_ns = protocol::STAMP_PERIOD_US * 1_000;
+        protocol::beat(&slot, generation, period_ns - 1_000).unwrap();
+        let judged = slot.beat.load(Acquire);
+        let worker = {
+            let slot = slot.clone();
+            thread::spawn(move || protocol::beat(&slot, generation, period_ns + 5_000))
+        };
+        let evicted = protocol::evict(&slot, generation, judged, Reason::Timeout);
+        match (worker.join().unwrap(), evicted) {
+            (Ok(()), Err(_)) => {
+                assert_ne!(slot.beat.load(Acquire), judged, "the wrapped beat froze");
+                assert_eq!(beat_state(&slot), Beat::At(Stamp::of(period_ns + 5_000)));
+            }
+            (Err(Gone::Ended(Some(Reason::Timeout))), Ok(())) => {}
+            other => panic!("heartbeat lost or misapplied: {other:?}"),
+        }
+    });
+}

@@ -232,9 +232,14 @@ class Reaper:
         self._keep = keep
 
     def stop(self) -> None:
+        """Stops the reaper once its running callbacks return. Called from
+        one of its own callbacks, it cannot wait for them: the callbacks then
+        stay alive for as long as the library might still call them."""
         handle, self._handle = self._handle, ctypes.c_void_p()
         if handle:
             _lib.livereg_reaper_stop(handle)
+            if getattr(_inside_callback, "active", False):
+                _KEPT_FOR_LIBRARY_THREADS.append((self._callbacks, self._keep))
 
     def __enter__(self) -> "Reaper":
         return self
@@ -247,26 +252,36 @@ class Reaper:
             self.stop()
 
 
+# Whether this thread runs a reaper callback (a stop from there cannot wait).
+_inside_callback = threading.local()
+# Thunks of reapers stopped from their own callbacks: the library may still be
+# running them, so they are never freed.
+_KEPT_FOR_LIBRARY_THREADS: list = []
+
+
 def _callbacks(on_drop: Optional[Callable[[DropEvent], None]],
                on_clear: Optional[Callable[[], None]]) -> tuple:
     """C callbacks calling the Python ones. ctypes takes the GIL around each
-    call; an exception is printed and swallowed, never raised into C."""
+    call; an exception is printed and swallowed, never raised into C. A slow
+    callback does not hold up the others: the library runs several at once."""
+
+    def call(function, *args):
+        _inside_callback.active = True
+        try:
+            function(*args)
+        except Exception:  # noqa: BLE001 (must not cross into C)
+            import traceback
+            traceback.print_exc()
+        finally:
+            _inside_callback.active = False
 
     def drop(_userdata, event_pointer):
         if on_drop is not None:
-            try:
-                on_drop(DropEvent(event_pointer.contents))
-            except Exception:  # noqa: BLE001 (must not cross into C)
-                import traceback
-                traceback.print_exc()
+            call(lambda: on_drop(DropEvent(event_pointer.contents)))
 
     def clear(_userdata):
         if on_clear is not None:
-            try:
-                on_clear()
-            except Exception:  # noqa: BLE001
-                import traceback
-                traceback.print_exc()
+            call(on_clear)
 
     keep = (_ON_DROP(drop), _ON_CLEAR(clear))
     return _Callbacks(None, keep[0], keep[1]), keep

@@ -151,6 +151,29 @@ class Reaping(TableCase):
         self.table.register(13).deregister()
         self.assertEqual({seen.get(timeout=5), seen.get(timeout=5)}, {12, 13})
 
+    def test_a_callback_that_stops_its_reaper_is_safe(self):
+        seen = queue.Queue()
+        holder = {}
+
+        def on_drop(event):
+            if "reaper" in holder:
+                reaper = holder.pop("reaper")
+                reaper.stop()  # cannot wait for this very callback
+                del reaper
+                import gc
+                gc.collect()
+            time.sleep(0.05)
+            seen.put(event.instance_id)
+
+        holder["reaper"] = self.table.start_reaper(on_drop=on_drop)
+        self.table.register(14).deregister()
+        self.table.register(15).deregister()
+        self.assertEqual({seen.get(timeout=5), seen.get(timeout=5)}, {14, 15})
+        deadline = time.monotonic() + 5
+        while self.table.probe() is not None:
+            self.assertLess(time.monotonic(), deadline, "the reaper never stopped")
+            time.sleep(0.01)
+
     def test_subprocess_worker_killed_with_sigkill_is_dropped(self):
         _reaper, drops, _clears = self.reaper()
         script = (

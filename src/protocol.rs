@@ -9,8 +9,8 @@
 //!   handle from generation `g` never matches the next owner.
 //! - `beat = tag << 48 | time`, where `tag` is the generation's low 16 bits and
 //!   `time` is a [`Stamp`]: the owner's clock in microseconds (rounded up, so a
-//!   slot never looks older than it is) modulo [`STAMP_PERIOD_US`], so that
-//!   every clock value keeps beating; `0` before the first heartbeat, or
+//!   slot never looks older than it is) modulo [`STAMP_PERIOD_US`] (plus one,
+//!   so never 0), so that every clock value keeps beating; `0` before the first heartbeat, or
 //!   `ENDED | reason` once the registration has ended.
 //!
 //! Every change to whether a registration is alive is one compare-and-swap on
@@ -40,10 +40,13 @@ const TIME_BITS: u32 = 48;
 const TIME_MASK: u64 = (1 << TIME_BITS) - 1;
 /// Times at or above this are end markers; the low byte is the reason.
 const ENDED: u64 = TIME_MASK & !0xFF;
-/// Number of distinct stamps (`1..=STAMP_PERIOD_US`): a clock's microseconds
-/// wrap around this period (~8.9 years), so a stamp is read relative to a
-/// nearby time of the same clock ([`Stamp::ns_near`]).
-pub(crate) const STAMP_PERIOD_US: u64 = ENDED - 1;
+/// Number of distinct stamps (`1..=STAMP_PERIOD_US`), a power of two so that
+/// wrapping is a mask: a clock's microseconds wrap around this period (~4.5
+/// years), so a stamp is read relative to a nearby time of the same clock
+/// ([`Stamp::ns_near`]). Stamps stay below the end markers.
+pub(crate) const STAMP_PERIOD_US: u64 = 1 << 47;
+const STAMP_MASK: u64 = STAMP_PERIOD_US - 1;
+const _: () = assert!(STAMP_PERIOD_US < ENDED);
 
 /// Packs a state word.
 pub(crate) fn state_word(generation: u32, phase: u32) -> u64 {
@@ -66,18 +69,17 @@ pub(crate) struct Stamp(u64);
 
 impl Stamp {
     /// The stamp of clock reading `now_ns`, rounded up to the microsecond.
+    #[inline]
     pub(crate) fn of(now_ns: u64) -> Stamp {
-        let micros = now_ns.div_ceil(1_000);
-        Stamp((micros + STAMP_PERIOD_US - 1) % STAMP_PERIOD_US + 1)
+        Stamp((now_ns.div_ceil(1_000) & STAMP_MASK) + 1)
     }
 
     /// The clock reading, in nanoseconds, that this stamp stands for among
-    /// those within half a period (~4.4 years) of `reference_ns`, a reading
+    /// those within half a period (~2.2 years) of `reference_ns`, a reading
     /// of the same clock.
     pub(crate) fn ns_near(self, reference_ns: u64) -> u64 {
         let reference = reference_ns / 1_000;
-        let behind = (reference % STAMP_PERIOD_US + STAMP_PERIOD_US - self.0 % STAMP_PERIOD_US)
-            % STAMP_PERIOD_US;
+        let behind = reference.wrapping_sub(self.0 - 1) & STAMP_MASK;
         let micros = if behind <= STAMP_PERIOD_US / 2 {
             reference.saturating_sub(behind)
         } else {
@@ -88,8 +90,9 @@ impl Stamp {
 
     /// Whether this stamp is later than `other` (serial-number order: the
     /// nearer way round the period).
+    #[inline]
     fn is_after(self, other: Stamp) -> bool {
-        let ahead = (self.0 + STAMP_PERIOD_US - other.0) % STAMP_PERIOD_US;
+        let ahead = self.0.wrapping_sub(other.0) & STAMP_MASK;
         ahead != 0 && ahead < STAMP_PERIOD_US / 2
     }
 }

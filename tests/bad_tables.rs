@@ -249,7 +249,6 @@ fn random_bytes_anywhere_never_panic() {
     }
 }
 
-
 #[test]
 fn a_table_truncated_under_open_handles_is_refused_not_faulted_on() {
     let temp = TempTable::new("truncated-live", &options());

@@ -302,7 +302,10 @@ fn status_has_the_reference_keys_and_more() {
 }
 
 #[test]
-#[cfg_attr(miri, ignore = "wall-clock deadlines: Miri's clock follows its interpreter")]
+#[cfg_attr(
+    miri,
+    ignore = "wall-clock deadlines: Miri's clock follows its interpreter"
+)]
 fn a_long_handler_delays_only_its_own_registration() {
     let table = Table::in_memory(&TableOptions {
         capacity: 4,

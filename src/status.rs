@@ -178,7 +178,8 @@ impl Table {
             reaper_heartbeat_age_seconds: age(header.reaper_heartbeat_ns.load(Acquire)),
             scans: header.scans.load(Relaxed),
             last_scan_seconds: seconds(header.last_scan_duration_ns.load(Relaxed)),
-            ended_total: ended.values().sum(),
+            // Counters are read from a table anyone may write: saturate.
+            ended_total: ended.values().fold(0, |total, n| total.saturating_add(*n)),
             ended,
             handler_failures: header.handler_failures.load(Relaxed),
             handlers_overdue: header.handlers_overdue.load(Relaxed),

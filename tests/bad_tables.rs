@@ -273,3 +273,13 @@ fn a_table_truncated_under_open_handles_is_refused_not_faulted_on() {
     shrank("register", temp.table.register(2, "w").map(drop));
     shrank("deregister", worker.deregister());
 }
+
+/// Found by `cargo fuzz` (`.ci/fuzz`): hostile per-reason counters summed
+/// into `ended_total` overflowed.
+#[test]
+fn counters_at_their_maximum_do_not_overflow_status() {
+    // `Header::ended` (six counters) starts at byte 96.
+    let temp = tampered("counters", 96, &[0xFF; 16]);
+    let status = Table::open(&temp.name).unwrap().status().unwrap();
+    assert_eq!(status.ended_total, u64::MAX);
+}

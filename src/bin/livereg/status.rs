@@ -54,7 +54,7 @@ pub fn render(status: &Status) -> String {
     let mut out = format!(
         "table '{}': {}/{} slots live, timeout {}, grace {}, scan every {}\n\
          reaper: {reaper}\n\
-         ended: {} (total {}), handler failures {}, corrupt slots {}\n\n",
+         ended: {} (total {}), handler failures {}, handlers overdue {}, corrupt slots {}\n\n",
         status.table,
         status.tracked_instances,
         status.capacity,
@@ -64,6 +64,7 @@ pub fn render(status: &Status) -> String {
         ended.join(", "),
         status.ended_total,
         status.handler_failures,
+        status.handlers_overdue,
         status.corrupt_slots,
     );
     out += &format!(

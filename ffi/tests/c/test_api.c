@@ -362,6 +362,48 @@ static void test_bad_tables_and_permissions(void) {
     }
 }
 
+/* What a re-entrant callback got back from the library. */
+typedef struct reentry {
+    livereg_table *table;
+    volatile int done;
+    volatile livereg_result clear;
+    volatile livereg_result again;
+} reentry;
+
+static void reenter(void *userdata, const livereg_drop_event *event) {
+    reentry *r = (reentry *)userdata;
+    livereg_worker *worker = NULL;
+    r->clear = livereg_clear(r->table, 5000);
+    r->again = livereg_register(r->table, event->instance_id, "again", &worker);
+    r->done = 1;
+}
+
+/* A callback that would wait on its own reaper gets BUSY at once. */
+static void test_reentrant_callbacks_fail_at_once(void) {
+    char name[128];
+    livereg_table *table;
+    livereg_reaper *reaper = NULL;
+    livereg_worker *worker = NULL;
+    livereg_callbacks callbacks;
+    reentry r;
+    memset(&callbacks, 0, sizeof callbacks);
+    memset(&r, 0, sizeof r);
+    name_for(name, sizeof name, "reenter");
+    table = create(name, 1000, 2000, 4);
+    r.table = table;
+    callbacks.userdata = &r;
+    callbacks.on_drop = reenter;
+    EXPECT(livereg_reaper_start(table, &callbacks, &reaper), LIVEREG_OK);
+    EXPECT(livereg_register(table, 21, "w", &worker), LIVEREG_OK);
+    EXPECT(livereg_deregister(worker), LIVEREG_OK);
+    CHECK(wait_for(&r.done, 1));
+    CHECK(r.clear == LIVEREG_BUSY);
+    CHECK(r.again == LIVEREG_BUSY);
+    livereg_reaper_stop(reaper);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
 int main(void) {
     test_defaults_and_names();
     test_null_arguments();
@@ -370,6 +412,7 @@ int main(void) {
     test_killed_child_is_dropped();
     test_stale_worker_after_slot_reuse();
     test_bad_tables_and_permissions();
+    test_reentrant_callbacks_fail_at_once();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);
         return 1;

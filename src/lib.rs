@@ -66,6 +66,8 @@ mod sync;
 #[cfg(not(loom))]
 mod table;
 #[cfg(not(loom))]
+mod wake;
+#[cfg(not(loom))]
 mod worker;
 
 #[cfg(not(loom))]

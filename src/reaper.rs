@@ -14,6 +14,8 @@ use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::table::{ReaperRole, Table};
+use crate::wake::WakeFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
 /// Configures a reaper: [`Table::reaper`] makes one.
@@ -143,6 +145,13 @@ impl ReaperBuilder {
             Some(_) => ExitWatcher::start(inner.clone()).ok(),
             None => None,
         };
+        let wake = WakeFd::start(inner.clone()).map_err(|source| crate::Error::Io {
+            context: format!(
+                "table '{}': start the reaper's wake-up descriptor",
+                inner.name
+            ),
+            source,
+        })?;
         Ok(Reaper {
             seen: vec![Seen::NONE; inner.capacity as usize],
             timeout_ns: header.reap_timeout_ns.load(Relaxed),
@@ -159,6 +168,8 @@ impl ReaperBuilder {
             table: self.table,
             role,
             watcher,
+            wake,
+            last_scan_ns: None,
         })
     }
 }
@@ -237,6 +248,10 @@ pub struct Reaper {
     clock_id: u64,
     /// Watches registered processes through pidfds (shared tables).
     watcher: Option<ExitWatcher>,
+    /// Readable when a scan is due early.
+    wake: WakeFd,
+    /// When the last scan ran, on the table clock.
+    last_scan_ns: Option<u64>,
 }
 
 impl Reaper {
@@ -262,6 +277,9 @@ impl Reaper {
             )));
         }
         inner.check_size()?;
+        // This scan answers every wake-up so far.
+        self.wake.drain();
+        self.last_scan_ns = Some(now_ns);
         let header = inner.header();
         header.reaper_heartbeat_ns.store(now_ns, Release);
         if let Some(watcher) = &mut self.watcher {
@@ -361,6 +379,19 @@ impl Reaper {
     /// The table this reaper holds.
     pub fn table(&self) -> &Table {
         &self.table
+    }
+
+    /// How long until the next periodic scan is due (zero before the first,
+    /// never more than a scan interval). With [`AsFd`], the whole of driving
+    /// a reaper from an event loop: wait until the descriptor is readable or
+    /// this much time has passed, then [`scan`](Reaper::scan).
+    pub fn next_scan_in(&self) -> Duration {
+        let interval = self.timeout_ns / 4;
+        let left = match self.last_scan_ns {
+            Some(last) => (last.saturating_add(interval)).saturating_sub(self.table.clock.now_ns()),
+            None => 0,
+        };
+        Duration::from_nanos(left.min(interval))
     }
 
     /// The boot token this reaper wrote when it took the table.
@@ -479,11 +510,6 @@ impl Reaper {
         }
         self
     }
-
-    /// The scan interval of this reaper's table.
-    pub(crate) fn interval(&self) -> Duration {
-        Duration::from_nanos(self.timeout_ns / 4)
-    }
 }
 
 /// Queues a job; a thread that cannot be started leaves it to the running
@@ -522,5 +548,37 @@ fn drop_event(
         registered_ns,
         last_heartbeat_ns,
         silent_for: Duration::from_nanos(silent_ns),
+    }
+}
+
+/// The wake descriptor: readable when a scan is due before
+/// [`Reaper::next_scan_in`] (a watched process exited, a registration ended
+/// or was made, a clear was requested). A scan consumes it.
+///
+/// # Examples
+///
+/// ```
+/// use livereg::{Table, TableOptions};
+/// use std::os::fd::AsRawFd;
+///
+/// let table = Table::in_memory(&TableOptions::default())?;
+/// let mut reaper = table.reaper().build()?;
+/// table.register(1, "gpu1")?.deregister()?;
+/// let mut ready = libc::pollfd { fd: reaper.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+/// let timeout = reaper.next_scan_in().as_millis() as i32;
+/// // SAFETY: one valid pollfd.
+/// unsafe { libc::poll(&mut ready, 1, 1_000.max(timeout)) };
+/// assert_eq!(reaper.scan()?.ended.len(), 1);
+/// # Ok::<(), livereg::Error>(())
+/// ```
+impl AsFd for Reaper {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.wake.as_fd()
+    }
+}
+
+impl AsRawFd for Reaper {
+    fn as_raw_fd(&self) -> RawFd {
+        self.wake.as_raw_fd()
     }
 }

@@ -3,9 +3,8 @@
 
 use crate::error::Result;
 use crate::fork;
-use crate::os::futex;
+use crate::os::pidfd;
 use crate::reaper::{Reaper, ReaperBuilder};
-use crate::sync::Ordering::Acquire;
 use crate::table::Table;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -79,19 +78,17 @@ impl ReaperBuilder {
     }
 }
 
-/// Scans until stopped; ends early only if the table cannot be scanned
-/// (truncated under it), with that error.
+/// Scans until stopped: at each wake-up and whenever a scan is due; ends
+/// early only if the table cannot be scanned (truncated under it), with that
+/// error.
 fn run(reaper: &mut Reaper, stop: &AtomicBool) -> Result<()> {
-    let table = reaper.table().clone();
-    let wake = &table.inner.header().wake;
-    let interval = reaper.interval();
     while !stop.load(Ordering::Acquire) {
-        // The wake word lives in the header: look before touching it.
-        table.inner.check_size()?;
-        let seen = wake.load(Acquire);
         reaper.scan()?;
-        if !stop.load(Ordering::Acquire) {
-            futex::wait(wake, seen, interval);
+        while !stop.load(Ordering::Acquire) {
+            let due = reaper.next_scan_in();
+            if due.is_zero() || pidfd::wait_readable(reaper, due) {
+                break;
+            }
         }
     }
     Ok(())

@@ -27,8 +27,9 @@
  *            be freed while another thread uses it. Callbacks run on the
  *            reaper's handler threads (livereg_reaper_start), several at once
  *            when one is slow (so one stuck callback never delays the drops
- *            of other workers): make them, and userdata, thread-safe. With
- *            livereg_reaper_scan they run on the calling thread.
+ *            of other workers): make them, and userdata, thread-safe. A
+ *            reaper from livereg_reaper_acquire runs them on the thread that
+ *            calls livereg_reaper_scan.
  * Panics:    no Rust panic crosses this boundary; an internal bug returns
  *            LIVEREG_PANIC.
  * ABI:       the table layout carries a version. A table made by a library
@@ -173,20 +174,53 @@ livereg_result livereg_probe(livereg_table *table, uint64_t *boot_token);
 /* Fills *out with a snapshot of the table. */
 livereg_result livereg_get_stats(livereg_table *table, livereg_stats *out);
 
-/* Starts the table's reaper in a background thread that scans every
- * reap_timeout/4 and at once when woken (deregistration, clear). cb may be
- * NULL; it is copied. With reaping disabled (timeout 0) no thread starts.
- * Errors: BUSY (another reaper, in any process or through another handle),
- * IO. Stop it with livereg_reaper_stop. */
+/* A reaper is a handle that holds the table's reaper role for its whole life
+ * (BUSY if another process, or another handle, holds it) and keeps one boot
+ * token, one exit watcher and its memory of the slots. Drive it from your own
+ * event loop (epoll, poll, asyncio):
+ *
+ *     livereg_reaper_acquire(table, &cb, &reaper);
+ *     for (;;) {
+ *         struct pollfd p = { livereg_reaper_fd(reaper), POLLIN, 0 };
+ *         poll(&p, 1, (int)livereg_reaper_next_scan_ms(reaper));
+ *         livereg_reaper_scan(reaper, NULL);   // callbacks run here
+ *     }
+ *
+ * or let livereg_reaper_start scan on library threads. Either kind is freed
+ * by livereg_reaper_stop. */
+
+/* Takes the reaper role for a handle you drive. cb may be NULL; it is copied.
+ * Errors: BUSY, IO. */
+livereg_result livereg_reaper_acquire(livereg_table *table, const livereg_callbacks *cb,
+                                      livereg_reaper **out);
+
+/* One scan now, on this thread: ends what went silent or whose process died,
+ * runs the callbacks here, frees the slots. *ended (may be NULL) receives the
+ * number of registrations ended. Errors: INVALID_ARGUMENT (NULL, or a reaper
+ * from livereg_reaper_start), CORRUPT (the table was truncated). */
+livereg_result livereg_reaper_scan(livereg_reaper *reaper, uint32_t *ended);
+
+/* A descriptor that becomes readable when a scan is due early: a watched
+ * process exited, a registration ended or was made, a clear was requested.
+ * A scan consumes it; do not read or close it. -1 for NULL or a reaper from
+ * livereg_reaper_start. */
+int livereg_reaper_fd(const livereg_reaper *reaper);
+
+/* Milliseconds (rounded up) until the next periodic scan is due: 0 before the
+ * first scan, never more than reap_timeout/4. Use it as the poll timeout. */
+uint64_t livereg_reaper_next_scan_ms(const livereg_reaper *reaper);
+
+/* Takes the role, as livereg_reaper_acquire, and scans on library threads
+ * every reap_timeout/4 and at once when woken; callbacks run on handler
+ * threads (several at once when one is slow). cb may be NULL; it is copied.
+ * With reaping disabled (timeout 0) no thread starts. Errors: BUSY, IO. */
 livereg_result livereg_reaper_start(livereg_table *table, const livereg_callbacks *cb,
                                     livereg_reaper **out);
 
-/* Takes the reaper role, scans once on this thread (callbacks run here),
- * and gives the role back. *ended (may be NULL) receives the number of
- * registrations ended. Errors: BUSY. */
-livereg_result livereg_reaper_scan(livereg_table *table, const livereg_callbacks *cb, uint32_t *ended);
-
-/* Stops a reaper after its current scan and frees the handle (NULL ignored). */
+/* Gives the role back and frees the handle (NULL ignored): for a reaper from
+ * livereg_reaper_start, after its current scan and the callbacks it started
+ * (called from one of its own callbacks, it returns at once and the reaper
+ * stops once that callback returns). */
 void livereg_reaper_stop(livereg_reaper *reaper);
 
 /* A static name for a result ("LIVEREG_OK", ...). Never NULL. */

@@ -1,13 +1,29 @@
-//! Reapers from C: a background thread, or one scan on the caller's thread.
+//! Reapers from C: one handle that holds the reaper role for its life,
+//! driven by the caller's event loop (`acquire`, `scan`, `fd`,
+//! `next_scan_ms`) or scanning on library threads (`start`).
 
 use crate::boundary::{guard, guard_void, null};
 use crate::table::{borrow, hand_out, livereg_table};
 use crate::types::{livereg_callbacks, livereg_drop_event, livereg_result};
-use registry::{label_prefix, DropEvent, ReaperBuilder, ReaperThread, Table, LABEL_MAX};
+use registry::{label_prefix, DropEvent, Reaper, ReaperBuilder, ReaperThread, Table, LABEL_MAX};
 use std::ffi::c_char;
+use std::ffi::c_int;
+use std::os::fd::AsRawFd;
+use std::sync::Mutex;
 
-/// A running reaper thread (opaque to C).
-pub struct livereg_reaper(ReaperThread);
+/// A reaper (opaque to C): the role, one boot token, one exit watcher and
+/// one memory of the slots for the handle's whole life.
+pub enum livereg_reaper {
+    /// Driven by the caller: scans when told.
+    Driven {
+        /// The reaper; scans and `next_scan_ms` take turns.
+        reaper: Mutex<Reaper>,
+        /// Its wake descriptor, open for the handle's life.
+        fd: c_int,
+    },
+    /// Scanning on a library thread.
+    Thread(ReaperThread),
+}
 
 /// The callbacks, movable to the reaper thread.
 #[derive(Clone, Copy)]
@@ -76,6 +92,38 @@ fn builder(table: &Table, callbacks: Option<Callbacks>) -> ReaperBuilder {
     }
 }
 
+/// `livereg_reaper_acquire(table, cb, out)`: takes the reaper role for a
+/// handle the caller drives; `cb` may be NULL.
+///
+/// # Safety
+///
+/// `table` is a live handle; `cb` is NULL or readable; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_reaper_acquire(
+    table: *const livereg_table,
+    cb: *const livereg_callbacks,
+    out: *mut *mut livereg_reaper,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: by this function's contract.
+        let table = unsafe { borrow(table) }?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: by this function's contract; `as_ref` handles NULL.
+        let callbacks = unsafe { cb.as_ref() }.copied().map(Callbacks);
+        let reaper = builder(table, callbacks).build()?;
+        let fd = reaper.as_raw_fd();
+        hand_out(
+            out,
+            livereg_reaper::Driven {
+                reaper: Mutex::new(reaper),
+                fd,
+            },
+        )
+    })
+}
+
 /// `livereg_reaper_start(table, cb, out)`; `cb` may be NULL.
 ///
 /// # Safety
@@ -95,34 +143,91 @@ pub unsafe extern "C" fn livereg_reaper_start(
         }
         // SAFETY: by this function's contract; `as_ref` handles NULL.
         let callbacks = unsafe { cb.as_ref() }.copied().map(Callbacks);
-        hand_out(out, livereg_reaper(builder(table, callbacks).spawn()?))
+        hand_out(
+            out,
+            livereg_reaper::Thread(builder(table, callbacks).spawn()?),
+        )
     })
 }
 
-/// `livereg_reaper_scan(table, cb, ended)`: one scan on this thread;
-/// `cb` and `ended` may be NULL.
+/// The driven reaper behind a handle, or why there is none.
 ///
 /// # Safety
 ///
-/// `table` is a live handle; `cb` is NULL or readable; `ended` is NULL or writable.
+/// `reaper` is NULL or a live handle.
+unsafe fn driven<'a>(reaper: *const livereg_reaper) -> Result<&'a Mutex<Reaper>, registry::Error> {
+    // SAFETY: by this function's contract; `as_ref` handles NULL.
+    match unsafe { reaper.as_ref() } {
+        None => Err(null("reaper")),
+        Some(livereg_reaper::Driven { reaper, .. }) => Ok(reaper),
+        Some(livereg_reaper::Thread(_)) => Err(registry::Error::InvalidArgument(
+            "this reaper scans on its own thread (livereg_reaper_start), expected one from livereg_reaper_acquire"
+                .into(),
+        )),
+    }
+}
+
+/// `livereg_reaper_scan(reaper, ended)`: one scan on this thread; `ended`
+/// may be NULL.
+///
+/// # Safety
+///
+/// `reaper` is a live handle; `ended` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn livereg_reaper_scan(
-    table: *const livereg_table,
-    cb: *const livereg_callbacks,
+    reaper: *const livereg_reaper,
     ended: *mut u32,
 ) -> livereg_result {
     guard(|| {
         // SAFETY: by this function's contract.
-        let table = unsafe { borrow(table) }?;
-        // SAFETY: by this function's contract; `as_ref` handles NULL.
-        let callbacks = unsafe { cb.as_ref() }.copied().map(Callbacks);
-        let report = builder(table, callbacks).build()?.scan()?;
+        let reaper = unsafe { driven(reaper) }?;
+        let report = reaper
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .scan()?;
         // SAFETY: by this function's contract; `as_mut` handles NULL.
         if let Some(ended) = unsafe { ended.as_mut() } {
-            *ended = report.ended.len() as u32;
+            *ended = u32::try_from(report.ended.len()).unwrap_or(u32::MAX);
         }
         Ok(())
     })
+}
+
+/// `livereg_reaper_fd(reaper)`: the wake descriptor of a driven reaper, -1
+/// for NULL or a reaper thread.
+///
+/// # Safety
+///
+/// `reaper` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_reaper_fd(reaper: *const livereg_reaper) -> c_int {
+    // SAFETY: by this function's contract; `as_ref` handles NULL.
+    match unsafe { reaper.as_ref() } {
+        Some(livereg_reaper::Driven { fd, .. }) => *fd,
+        _ => -1,
+    }
+}
+
+/// `livereg_reaper_next_scan_ms(reaper)`: milliseconds (rounded up) until
+/// the next periodic scan of a driven reaper is due; 0 for NULL or a reaper
+/// thread.
+///
+/// # Safety
+///
+/// `reaper` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_reaper_next_scan_ms(reaper: *const livereg_reaper) -> u64 {
+    // SAFETY: by this function's contract.
+    match unsafe { driven(reaper) } {
+        Ok(reaper) => {
+            let due = reaper
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .next_scan_in();
+            u64::try_from(due.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+        }
+        Err(_) => 0,
+    }
 }
 
 /// `livereg_reaper_stop(reaper)`: stops the thread after its scan, gives up
@@ -136,9 +241,14 @@ pub unsafe extern "C" fn livereg_reaper_stop(reaper: *mut livereg_reaper) {
     guard_void(|| {
         if !reaper.is_null() {
             // SAFETY: a handle from `hand_out`, stopped once, by contract.
-            // From inside one of its callbacks the stop cannot wait: the
-            // reaper then stops once the callback returns.
-            let _ = unsafe { Box::from_raw(reaper) }.0.stop();
+            match *unsafe { Box::from_raw(reaper) } {
+                // From inside one of its callbacks the stop cannot wait: the
+                // reaper then stops once the callback returns.
+                livereg_reaper::Thread(thread) => {
+                    let _ = thread.stop();
+                }
+                livereg_reaper::Driven { reaper, .. } => drop(reaper),
+            }
         }
     })
 }

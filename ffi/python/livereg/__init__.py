@@ -139,7 +139,7 @@ for _name, _args, _ret in [
     ("livereg_probe", [_P, ctypes.POINTER(ctypes.c_uint64)], _R),
     ("livereg_get_stats", [_P, ctypes.POINTER(_Stats)], _R),
     ("livereg_reaper_start", [_P, ctypes.POINTER(_Callbacks), ctypes.POINTER(_P)], _R),
-    ("livereg_reaper_scan", [_P, ctypes.POINTER(_Callbacks), ctypes.POINTER(ctypes.c_uint32)], _R),
+    ("livereg_reaper_scan", [_P, ctypes.POINTER(ctypes.c_uint32)], _R),
     ("livereg_reaper_stop", [_P], None),
     ("livereg_result_str", [ctypes.c_int], ctypes.c_char_p),
     ("livereg_last_error", [], ctypes.c_char_p),

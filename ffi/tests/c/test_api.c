@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <poll.h>
 #include <unistd.h>
 
 static int failures = 0;
@@ -112,7 +113,10 @@ static void test_null_arguments(void) {
     EXPECT(livereg_probe(NULL, NULL), LIVEREG_INVALID_ARGUMENT);
     EXPECT(livereg_get_stats(NULL, NULL), LIVEREG_INVALID_ARGUMENT);
     EXPECT(livereg_reaper_start(NULL, NULL, &reaper), LIVEREG_INVALID_ARGUMENT);
-    EXPECT(livereg_reaper_scan(NULL, NULL, NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_reaper_scan(NULL, NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_reaper_acquire(NULL, NULL, &reaper), LIVEREG_INVALID_ARGUMENT);
+    CHECK(livereg_reaper_fd(NULL) == -1);
+    CHECK(livereg_reaper_next_scan_ms(NULL) == 0);
     livereg_close(NULL);
     livereg_reaper_stop(NULL);
 
@@ -181,7 +185,9 @@ static void test_reaper_clear_and_probe(void) {
     EXPECT(livereg_reaper_start(table, &callbacks, &reaper), LIVEREG_OK);
     EXPECT(livereg_open(name, &other), LIVEREG_OK);
     EXPECT(livereg_reaper_start(other, &callbacks, &second), LIVEREG_BUSY);
-    EXPECT(livereg_reaper_scan(other, &callbacks, &ended), LIVEREG_BUSY);
+    EXPECT(livereg_reaper_acquire(other, &callbacks, &second), LIVEREG_BUSY);
+    CHECK(livereg_reaper_fd(reaper) == -1);
+    EXPECT(livereg_reaper_scan(reaper, &ended), LIVEREG_INVALID_ARGUMENT);
     EXPECT(livereg_reaper_start(table, &callbacks, &second), LIVEREG_BUSY);
     EXPECT(livereg_probe(other, &token), LIVEREG_OK);
     CHECK(token != 0);
@@ -217,11 +223,37 @@ static void test_reaper_clear_and_probe(void) {
 
     livereg_reaper_stop(reaper);
     EXPECT(livereg_probe(table, &token), LIVEREG_NO_REAPER);
+
+    /* A reaper driven by this thread: one boot token across its scans, woken
+     * through its descriptor, never more than timeout/4 from a scan. */
+    EXPECT(livereg_reaper_acquire(other, &callbacks, &reaper), LIVEREG_OK);
+    EXPECT(livereg_reaper_start(table, &callbacks, &second), LIVEREG_BUSY);
+    EXPECT(livereg_probe(table, &token), LIVEREG_OK);
+    CHECK(livereg_reaper_fd(reaper) >= 0);
+    {
+        int i;
+        uint64_t again = 0;
+        for (i = 0; i < 100; i++) {
+            EXPECT(livereg_reaper_scan(reaper, NULL), LIVEREG_OK);
+            CHECK(livereg_reaper_next_scan_ms(reaper) <= 5000 / 4);
+        }
+        EXPECT(livereg_probe(table, &again), LIVEREG_OK);
+        CHECK(again == token);
+    }
     EXPECT(livereg_register(other, 14, "scanned", &a), LIVEREG_OK);
+    EXPECT(livereg_reaper_scan(reaper, NULL), LIVEREG_OK);
     EXPECT(livereg_deregister(a), LIVEREG_OK);
-    EXPECT(livereg_reaper_scan(other, &callbacks, &ended), LIVEREG_OK);
+    {
+        struct pollfd p;
+        p.fd = livereg_reaper_fd(reaper);
+        p.events = POLLIN;
+        p.revents = 0;
+        CHECK(poll(&p, 1, 1000) == 1);
+    }
+    EXPECT(livereg_reaper_scan(reaper, &ended), LIVEREG_OK);
     CHECK(ended == 1);
-    EXPECT(livereg_reaper_scan(other, NULL, NULL), LIVEREG_OK);
+    CHECK(s.last_id == 14 && s.last_reason == LIVEREG_REASON_DEREGISTERED);
+    livereg_reaper_stop(reaper);
     livereg_close(other);
     livereg_close(table);
     EXPECT(livereg_unlink(name), LIVEREG_OK);

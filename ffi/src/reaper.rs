@@ -17,7 +17,7 @@ pub enum livereg_reaper {
     /// Driven by the caller: scans when told.
     Driven {
         /// The reaper; scans and `next_scan_ms` take turns.
-        reaper: Mutex<Reaper>,
+        reaper: Box<Mutex<Reaper>>,
         /// Its wake descriptor, open for the handle's life.
         fd: c_int,
     },
@@ -117,7 +117,7 @@ pub unsafe extern "C" fn livereg_reaper_acquire(
         hand_out(
             out,
             livereg_reaper::Driven {
-                reaper: Mutex::new(reaper),
+                reaper: Box::new(Mutex::new(reaper)),
                 fd,
             },
         )

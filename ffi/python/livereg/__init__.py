@@ -29,7 +29,7 @@ __all__ = [
     "InvalidArgumentError", "IncompatibleError", "CorruptError",
     "PermissionError", "TimeoutError", "NoReaperError", "BusyError",
     "IOError", "PanicError", "Reason", "DropEvent", "Table", "Worker",
-    "Reaper", "create", "open", "unlink",
+    "Reaper", "DrivenReaper", "create", "open", "unlink",
 ]
 
 
@@ -139,6 +139,9 @@ for _name, _args, _ret in [
     ("livereg_probe", [_P, ctypes.POINTER(ctypes.c_uint64)], _R),
     ("livereg_get_stats", [_P, ctypes.POINTER(_Stats)], _R),
     ("livereg_reaper_start", [_P, ctypes.POINTER(_Callbacks), ctypes.POINTER(_P)], _R),
+    ("livereg_reaper_acquire", [_P, ctypes.POINTER(_Callbacks), ctypes.POINTER(_P)], _R),
+    ("livereg_reaper_fd", [_P], ctypes.c_int),
+    ("livereg_reaper_next_scan_ms", [_P], ctypes.c_uint64),
     ("livereg_reaper_scan", [_P, ctypes.POINTER(ctypes.c_uint32)], _R),
     ("livereg_reaper_stop", [_P], None),
     ("livereg_result_str", [ctypes.c_int], ctypes.c_char_p),
@@ -259,6 +262,29 @@ _inside_callback = threading.local()
 _KEPT_FOR_LIBRARY_THREADS: list = []
 
 
+class DrivenReaper(Reaper):
+    """The table's reaper, scanning only when told; ``stop()`` gives the role
+    back (or use it as a context manager)."""
+
+    def fileno(self) -> int:
+        """A descriptor that becomes readable when a scan is due early (a
+        watched process exited, a registration ended, a clear was requested)."""
+        return _lib.livereg_reaper_fd(self._handle)
+
+    def next_scan(self) -> float:
+        """Seconds until the next periodic scan is due."""
+        return _lib.livereg_reaper_next_scan_ms(self._handle) / 1000
+
+    def scan(self) -> int:
+        """One scan now; runs the callbacks here. Returns how many
+        registrations ended."""
+        if not self._handle:
+            raise InvalidArgumentError("the reaper was stopped", 5)
+        ended = ctypes.c_uint32()
+        _check(_lib.livereg_reaper_scan(self._handle, ctypes.byref(ended)))
+        return ended.value
+
+
 def _callbacks(on_drop: Optional[Callable[[DropEvent], None]],
                on_clear: Optional[Callable[[], None]]) -> tuple:
     """C callbacks calling the Python ones. ctypes takes the GIL around each
@@ -348,6 +374,18 @@ class Table:
         out = ctypes.c_void_p()
         _check(_lib.livereg_reaper_start(self._live(), ctypes.byref(callbacks), ctypes.byref(out)))
         return Reaper(out.value, callbacks, keep)
+
+    def acquire_reaper(self, on_drop: Optional[Callable[[DropEvent], None]] = None,
+                       on_clear: Optional[Callable[[], None]] = None) -> "DrivenReaper":
+        """Takes this table's reaper role for a reaper your own loop drives:
+        wait until ``fileno()`` is readable or ``next_scan()`` seconds pass
+        (``select``, ``selectors``, asyncio's ``add_reader``), then ``scan()``;
+        callbacks run inside ``scan()``. Raises :class:`BusyError` if another
+        reaper holds the table."""
+        callbacks, keep = _callbacks(on_drop, on_clear)
+        out = ctypes.c_void_p()
+        _check(_lib.livereg_reaper_acquire(self._live(), ctypes.byref(callbacks), ctypes.byref(out)))
+        return DrivenReaper(out.value, callbacks, keep)
 
     def close(self) -> None:
         handle, self._handle = self._handle, ctypes.c_void_p()

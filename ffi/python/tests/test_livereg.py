@@ -174,6 +174,24 @@ class Reaping(TableCase):
             self.assertLess(time.monotonic(), deadline, "the reaper never stopped")
             time.sleep(0.01)
 
+    def test_a_reaper_driven_by_select_keeps_its_token_and_wakes_for_a_deregistration(self):
+        import select
+        dropped = []
+        with self.table.acquire_reaper(on_drop=dropped.append) as reaper:
+            token = self.table.probe()
+            for _ in range(10):
+                reaper.scan()
+                self.assertLessEqual(reaper.next_scan(), self.timeout / 4)
+            self.assertEqual(self.table.probe(), token)
+            worker = self.table.register(16)
+            reaper.scan()
+            worker.deregister()
+            readable, _, _ = select.select([reaper], [], [], 5)
+            self.assertEqual(readable, [reaper])
+            self.assertEqual(reaper.scan(), 1)
+            self.assertEqual((dropped[0].instance_id, dropped[0].reason), (16, livereg.Reason.DEREGISTERED))
+        self.assertIsNone(self.table.probe())
+
     def test_subprocess_worker_killed_with_sigkill_is_dropped(self):
         _reaper, drops, _clears = self.reaper()
         script = (

@@ -69,6 +69,21 @@ fn sweep(c: &mut Criterion) {
             |b, _| b.iter(|| reaper.scan().unwrap()),
         );
     }
+    // A server's reaper on its own loop: one scan of 8 live registrations of
+    // this process on a shared table, steady state (pidfds watching, no
+    // exit), as `livereg_reaper_scan` does it.
+    {
+        let bench = BenchTable::new("scan-driven-8", &options(8));
+        let workers = fill(&bench.table, 8, None);
+        let mut reaper = bench.table.reaper().build().unwrap();
+        reaper.scan().unwrap();
+        group.throughput(Throughput::Elements(8));
+        group.bench_function("driven scan, 8 live registrations (shared table)", |b| {
+            b.iter(|| reaper.scan().unwrap())
+        });
+        drop(reaper);
+        drop(workers);
+    }
     // Exit checks hold a lock descriptor per registration and the reaper a
     // pidfd per watched registration: 4,096 of each fits the usual limit of
     // 20,000 open files, 16,384 does not.

@@ -21,8 +21,15 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"LIVEREG\0");
 /// Layout major version: a table with another major version is refused.
 pub const VERSION_MAJOR: u32 = 1;
 /// Layout minor version: additions that older readers may ignore (1: each
-/// slot records its registrant's clock identity).
-pub const VERSION_MINOR: u32 = 1;
+/// slot records its registrant's clock identity; 2: the info area after the
+/// slots).
+pub const VERSION_MINOR: u32 = 2;
+/// The first minor version with an info area.
+pub(crate) const INFO_SINCE_MINOR: u32 = 2;
+/// Most bytes the info area holds.
+pub const INFO_MAX: usize = 1024;
+/// Bytes of the info area, after the slots.
+pub const INFO_AREA_SIZE: usize = 1152;
 /// Bytes of the header; slots start at this offset.
 pub const HEADER_SIZE: usize = 512;
 /// Bytes of one slot.
@@ -120,11 +127,40 @@ const _: () = {
     assert!(std::mem::align_of::<Slot>() == SLOT_SIZE);
     assert!(HEADER_SIZE % SLOT_SIZE == 0);
     assert!(std::mem::size_of::<[AtomicU64; 6]>() == LABEL_MAX + 1);
+    assert!(std::mem::size_of::<InfoArea>() == INFO_AREA_SIZE);
+    assert!(INFO_AREA_SIZE % SLOT_SIZE == 0);
 };
 
-/// Total bytes of a table with `capacity` slots.
+/// Total bytes of a table of this layout with `capacity` slots: header,
+/// slots, info area.
 pub const fn table_size(capacity: u32) -> usize {
+    slots_end(capacity) + INFO_AREA_SIZE
+}
+
+/// Where the slots end (and the info area of layout 1.2 starts).
+pub(crate) const fn slots_end(capacity: u32) -> usize {
     HEADER_SIZE + capacity as usize * SLOT_SIZE
+}
+
+/// Bytes a table of layout `1.minor` with `capacity` slots must have.
+pub(crate) const fn object_size(capacity: u32, minor: u32) -> usize {
+    if minor >= INFO_SINCE_MINOR {
+        table_size(capacity)
+    } else {
+        slots_end(capacity)
+    }
+}
+
+/// The server-published info area (layout 1.2): a sequence lock over up to
+/// [`INFO_MAX`] bytes; see [`crate::info`].
+#[repr(C, align(128))]
+pub(crate) struct InfoArea {
+    /// Even when stable, odd while a writer is at work.
+    pub sequence: AtomicU64,
+    /// Bytes in use.
+    pub len: AtomicU64,
+    pub data: [AtomicU64; INFO_MAX / 8],
+    reserved: [AtomicU64; 14],
 }
 
 impl Slot {

@@ -48,6 +48,7 @@ mod event;
 mod exit_watch;
 #[cfg(not(loom))]
 mod fork;
+mod info;
 mod layout;
 #[cfg(not(loom))]
 mod location;
@@ -78,8 +79,8 @@ pub use dropper::{HandlerError, HANDLER_DEADLINE};
 pub use error::{Error, Result};
 pub use event::{DropEvent, Reason};
 pub use layout::{
-    label_prefix, table_size, HEADER_SIZE, LABEL_MAX, MAGIC, MAX_CAPACITY, SLOT_SIZE,
-    VERSION_MAJOR, VERSION_MINOR,
+    label_prefix, table_size, HEADER_SIZE, INFO_AREA_SIZE, INFO_MAX, LABEL_MAX, MAGIC,
+    MAX_CAPACITY, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
 };
 #[cfg(not(loom))]
 pub use reaper::{Reaper, ReaperBuilder, ScanReport};

@@ -315,3 +315,31 @@ fn a_heartbeat_across_the_stamp_wrap_races_eviction_safely() {
         }
     });
 }
+
+#[test]
+fn an_info_reader_never_sees_a_torn_value() {
+    use crate::info;
+    use crate::sync::AtomicU64;
+    // Two words stand for the area: a writer replaces "AAAAAAAA"x2 (16
+    // bytes) with "BBBB" (4 bytes) while a reader copies.
+    loom::model(|| {
+        let area = Arc::new((
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+            [AtomicU64::new(0), AtomicU64::new(0)],
+        ));
+        info::write(&area.0, &area.1, &area.2, &[b'A'; 16]);
+        let writer = {
+            let area = area.clone();
+            thread::spawn(move || info::write(&area.0, &area.1, &area.2, b"BBBB"))
+        };
+        if let Ok(bytes) = info::try_read(&area.0, &area.1, &area.2) {
+            assert!(bytes == [b'A'; 16] || bytes == b"BBBB", "torn: {bytes:?}");
+        }
+        writer.join().unwrap();
+        assert_eq!(
+            info::try_read(&area.0, &area.1, &area.2),
+            Ok(b"BBBB".to_vec())
+        );
+    });
+}

@@ -4,8 +4,8 @@ use crate::clock::{duration_ns, Clock};
 use crate::error::{Error, Result};
 use crate::fork::{self, LockDescriptor};
 use crate::layout::{
-    table_size, Header, Slot, HEADER_SIZE, MAGIC, MAX_CAPACITY, READY, SLOT_SIZE, VERSION_MAJOR,
-    VERSION_MINOR,
+    object_size, slots_end, table_size, Header, InfoArea, Slot, HEADER_SIZE, INFO_AREA_SIZE,
+    INFO_SINCE_MINOR, MAGIC, MAX_CAPACITY, READY, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
 };
 use crate::location;
 use crate::os::{futex, lock};
@@ -120,6 +120,8 @@ pub struct Table {
 pub(crate) struct Inner {
     pub name: String,
     pub capacity: u32,
+    /// The layout's minor version (what the table holds beyond 1.0).
+    pub minor: u32,
     memory: Memory,
     /// Serialises registrations of this process; the kernel lock orders them
     /// against other processes.
@@ -193,7 +195,12 @@ impl Table {
             .len(size)
             .map_raw(&file)
             .map_err(|e| Error::os(name, "map", e))?;
-        let table = Table::from_inner(name, options.capacity, Memory::Mapped { file, map });
+        let table = Table::from_inner(
+            name,
+            options.capacity,
+            VERSION_MINOR,
+            Memory::Mapped { file, map },
+        );
         table.write_header(options);
         Ok(table)
     }
@@ -218,15 +225,16 @@ impl Table {
             layout,
             reaper_taken: AtomicBool::new(false),
         };
-        let table = Table::from_inner("(in memory)", options.capacity, memory);
+        let table = Table::from_inner("(in memory)", options.capacity, VERSION_MINOR, memory);
         table.write_header(options);
         Ok(table)
     }
 
-    fn from_inner(name: &str, capacity: u32, memory: Memory) -> Table {
+    fn from_inner(name: &str, capacity: u32, minor: u32, memory: Memory) -> Table {
         let inner = Inner {
             name: name.to_owned(),
             capacity,
+            minor,
             memory,
             registrations: Mutex::new(()),
         };
@@ -287,10 +295,11 @@ impl Table {
         //   `wait_until_ready`) and page-aligned, so it holds a `Header`;
         // - `Header` is made of atomics, so shared access is race-free.
         let header = unsafe { &*map.as_ptr().cast::<Header>() };
-        let capacity = validate(name, header, size)?;
+        let (capacity, minor) = validate(name, header, size)?;
         Ok(Table::from_inner(
             name,
             capacity,
+            minor,
             Memory::Mapped { file, map },
         ))
     }
@@ -485,7 +494,9 @@ fn wait_until_ready(name: &str, file: &File) -> Result<u64> {
 }
 
 /// Checks a ready header against the object's size; returns the capacity.
-fn validate(name: &str, header: &Header, size: u64) -> Result<u32> {
+/// Checks a ready header against the object's size; returns the capacity and
+/// the layout's minor version.
+fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32)> {
     let incompatible =
         |detail: String| Err(Error::Incompatible(format!("table '{name}': {detail}")));
     let corrupt = |detail: String| Err(Error::Corrupt(format!("table '{name}': {detail}")));
@@ -518,10 +529,16 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<u32> {
     if capacity == 0 || capacity > MAX_CAPACITY {
         return corrupt(format!("capacity {capacity}, expected 1 to {MAX_CAPACITY}"));
     }
-    let expected = table_size(capacity) as u64;
+    let minor = header.version_minor.load(Relaxed);
+    let expected = object_size(capacity, minor) as u64;
     if size != expected {
+        let info = if minor >= INFO_SINCE_MINOR {
+            format!(" + {INFO_AREA_SIZE} of info")
+        } else {
+            String::new()
+        };
         return corrupt(format!(
-            "object is {size} bytes, expected {expected} ({HEADER_SIZE} + {capacity} slots x {SLOT_SIZE})"
+            "object is {size} bytes, expected {expected} ({HEADER_SIZE} + {capacity} slots x {SLOT_SIZE}{info}, layout 1.{minor})"
         ));
     }
     let timeout = header.reap_timeout_ns.load(Relaxed);
@@ -531,7 +548,7 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<u32> {
             "registration grace {grace} ns is shorter than the reap timeout {timeout} ns"
         ));
     }
-    Ok(capacity)
+    Ok((capacity, minor))
 }
 
 impl Inner {
@@ -593,7 +610,7 @@ impl Inner {
             .metadata()
             .map_err(|e| Error::os(&self.name, "stat", e))?
             .len();
-        let expected = table_size(self.capacity) as u64;
+        let expected = object_size(self.capacity, self.minor) as u64;
         if size < expected {
             return Err(Error::Corrupt(format!(
                 "table '{}': the object shrank to {size} bytes, expected {expected}: truncated by another process",
@@ -601,6 +618,19 @@ impl Inner {
             )));
         }
         Ok(())
+    }
+
+    /// The info area, in tables of layout 1.2 and later.
+    pub fn info_area(&self) -> Option<&InfoArea> {
+        if self.minor < INFO_SINCE_MINOR {
+            return None;
+        }
+        // SAFETY:
+        // - a table of layout 1.2 or later is `object_size` bytes (validated
+        //   at open, sized at create), so an `InfoArea` fits after the slots,
+        //   at an offset that is a multiple of 128 (its alignment);
+        // - it lives as long as `self`; all fields are atomics.
+        Some(unsafe { &*self.base().add(slots_end(self.capacity)).cast::<InfoArea>() })
     }
 
     /// The table's descriptor, when it is an OS object.

@@ -71,7 +71,7 @@ fn size_not_matching_the_capacity_is_corrupt() {
     let temp = tampered("capacity", 24, &9u32.to_le_bytes());
     match open_error(&temp.name) {
         Error::Corrupt(message) => {
-            let expected = HEADER_SIZE + 9 * SLOT_SIZE;
+            let expected = livereg::table_size(9);
             assert!(
                 message.contains(&format!("expected {expected}")),
                 "{message}"

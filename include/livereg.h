@@ -42,6 +42,7 @@
 #ifndef LIVEREG_H
 #define LIVEREG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -170,6 +171,19 @@ livereg_result livereg_clear(livereg_table *table, uint64_t timeout_ms);
 
 /* If a reaper is alive, writes its boot token. Errors: NO_REAPER. */
 livereg_result livereg_probe(livereg_table *table, uint64_t *boot_token);
+
+/* Publishes len bytes (at most 1024; data may be NULL when len is 0) in the
+ * table's info area, replacing what was there: configuration workers read
+ * with livereg_get_info, without RPC. Writers are serialised across
+ * processes. Errors: INVALID_ARGUMENT (over 1024 bytes), INCOMPATIBLE (a
+ * table of layout 1.0 or 1.1), BUSY. */
+livereg_result livereg_set_info(livereg_table *table, const void *data, size_t len);
+
+/* Copies the published bytes (a consistent copy, never half-written) into
+ * buf and their number into *len. If cap is too small, copies nothing, sets
+ * *len to the size needed and returns INVALID_ARGUMENT. Errors: INCOMPATIBLE
+ * (a table of layout 1.0 or 1.1), BUSY (a writer has not finished for 1 s). */
+livereg_result livereg_get_info(livereg_table *table, void *buf, size_t cap, size_t *len);
 
 /* Fills *out with a snapshot of the table. */
 livereg_result livereg_get_stats(livereg_table *table, livereg_stats *out);

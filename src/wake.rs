@@ -37,9 +37,13 @@ impl WakeFd {
         let event = Arc::new(pidfd::event_nonblocking()?);
         let stop = Arc::new(AtomicBool::new(false));
         let (signal, stopping, table) = (event.clone(), stop.clone(), inner.clone());
+        // Read now, not when the thread first runs: a wake-up in between
+        // would otherwise be taken for the starting point and lost.
+        inner.check_size().map_err(std::io::Error::other)?;
+        let seen = inner.header().wake.load(Acquire);
         let forwarder = std::thread::Builder::new()
             .name("livereg-wake".into())
-            .spawn(move || forward(&table, &signal, &stopping))?;
+            .spawn(move || forward(&table, seen, &signal, &stopping))?;
         Ok(WakeFd {
             event,
             stop,
@@ -55,16 +59,12 @@ impl WakeFd {
     }
 }
 
-/// Waits on the wake word and signals `event` at each change, until `stop`.
+/// Waits on the wake word, from the value `seen`, and signals `event` at each
+/// change, until `stop`.
 /// A truncated table has no wake word any more: one last signal makes the
 /// reaper scan (and report it), and the thread ends.
-fn forward(inner: &Inner, event: &OwnedFd, stop: &AtomicBool) {
-    if inner.check_size().is_err() {
-        pidfd::signal(event);
-        return;
-    }
+fn forward(inner: &Inner, mut seen: u32, event: &OwnedFd, stop: &AtomicBool) {
     let wake = &inner.header().wake;
-    let mut seen = wake.load(Acquire);
     while !stop.load(Ordering::Acquire) {
         futex::wait(wake, seen, FORWARDER_TICK);
         if inner.check_size().is_err() {

@@ -218,3 +218,30 @@ fn a_hung_worker_whose_clock_runs_ahead_is_evicted_within_its_bound() {
     let _ = worker.kill();
     let _ = worker.wait();
 }
+
+#[test]
+fn a_wake_up_right_after_acquiring_is_not_lost() {
+    // Found by the C and Python tests: the forwarding thread took its first
+    // look at the wake word when it started running, after a registration
+    // made right after `build`, and so never reported it.
+    let temp = TempTable::new("driven-early", &options(Duration::from_secs(30)));
+    for _ in 0..20 {
+        let reaper = temp.table.reaper().build().unwrap();
+        temp.table
+            .register(1, "early")
+            .unwrap()
+            .deregister()
+            .unwrap();
+        let mut ready = libc::pollfd {
+            fd: reaper.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, as the count says.
+        let woken = unsafe { libc::poll(&mut ready, 1, 5_000) } == 1;
+        assert!(woken, "the wake-up was lost");
+        drop(reaper);
+        let mut cleanup = temp.table.reaper().build().unwrap();
+        cleanup.scan().unwrap();
+    }
+}

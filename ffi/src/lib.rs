@@ -13,6 +13,7 @@
 mod boundary;
 #[cfg(test)]
 mod header_check;
+mod info;
 mod reaper;
 mod table;
 mod types;

@@ -436,6 +436,32 @@ static void test_reentrant_callbacks_fail_at_once(void) {
     EXPECT(livereg_unlink(name), LIVEREG_OK);
 }
 
+/* The info area: published by one handle, read by another, bounded. */
+static void test_info_area(void) {
+    char name[128];
+    livereg_table *table, *other = NULL;
+    char big[1025];
+    char buf[64];
+    size_t len = 99;
+    memset(big, 'x', sizeof big);
+    name_for(name, sizeof name, "info");
+    table = create(name, 1000, 2000, 2);
+    EXPECT(livereg_get_info(table, buf, sizeof buf, &len), LIVEREG_OK);
+    CHECK(len == 0);
+    EXPECT(livereg_set_info(table, "{\"chunk_size\":256}", 18), LIVEREG_OK);
+    EXPECT(livereg_open(name, &other), LIVEREG_OK);
+    EXPECT(livereg_get_info(other, buf, sizeof buf, &len), LIVEREG_OK);
+    CHECK(len == 18 && memcmp(buf, "{\"chunk_size\":256}", 18) == 0);
+    EXPECT(livereg_get_info(other, buf, 4, &len), LIVEREG_INVALID_ARGUMENT);
+    CHECK(len == 18);
+    EXPECT(livereg_set_info(table, big, sizeof big), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_set_info(table, NULL, 5), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_get_info(other, NULL, 0, NULL), LIVEREG_INVALID_ARGUMENT);
+    livereg_close(other);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
 int main(void) {
     test_defaults_and_names();
     test_null_arguments();
@@ -445,6 +471,7 @@ int main(void) {
     test_stale_worker_after_slot_reuse();
     test_bad_tables_and_permissions();
     test_reentrant_callbacks_fail_at_once();
+    test_info_area();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);
         return 1;

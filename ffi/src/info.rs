@@ -1,0 +1,73 @@
+//! The server-published info area from C.
+
+use crate::boundary::{guard, null};
+use crate::table::{borrow, livereg_table};
+use crate::types::livereg_result;
+use std::ffi::c_void;
+
+/// `livereg_set_info(table, data, len)`: publishes `len` bytes (at most
+/// 1,024); `data` may be NULL when `len` is 0.
+///
+/// # Safety
+///
+/// `table` is a live handle; `data` is readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_set_info(
+    table: *const livereg_table,
+    data: *const c_void,
+    len: usize,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: by this function's contract.
+        let table = unsafe { borrow(table) }?;
+        let bytes: &[u8] = if len == 0 {
+            &[]
+        } else if data.is_null() {
+            return Err(null("data"));
+        } else {
+            // SAFETY: non-NULL and readable for `len` bytes, by contract.
+            unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
+        };
+        table.set_info(bytes)
+    })
+}
+
+/// `livereg_get_info(table, buf, cap, len)`: copies the published bytes into
+/// `buf` and their number into `*len`. With `cap` too small, copies nothing,
+/// sets `*len` to the size needed and returns `LIVEREG_INVALID_ARGUMENT`.
+///
+/// # Safety
+///
+/// `table` is a live handle; `buf` is writable for `cap` bytes (or NULL with
+/// `cap` 0); `len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_get_info(
+    table: *const livereg_table,
+    buf: *mut c_void,
+    cap: usize,
+    len: *mut usize,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: by this function's contract.
+        let table = unsafe { borrow(table) }?;
+        // SAFETY: by this function's contract; `as_mut` handles NULL.
+        let len = unsafe { len.as_mut() }.ok_or_else(|| null("len"))?;
+        let info = table.info()?;
+        *len = info.len();
+        if info.len() > cap {
+            return Err(registry::Error::InvalidArgument(format!(
+                "the info is {} bytes, the buffer has room for {cap}",
+                info.len()
+            )));
+        }
+        if !info.is_empty() {
+            if buf.is_null() {
+                return Err(null("buf"));
+            }
+            // SAFETY: `buf` is writable for `cap >= info.len()` bytes, by
+            // contract, and does not overlap our own vector.
+            unsafe { std::ptr::copy_nonoverlapping(info.as_ptr(), buf.cast::<u8>(), info.len()) };
+        }
+        Ok(())
+    })
+}

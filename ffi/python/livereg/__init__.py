@@ -141,6 +141,8 @@ for _name, _args, _ret in [
     ("livereg_reaper_start", [_P, ctypes.POINTER(_Callbacks), ctypes.POINTER(_P)], _R),
     ("livereg_reaper_acquire", [_P, ctypes.POINTER(_Callbacks), ctypes.POINTER(_P)], _R),
     ("livereg_reaper_fd", [_P], ctypes.c_int),
+    ("livereg_set_info", [_P, ctypes.c_char_p, ctypes.c_size_t], _R),
+    ("livereg_get_info", [_P, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)], _R),
     ("livereg_reaper_next_scan_ms", [_P], ctypes.c_uint64),
     ("livereg_reaper_scan", [_P, ctypes.POINTER(ctypes.c_uint32)], _R),
     ("livereg_reaper_stop", [_P], None),
@@ -374,6 +376,19 @@ class Table:
         out = ctypes.c_void_p()
         _check(_lib.livereg_reaper_start(self._live(), ctypes.byref(callbacks), ctypes.byref(out)))
         return Reaper(out.value, callbacks, keep)
+
+    def set_info(self, value) -> None:
+        """Publishes ``value`` (bytes, or text as UTF-8; at most 1,024 bytes)
+        for workers to read with :meth:`info`, without RPC."""
+        data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        _check(_lib.livereg_set_info(self._live(), data, len(data)))
+
+    def info(self) -> bytes:
+        """The bytes last published with :meth:`set_info` (a consistent copy)."""
+        buffer = ctypes.create_string_buffer(1024)
+        length = ctypes.c_size_t()
+        _check(_lib.livereg_get_info(self._live(), buffer, 1024, ctypes.byref(length)))
+        return buffer.raw[:length.value]
 
     def acquire_reaper(self, on_drop: Optional[Callable[[DropEvent], None]] = None,
                        on_clear: Optional[Callable[[], None]] = None) -> "DrivenReaper":

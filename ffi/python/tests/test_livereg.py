@@ -94,6 +94,16 @@ class Registration(TableCase):
             self.assertEqual(other.stats()["tracked_instances"], 1)
 
 
+class Info(TableCase):
+    def test_info_round_trips_and_is_bounded(self):
+        self.assertEqual(self.table.info(), b"")
+        self.table.set_info('{"chunk_size": 256}')
+        with livereg.open(self.name) as other:
+            self.assertEqual(other.info(), b'{"chunk_size": 256}')
+        with self.assertRaises(livereg.InvalidArgumentError):
+            self.table.set_info(b"x" * 1025)
+
+
 class Reaping(TableCase):
     timeout = 0.4
     grace = 0.8

@@ -44,6 +44,7 @@ mod clear;
 mod create;
 mod demo;
 mod duration;
+mod info;
 mod probe;
 mod reap;
 mod rm;
@@ -75,6 +76,8 @@ enum Command {
     Probe(probe::Args),
     /// End every registration through the reaper and wait for it.
     Clear(clear::Args),
+    /// Print the server-published info, or publish it with --set.
+    Info(info::Args),
     /// Remove a table.
     Rm(rm::Args),
     /// Register on behalf of a program and beat while it runs.
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Status(args) => status::run(args),
         Command::Probe(args) => probe::run(args),
         Command::Clear(args) => clear::run(args),
+        Command::Info(args) => info::run(args),
         Command::Rm(args) => rm::run(args),
         Command::Run(args) => run::run(args),
         Command::Demo(args) => demo::run(args),

@@ -237,3 +237,104 @@ fn python_example_engine_registers_again_after_eviction_and_restart() {
     command.arg(root().join("ffi/examples/engine.py"));
     example_engine_comes_back(command, "python");
 }
+
+/// Lines a child prints, readable with a timeout.
+fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    let (sender, lines) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    lines
+}
+
+fn expect_line(lines: &std::sync::mpsc::Receiver<String>, want: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line == want => return,
+            Ok(_) => {}
+            Err(_) => panic!("no line '{want}'"),
+        }
+    }
+}
+
+#[test]
+fn c_example_server_owns_the_reaper_on_its_epoll_loop() {
+    let link = {
+        let mut libs = pkg_config(&["--libs"]);
+        libs.push("-lpthread".into());
+        libs
+    };
+    let flags = ["-std=c99", "-D_DEFAULT_SOURCE"];
+    let server = compile(
+        "cc",
+        &flags,
+        &root().join("ffi/examples/server.c"),
+        "ffi-example-server",
+        &link,
+    );
+    let engine = compile(
+        "cc",
+        &flags,
+        &root().join("ffi/examples/engine.c"),
+        "ffi-example-engine-for-server",
+        &link,
+    );
+    let name = format!("livereg-example-server-{}", std::process::id());
+    let options = TableOptions {
+        reap_timeout: Duration::from_millis(400),
+        registration_grace: Duration::from_millis(800),
+        ..TableOptions::default()
+    };
+    let table = Table::create(&name, &options).unwrap();
+    struct Cleanup(String, Vec<std::process::Child>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            for child in &mut self.1 {
+                // SAFETY: `kill` has no memory effects.
+                unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            let _ = Table::unlink(&self.0);
+        }
+    }
+    let mut cleanup = Cleanup(name.clone(), Vec::new());
+    let mut serving = client(&server)
+        .args([name.as_str(), "30", "1", "2", "3"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let served = lines_of(&mut serving);
+    cleanup.1.push(serving);
+    expect_line(&served, "serving");
+    assert_eq!(table.info().unwrap(), br#"{"chunk_size": 256}"#);
+    for id in ["1", "2", "3"] {
+        let mut worker = client(&engine)
+            .args([name.as_str(), id, "30"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        expect_line(&lines_of(&mut worker), "registered (start)");
+        cleanup.1.push(worker);
+    }
+    let pid = |at: usize| cleanup.1[at].id() as i32;
+    // SAFETY: `kill` has no memory effects; the pids are our children's.
+    unsafe { libc::kill(pid(1), libc::SIGKILL) };
+    expect_line(&served, "freed 1 process_exited");
+    // SAFETY: as above.
+    unsafe { libc::kill(pid(2), libc::SIGSTOP) };
+    expect_line(&served, "freed 2 timeout");
+    table.clear(Duration::from_secs(5)).unwrap();
+    expect_line(&served, "freed 3 cleared");
+}

@@ -91,7 +91,10 @@ fn one_boot_token_across_scans_and_never_more_than_an_interval_to_wait() {
     // Another process sees the same reaper between scans.
     let probed = livereg(&["probe", &temp.name]).wait_with_output().unwrap();
     assert!(probed.status.success());
-    assert_eq!(String::from_utf8_lossy(&probed.stdout).trim(), format!("{token:#018x}"));
+    assert_eq!(
+        String::from_utf8_lossy(&probed.stdout).trim(),
+        format!("{token:#018x}")
+    );
     // Another process cannot take the role meanwhile.
     let second = livereg(&["reap", &temp.name]).wait_with_output().unwrap();
     assert_eq!(second.status.code(), Some(1));

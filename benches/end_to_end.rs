@@ -170,7 +170,7 @@ fn driven_kill_latency(timeout_ms: u64) -> Vec<Duration> {
             reaper.scan().unwrap();
             let killed = Instant::now();
             signal(&child, libc::SIGKILL);
-            loop {
+            let (ended, at) = loop {
                 let mut ready = libc::pollfd {
                     fd: reaper.as_raw_fd(),
                     events: libc::POLLIN,
@@ -180,12 +180,13 @@ fn driven_kill_latency(timeout_ms: u64) -> Vec<Duration> {
                 // SAFETY: one valid pollfd, as the count says.
                 unsafe { libc::poll(&mut ready, 1, timeout) };
                 reaper.scan().unwrap();
-                if let Ok((ended, at)) = events.try_recv() {
-                    assert_eq!(ended, id);
-                    let _ = child.wait();
-                    return at - killed;
+                if let Ok(dropped) = events.try_recv() {
+                    break dropped;
                 }
-            }
+            };
+            let _ = child.wait();
+            assert_eq!(ended, id);
+            at - killed
         })
         .collect()
 }

@@ -3,8 +3,9 @@
 
 use crate::error::Result;
 use crate::fork;
-use crate::os::pidfd;
+use crate::os::futex;
 use crate::reaper::{Reaper, ReaperBuilder};
+use crate::sync::Ordering::Acquire;
 use crate::table::Table;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -78,17 +79,29 @@ impl ReaperBuilder {
     }
 }
 
-/// Scans until stopped: at each wake-up and whenever a scan is due; ends
-/// early only if the table cannot be scanned (truncated under it), with that
-/// error.
+/// Scans until stopped: whenever a scan is due, and at once when the table's
+/// wake word changes (every wake-up bumps it: registrations, deregistrations,
+/// clears, exits the watcher saw). Waiting on the futex directly spares the
+/// thread the wake descriptor's extra hop. Ends early only if the table
+/// cannot be scanned (truncated under it), with that error.
 fn run(reaper: &mut Reaper, stop: &AtomicBool) -> Result<()> {
+    let table = reaper.table().clone();
+    let wake = &table.inner.header().wake;
     while !stop.load(Ordering::Acquire) {
+        // The wake word lives in the header: look before touching it.
+        table.inner.check_size()?;
+        let seen = wake.load(Acquire);
         reaper.scan()?;
-        while !stop.load(Ordering::Acquire) {
+        loop {
             let due = reaper.next_scan_in();
-            if due.is_zero() || pidfd::wait_readable(reaper, due) {
+            if stop.load(Ordering::Acquire) || due.is_zero() {
                 break;
             }
+            table.inner.check_size()?;
+            if wake.load(Acquire) != seen {
+                break;
+            }
+            futex::wait(wake, seen, due);
         }
     }
     Ok(())

@@ -1,6 +1,6 @@
 //! `pidfd_open(2)`, an `epoll(7)` set to wait on many pidfds at once (a pidfd
-//! becomes readable when its process exits), and the eventfds and `poll(2)`
-//! that wake-ups travel through.
+//! becomes readable when its process exits), and the eventfds that wake-ups
+//! travel through.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -108,19 +108,4 @@ pub(crate) fn drain(event: &OwnedFd) {
     let mut count: u64 = 0;
     // SAFETY: `count` is 8 writable bytes, as eventfd reads require.
     unsafe { libc::read(event.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
-}
-
-/// `poll(fd, POLLIN, timeout)`: waits until `fd` is readable or `timeout`
-/// passes (an interruption counts as a wake-up). Returns whether it is
-/// readable.
-pub(crate) fn wait_readable(fd: &impl AsRawFd, timeout: std::time::Duration) -> bool {
-    let mut entry = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let millis = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `entry` is one valid `pollfd`, as the count says.
-    let n = unsafe { libc::poll(&mut entry, 1, millis) };
-    n > 0 && entry.revents & libc::POLLIN != 0
 }

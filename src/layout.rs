@@ -36,6 +36,10 @@ pub const HEADER_SIZE: usize = 512;
 pub const SLOT_SIZE: usize = 128;
 /// Longest label in UTF-8 bytes.
 pub const LABEL_MAX: usize = 47;
+/// Scans per reap timeout: a reaper scans every `reap_timeout /
+/// SCANS_PER_TIMEOUT`, so a silent registration is evicted between `timeout`
+/// and `timeout + timeout / SCANS_PER_TIMEOUT` after its last signal.
+pub const SCANS_PER_TIMEOUT: u32 = 4;
 /// Largest capacity a table may have (128 MiB of slots).
 pub const MAX_CAPACITY: u32 = 1 << 20;
 

@@ -80,7 +80,7 @@ pub use error::{Error, Result};
 pub use event::{DropEvent, Reason};
 pub use layout::{
     label_prefix, table_size, HEADER_SIZE, INFO_AREA_SIZE, INFO_MAX, LABEL_MAX, MAGIC,
-    MAX_CAPACITY, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
+    MAX_CAPACITY, SCANS_PER_TIMEOUT, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
 };
 #[cfg(not(loom))]
 pub use reaper::{Reaper, ReaperBuilder, ScanReport};

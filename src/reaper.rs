@@ -9,7 +9,7 @@ use crate::dropper::{
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
 use crate::exit_watch::ExitWatcher;
-use crate::layout::Slot;
+use crate::layout::{Slot, SCANS_PER_TIMEOUT};
 use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -386,7 +386,7 @@ impl Reaper {
     /// a reaper from an event loop: wait until the descriptor is readable or
     /// this much time has passed, then [`scan`](Reaper::scan).
     pub fn next_scan_in(&self) -> Duration {
-        let interval = self.timeout_ns / 4;
+        let interval = self.timeout_ns / u64::from(SCANS_PER_TIMEOUT);
         let left = match self.last_scan_ns {
             Some(last) => (last.saturating_add(interval)).saturating_sub(self.table.clock.now_ns()),
             None => 0,

@@ -3,6 +3,7 @@
 use crate::clock::Clock;
 use crate::event::Reason;
 use crate::exit_watch::FLAG_PIDFD;
+use crate::layout::SCANS_PER_TIMEOUT;
 use crate::protocol::{self, Beat, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
@@ -168,7 +169,7 @@ impl Table {
             enabled: timeout_ns > 0,
             reap_timeout_seconds: seconds(timeout_ns),
             registration_grace_seconds: seconds(header.registration_grace_ns.load(Relaxed)),
-            scan_interval_seconds: seconds(timeout_ns / 4),
+            scan_interval_seconds: seconds(timeout_ns / u64::from(SCANS_PER_TIMEOUT)),
             tracked_instances: registrations.iter().filter(|r| r.state == "live").count(),
             capacity: inner.capacity,
             reaper_alive: self.reaper_alive(),

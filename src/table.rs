@@ -5,7 +5,8 @@ use crate::error::{Error, Result};
 use crate::fork::{self, LockDescriptor};
 use crate::layout::{
     object_size, slots_end, table_size, Header, InfoArea, Slot, HEADER_SIZE, INFO_AREA_SIZE,
-    INFO_SINCE_MINOR, MAGIC, MAX_CAPACITY, READY, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
+    INFO_SINCE_MINOR, MAGIC, MAX_CAPACITY, READY, SCANS_PER_TIMEOUT, SLOT_SIZE, VERSION_MAJOR,
+    VERSION_MINOR,
 };
 use crate::location;
 use crate::os::{futex, lock};
@@ -352,7 +353,7 @@ impl Table {
 
     /// How often a reaper scans: a quarter of the reap timeout.
     pub fn scan_interval(&self) -> Duration {
-        self.reap_timeout() / 4
+        self.reap_timeout() / SCANS_PER_TIMEOUT
     }
 
     /// Whether a reaper holds the table: decided by the kernel's reaper lock,

@@ -98,9 +98,9 @@ pub fn run(args: Args) -> Outcome {
         "table '{name}': timeout {}, grace {}, reaper scans every {}; a silent worker is evicted within [{}, {}]",
         duration::show(TIMEOUT),
         duration::show(GRACE),
-        duration::show(TIMEOUT / 4),
+        duration::show(TIMEOUT / livereg::SCANS_PER_TIMEOUT),
         duration::show(TIMEOUT),
-        duration::show(TIMEOUT + TIMEOUT / 4)
+        duration::show(TIMEOUT + TIMEOUT / livereg::SCANS_PER_TIMEOUT)
     ));
     let mut workers: Vec<Worker> = (1..=args.workers)
         .map(|id| spawn_worker(&name, id, &tell))
@@ -317,8 +317,8 @@ impl Demo {
     }
 
     fn scenarios(&mut self, workers: &mut [Worker]) -> Result<(), Box<dyn std::error::Error>> {
-        let bound = TIMEOUT + TIMEOUT / 4;
-        let scan = TIMEOUT / 4;
+        let bound = TIMEOUT + TIMEOUT / livereg::SCANS_PER_TIMEOUT;
+        let scan = TIMEOUT / livereg::SCANS_PER_TIMEOUT;
 
         self.say(&format!(
             "starting {} workers, each beating every {}",

@@ -68,6 +68,10 @@ mod table {
 
     /// How long a reader waits for a writer to finish.
     const READ_WAIT: Duration = Duration::from_secs(1);
+    /// Spins before a reader sleeps: a write takes well under a microsecond.
+    const READ_SPINS: u32 = 100;
+    /// A reader's sleep between looks once spinning did not do.
+    const READ_BACKOFF: Duration = Duration::from_millis(1);
 
     impl Table {
         /// Publishes `bytes` (at most [`INFO_MAX`], 1,024) in the table's info
@@ -138,10 +142,10 @@ mod table {
                     )));
                 }
                 attempts += 1;
-                if attempts < 100 {
+                if attempts < READ_SPINS {
                     std::hint::spin_loop();
                 } else {
-                    std::thread::sleep(Duration::from_millis(1));
+                    std::thread::sleep(READ_BACKOFF);
                 }
             }
         }

@@ -24,6 +24,15 @@ use std::time::{Duration, Instant};
 const READY_WAIT: Duration = Duration::from_secs(1);
 /// How long a registrant waits for the registration lock.
 const REGISTRATION_LOCK_WAIT: Duration = Duration::from_secs(5);
+/// How often an opener looks again for a creator's `ready` word: creating
+/// takes microseconds, so a waiter rarely looks twice.
+const READY_POLL: Duration = Duration::from_millis(2);
+/// How often a registrant tries the registration lock again (a kernel lock
+/// cannot be waited on with a timeout): held for microseconds per claim.
+const REGISTRATION_LOCK_POLL: Duration = Duration::from_micros(200);
+/// Longest sleep between looks at a condition the reaper settles: a waiter
+/// also notices a reaper that died (which announces nothing) this soon.
+const SETTLED_RECHECK: Duration = Duration::from_millis(50);
 
 /// How a new table is made.
 ///
@@ -490,7 +499,7 @@ fn wait_until_ready(name: &str, file: &File) -> Result<u64> {
                 ))
             });
         }
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(READY_POLL);
     }
 }
 
@@ -674,7 +683,7 @@ impl Inner {
             if left.is_zero() {
                 return false;
             }
-            futex::wait(settled, seen, left.min(Duration::from_millis(50)));
+            futex::wait(settled, seen, left.min(SETTLED_RECHECK));
         }
     }
 
@@ -751,7 +760,7 @@ impl Inner {
             match lock::try_lock(file, lock::REGISTRATION_LOCK) {
                 Ok(true) => return Ok(RegistrationGuard { _local: local, file: Some(file) }),
                 Ok(false) if started.elapsed() < REGISTRATION_LOCK_WAIT => {
-                    std::thread::sleep(Duration::from_micros(200));
+                    std::thread::sleep(REGISTRATION_LOCK_POLL);
                 }
                 Ok(false) => {
                     return Err(Error::Busy(format!(

@@ -11,6 +11,13 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
+/// How often the daemon looks at its signals and its reaper thread.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+/// How often a standby reaper tries to take the role.
+const STANDBY_POLL: Duration = Duration::from_millis(100);
+/// How often a running hook is looked at (its exit, its deadline).
+const HOOK_POLL: Duration = Duration::from_millis(2);
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Table name.
@@ -53,7 +60,7 @@ pub fn run(args: Args) -> Outcome {
     );
     while signals::take().is_none() {
         reaper.check()?;
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(SIGNAL_POLL);
     }
     reaper.stop()?;
     note!("livereg: table '{}': reaper stopped", args.name);
@@ -87,7 +94,7 @@ fn take_role(table: &Table, args: &Args) -> Result<Option<ReaperThread>, Error> 
                 if signals::take().is_some() {
                     return Ok(None);
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(STANDBY_POLL);
             }
             Err(Error::Busy(message)) => {
                 return Err(Error::Busy(format!(
@@ -151,7 +158,7 @@ fn run_hook(command: &str, event: &DropEvent, timeout: Duration) -> Result<(), H
             )
             .into());
         }
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(HOOK_POLL);
     }
 }
 

@@ -190,16 +190,10 @@ pub(crate) fn publish(slot: &Slot, generation: u32, registration: &SlotFields<'_
     slot.state.store(state_word(generation, LIVE), Release);
 }
 
-/// Checks that the handle's generation still owns the slot, then applies
-/// `next` to the current beat word with a CAS, retrying if the word moved.
-/// With `remember`, the word being replaced is kept in `final_beat` first, so
-/// whoever sees the end marker also sees the last heartbeat.
-fn update_beat(
-    slot: &Slot,
-    generation: u32,
-    remember: bool,
-    next: impl Fn(u64) -> u64,
-) -> Result<(), Gone> {
+/// Checks that the handle's generation still owns the slot, then replaces
+/// the current beat word with `next(current)` by a CAS, retrying (with a new
+/// `next`) if the word moved.
+fn update_beat(slot: &Slot, generation: u32, next: impl Fn(u64) -> u64) -> Result<(), Gone> {
     let state = slot.state.load(Acquire);
     if state != state_word(generation, LIVE) {
         return Err(released(slot, generation, state));
@@ -211,9 +205,6 @@ fn update_beat(
         }
         if let Beat::Ended(reason) = decode_beat(current) {
             return Err(Gone::Ended(reason));
-        }
-        if remember {
-            slot.final_beat.store(current, Relaxed);
         }
         // Release on success: pairs with the reaper's acquire of `beat`.
         match slot
@@ -248,18 +239,21 @@ fn released(slot: &Slot, generation: u32, state: u64) -> Gone {
 /// A heartbeat at `now_ns` through a handle of generation `generation`.
 pub(crate) fn beat(slot: &Slot, generation: u32, now_ns: u64) -> Result<(), Gone> {
     let stamp = Stamp::of(now_ns);
-    update_beat(slot, generation, false, |current| {
-        match decode_beat(current) {
-            Beat::At(last) if !stamp.is_after(last) => current,
-            _ => beat_word(generation, stamp),
-        }
+    update_beat(slot, generation, |current| match decode_beat(current) {
+        Beat::At(last) if !stamp.is_after(last) => current,
+        _ => beat_word(generation, stamp),
     })
 }
 
 /// Ends the registration of generation `generation` for `reason`, whatever its
-/// last heartbeat (deregistration, clear, replacement).
+/// last heartbeat (deregistration, clear, replacement). The word it replaces
+/// is kept in `final_beat` first, so whoever sees the end marker also sees
+/// the last heartbeat.
 pub(crate) fn end(slot: &Slot, generation: u32, reason: Reason) -> Result<(), Gone> {
-    update_beat(slot, generation, true, |_| ended_word(generation, reason))
+    update_beat(slot, generation, |last| {
+        slot.final_beat.store(last, Relaxed);
+        ended_word(generation, reason)
+    })
 }
 
 /// The reaper's eviction: ends the registration only if its beat word is still

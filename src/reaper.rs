@@ -322,7 +322,7 @@ impl Reaper {
             match self.judge(index, slot, generation, now_ns, clearing) {
                 Verdict::Keep => {}
                 Verdict::Corrupt => report.corrupt_slots += 1,
-                Verdict::Ended(reason, silent_ns) => {
+                Verdict::Ended { reason, silent_ns } => {
                     report
                         .ended
                         .push(drop_event(slot, index, generation, reason, silent_ns));
@@ -413,7 +413,12 @@ impl Reaper {
             return Verdict::Corrupt;
         }
         let (signal_ns, budget, timed_reason) = match protocol::decode_beat(word) {
-            Beat::Ended(Some(reason)) => return Verdict::Ended(reason, 0),
+            Beat::Ended(Some(reason)) => {
+                return Verdict::Ended {
+                    reason,
+                    silent_ns: 0,
+                }
+            }
             Beat::Ended(None) => return Verdict::Corrupt,
             Beat::Never => (
                 slot.registered_ns.load(Relaxed),
@@ -424,8 +429,14 @@ impl Reaper {
         };
         if clearing {
             return match protocol::end(slot, generation, Reason::Cleared) {
-                Ok(()) => Verdict::Ended(Reason::Cleared, 0),
-                Err(Gone::Ended(Some(reason))) => Verdict::Ended(reason, 0),
+                Ok(()) => Verdict::Ended {
+                    reason: Reason::Cleared,
+                    silent_ns: 0,
+                },
+                Err(Gone::Ended(Some(reason))) => Verdict::Ended {
+                    reason,
+                    silent_ns: 0,
+                },
                 Err(_) => Verdict::Corrupt,
             };
         }
@@ -445,10 +456,10 @@ impl Reaper {
             return Verdict::Keep;
         };
         match protocol::evict(slot, generation, word, reason) {
-            Ok(()) => Verdict::Ended(reason, silent_ns),
+            Ok(()) => Verdict::Ended { reason, silent_ns },
             Err(found) => match protocol::decode_beat(found) {
                 // A deregistration (or another ending) got there first.
-                Beat::Ended(Some(reason)) => Verdict::Ended(reason, silent_ns),
+                Beat::Ended(Some(reason)) => Verdict::Ended { reason, silent_ns },
                 // A heartbeat landed between our read and our CAS: it counts.
                 _ => Verdict::Keep,
             },
@@ -520,10 +531,15 @@ fn queue(pool: &HandlerPool, job: Job, table: &str) {
     }
 }
 
+/// What a scan decided about one slot.
 enum Verdict {
+    /// Alive: nothing to do.
     Keep,
+    /// Contents no writer of ours produces: skipped, counted.
     Corrupt,
-    Ended(Reason, u64),
+    /// It ended for `reason` after `silent_ns` of silence (0 for explicit
+    /// endings).
+    Ended { reason: Reason, silent_ns: u64 },
 }
 
 fn drop_event(

@@ -74,7 +74,8 @@ typedef enum livereg_reason {
     LIVEREG_REASON_PROCESS_EXITED = 3, /* its process exited or was killed */
     LIVEREG_REASON_DEREGISTERED = 4,   /* livereg_deregister: a clean exit */
     LIVEREG_REASON_CLEARED = 5,        /* livereg_clear ended every registration */
-    LIVEREG_REASON_REPLACED = 6        /* a new registration of the id replaced it */
+    LIVEREG_REASON_REPLACED = 6,       /* a new registration of the id replaced it */
+    LIVEREG_REASON_STALLED = 7         /* busy with no progress for progress_timeout */
 } livereg_reason;
 
 /* Opaque handles. */
@@ -100,7 +101,7 @@ typedef struct livereg_stats {
     uint64_t reap_timeout_ms;
     uint64_t registration_grace_ms;
     uint64_t ended_total;           /* registrations ended since creation */
-    uint64_t ended_by_reason[7];    /* indexed by livereg_reason; [0] unused */
+    uint64_t ended_by_reason[8];    /* indexed by livereg_reason; [0] unused */
     uint64_t handler_failures;
     uint64_t scans;
 } livereg_stats;

@@ -130,7 +130,7 @@ impl Handlers {
         self.running.end(job, inner);
         let header = inner.header();
         if protocol::release(inner.slot(event.slot), event.generation) {
-            header.ended[event.reason.index()].fetch_add(1, Relaxed);
+            header.ended_counter(event.reason).fetch_add(1, Relaxed);
         } else {
             log::warn!(
                 "table '{}': slot {} changed under its drop (generation {}): not freed",

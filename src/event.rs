@@ -22,17 +22,21 @@ pub enum Reason {
     Cleared = 5,
     /// A new registration of the same instance id replaced it.
     Replaced = 6,
+    /// It was busy and made no progress for the table's `progress_timeout`
+    /// (its heartbeat may have gone on: the engine is stuck, not dead).
+    Stalled = 7,
 }
 
 impl Reason {
     /// Every reason, in numeric order.
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::Timeout,
         Reason::Grace,
         Reason::ProcessExited,
         Reason::Deregistered,
         Reason::Cleared,
         Reason::Replaced,
+        Reason::Stalled,
     ];
 
     /// The reason with numeric value `code`, if there is one.
@@ -50,6 +54,7 @@ impl Reason {
             Reason::Deregistered => "deregistered",
             Reason::Cleared => "cleared",
             Reason::Replaced => "replaced",
+            Reason::Stalled => "stalled",
         }
     }
 

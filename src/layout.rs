@@ -22,8 +22,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"LIVEREG\0");
 pub const VERSION_MAJOR: u32 = 1;
 /// Layout minor version: additions that older readers may ignore (1: each
 /// slot records its registrant's clock identity; 2: the info area after the
-/// slots).
-pub const VERSION_MINOR: u32 = 2;
+/// slots; 3: progress beside liveness).
+pub const VERSION_MINOR: u32 = 3;
 /// The first minor version with an info area.
 pub(crate) const INFO_SINCE_MINOR: u32 = 2;
 /// Most bytes the info area holds.
@@ -46,7 +46,8 @@ pub const MAX_CAPACITY: u32 = 1 << 20;
 /// Value of [`Header::ready`] once the creator finished writing the header.
 pub(crate) const READY: u32 = 0x5245_4459; // "READY" truncated: never a zero page's value
 
-/// Number of reasons a registration can end with; indexes [`Header::ended`].
+/// Reasons counted in [`Header::ended`] (the first six; `Stalled`, added
+/// in layout 1.3, is counted in [`Header::ended_stalled`]).
 pub(crate) const REASONS: usize = 6;
 
 /// The table header. Identity fields are written once by the creator before
@@ -91,7 +92,11 @@ pub(crate) struct Header {
     pub reaper_clock_id: AtomicU64,
     /// Handlers that ran past their deadline (layout 1.1).
     pub handlers_overdue: AtomicU64,
-    reserved: [AtomicU64; 38],
+    /// How long a busy registration may make no progress (layout 1.3; 0: off).
+    pub progress_timeout_ns: AtomicU64,
+    /// Registrations ended as `Stalled` (layout 1.3).
+    pub ended_stalled: AtomicU64,
+    reserved: [AtomicU64; 36],
 }
 
 /// One registration's cache-line pair.
@@ -119,7 +124,10 @@ pub(crate) struct Slot {
     /// Identity of the clock the registrant stamps with (its time
     /// namespace; see [`crate::Clock::identity`]); 0 before layout 1.1.
     pub clock_id: AtomicU64,
-    reserved2: AtomicU64,
+    /// `steps << 1 | busy`, and [`crate::protocol::STALL_MARK`] once the
+    /// reaper ends it for making no progress (layout 1.3); see
+    /// [`crate::protocol::progress`].
+    pub progress: AtomicU64,
 }
 
 // The format, checked at compile time (loom's atomics are larger: its build
@@ -167,6 +175,16 @@ pub(crate) struct InfoArea {
     reserved: [AtomicU64; 14],
 }
 
+#[cfg(not(loom))]
+impl Header {
+    /// The counter of registrations ended for `reason`.
+    pub fn ended_counter(&self, reason: crate::event::Reason) -> &AtomicU64 {
+        self.ended
+            .get(reason.index())
+            .unwrap_or(&self.ended_stalled)
+    }
+}
+
 impl Slot {
     /// A free slot of generation 0, in ordinary memory (for the loom models).
     #[cfg(loom)]
@@ -184,7 +202,7 @@ impl Slot {
             final_beat: word(),
             label: std::array::from_fn(|_| word()),
             clock_id: word(),
-            reserved2: word(),
+            progress: word(),
         }
     }
 

@@ -161,7 +161,7 @@ impl Table {
             .collect();
         let ended: BTreeMap<&'static str, u64> = Reason::ALL
             .into_iter()
-            .map(|reason| (reason.as_str(), header.ended[reason.index()].load(Relaxed)))
+            .map(|reason| (reason.as_str(), header.ended_counter(reason).load(Relaxed)))
             .collect();
         let timeout_ns = header.reap_timeout_ns.load(Relaxed);
         Ok(Status {

@@ -144,7 +144,7 @@ pub unsafe extern "C" fn livereg_get_stats(
         // SAFETY: by this function's contract; `as_mut` handles NULL.
         let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
         let status = table.status()?;
-        let mut ended_by_reason = [0u64; 7];
+        let mut ended_by_reason = [0u64; Reason::ALL.len() + 1];
         for reason in Reason::ALL {
             ended_by_reason[reason as usize] = status.ended[reason.as_str()];
         }

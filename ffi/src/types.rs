@@ -53,6 +53,8 @@ pub enum livereg_reason {
     LIVEREG_REASON_CLEARED = 5,
     /// A new registration of its id replaced it.
     LIVEREG_REASON_REPLACED = 6,
+    /// Busy with no progress for the table's progress timeout.
+    LIVEREG_REASON_STALLED = 7,
 }
 
 impl From<Reason> for livereg_reason {
@@ -64,6 +66,7 @@ impl From<Reason> for livereg_reason {
             Reason::Deregistered => livereg_reason::LIVEREG_REASON_DEREGISTERED,
             Reason::Cleared => livereg_reason::LIVEREG_REASON_CLEARED,
             Reason::Replaced => livereg_reason::LIVEREG_REASON_REPLACED,
+            Reason::Stalled => livereg_reason::LIVEREG_REASON_STALLED,
         }
     }
 }
@@ -103,7 +106,7 @@ pub struct livereg_stats {
     /// Ended registrations since creation.
     pub ended_total: u64,
     /// Ended registrations by reason, indexed by `livereg_reason` (0 unused).
-    pub ended_by_reason: [u64; 7],
+    pub ended_by_reason: [u64; Reason::ALL.len() + 1],
     /// Handlers that failed, since creation.
     pub handler_failures: u64,
     /// Scans by all reapers.

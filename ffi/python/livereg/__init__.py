@@ -92,6 +92,7 @@ class Reason(enum.IntEnum):
     DEREGISTERED = 4
     CLEARED = 5
     REPLACED = 6
+    STALLED = 7
 
 
 class _Options(ctypes.Structure):
@@ -104,7 +105,7 @@ class _Stats(ctypes.Structure):
                 ("reaper_alive", ctypes.c_uint32), ("reaper_pid", ctypes.c_uint32),
                 ("boot_token", ctypes.c_uint64), ("reap_timeout_ms", ctypes.c_uint64),
                 ("registration_grace_ms", ctypes.c_uint64), ("ended_total", ctypes.c_uint64),
-                ("ended_by_reason", ctypes.c_uint64 * 7), ("handler_failures", ctypes.c_uint64),
+                ("ended_by_reason", ctypes.c_uint64 * (len(Reason) + 1)), ("handler_failures", ctypes.c_uint64),
                 ("scans", ctypes.c_uint64)]
 
 

@@ -89,6 +89,7 @@ typedef struct livereg_options {
     uint32_t mode;                  /* permission bits, must include 0600 (default 0600) */
     uint64_t reap_timeout_ms;       /* silence budget after a ping; 0 disables reaping (default 10000) */
     uint64_t registration_grace_ms; /* silence budget with no ping yet; >= reap_timeout_ms (default 30000) */
+    uint64_t progress_timeout_ms;   /* a busy worker's budget without progress; 0 off (default), else >= reap_timeout_ms/4 */
 } livereg_options;
 
 /* A snapshot of a table, filled by livereg_get_stats. */
@@ -161,6 +162,15 @@ livereg_result livereg_register(livereg_table *table, uint64_t instance_id, cons
 /* Heartbeat: LIVEREG_OK, or LIVEREG_EVICTED once the registration has ended
  * (then deregister the handle and register again). No system call, no lock. */
 livereg_result livereg_ping(livereg_worker *worker);
+
+/* Progress beside liveness: a heartbeat from a side thread proves the process
+ * alive, not that its engine moves. Mark the worker busy while it has work in
+ * flight and call livereg_progress at every step of its loop (one atomic add,
+ * no clock, no system call). With the table's progress_timeout_ms > 0, a busy
+ * worker that makes no progress for that long ends with reason STALLED; an
+ * idle one never does. Both return LIVEREG_OK or LIVEREG_EVICTED. */
+livereg_result livereg_set_busy(livereg_worker *worker, int busy);
+livereg_result livereg_progress(livereg_worker *worker);
 
 /* Ends the registration cleanly (reason DEREGISTERED) and always frees the
  * handle. Returns LIVEREG_EVICTED if it had already ended. */

@@ -91,7 +91,7 @@ pub use status::{RegistrationStatus, Status};
 #[cfg(not(loom))]
 pub use table::{Table, TableOptions};
 #[cfg(not(loom))]
-pub use worker::{Registration, Worker, PREVIOUS_DROP_WAIT};
+pub use worker::{Busy, Registration, Worker, PREVIOUS_DROP_WAIT};
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

@@ -343,3 +343,34 @@ fn an_info_reader_never_sees_a_torn_value() {
         );
     });
 }
+
+#[test]
+fn progress_racing_a_stall_verdict_is_counted_or_refused() {
+    // The reaper judged the busy word stalled; the worker makes a step at
+    // the same time. Either the step lands first (the mark fails: counted)
+    // or the mark does (the step is refused: the worker hears Stalled).
+    loom::model(|| {
+        let slot = Arc::new(Slot::new());
+        let generation = live(&slot);
+        protocol::set_busy(&slot, generation, true).unwrap();
+        let judged = slot.progress.load(Acquire);
+        let worker = {
+            let slot = slot.clone();
+            thread::spawn(move || protocol::progress(&slot, generation))
+        };
+        let marked = protocol::mark_stalled(&slot, judged);
+        if marked {
+            protocol::end(&slot, generation, Reason::Stalled).unwrap();
+        }
+        match (worker.join().unwrap(), marked) {
+            (Ok(()), false) => assert_ne!(slot.progress.load(Acquire), judged),
+            (Err(Gone::Ended(Some(Reason::Stalled))), true) => {}
+            // The step landed after the whole ending: refused by the marker
+            // or by the end marker, either way not counted as progress.
+            (Err(Gone::Ended(Some(Reason::Stalled))), false) => {
+                panic!("refused without a verdict")
+            }
+            other => panic!("a step was lost or a stall missed: {other:?}"),
+        }
+    });
+}

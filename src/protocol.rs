@@ -182,6 +182,7 @@ pub(crate) fn publish(slot: &Slot, generation: u32, registration: &SlotFields<'_
     slot.registered_ns
         .store(registration.registered_ns, Relaxed);
     slot.clock_id.store(registration.clock_id, Relaxed);
+    slot.progress.store(0, Relaxed);
     slot.beats.store(0, Relaxed);
     slot.flags.store(registration.flags, Relaxed);
     slot.store_label(registration.label);
@@ -254,6 +255,71 @@ pub(crate) fn end(slot: &Slot, generation: u32, reason: Reason) -> Result<(), Go
         slot.final_beat.store(last, Relaxed);
         ended_word(generation, reason)
     })
+}
+
+/// Bit of [`Slot::progress`]: the engine has work in flight.
+pub(crate) const BUSY: u64 = 1;
+/// Bit of [`Slot::progress`]: the reaper judged the registration stalled on
+/// the word below this bit; it is ending, and progress no longer counts.
+pub(crate) const STALL_MARK: u64 = 1 << 63;
+/// What one step of progress adds (the count lives above [`BUSY`]).
+const PROGRESS_STEP: u64 = 2;
+
+/// Fails if the handle's registration is over (released, reused or ended).
+fn still_live(slot: &Slot, generation: u32) -> Result<(), Gone> {
+    let state = slot.state.load(Acquire);
+    if state != state_word(generation, LIVE) {
+        return Err(released(slot, generation, state));
+    }
+    let word = slot.beat.load(Acquire);
+    if !beat_matches(word, generation) {
+        return Err(Gone::Reused);
+    }
+    match decode_beat(word) {
+        Beat::Ended(reason) => Err(Gone::Ended(reason)),
+        _ => Ok(()),
+    }
+}
+
+/// One step of progress through a handle of `generation`: one atomic add.
+/// A step that lands after the reaper marked the registration stalled is
+/// refused (the worker hears `Stalled`); one that lands before makes the
+/// reaper's mark fail: counted. (A handle that is stale by a whole
+/// registration adds to the next owner's count at worst; it never ends it.)
+pub(crate) fn progress(slot: &Slot, generation: u32) -> Result<(), Gone> {
+    still_live(slot, generation)?;
+    // AcqRel: pairs with the reaper's mark, a compare-and-swap on this word.
+    let before = slot.progress.fetch_add(PROGRESS_STEP, AcqRel);
+    stalled(before)
+}
+
+/// Marks the registration busy or idle; like [`progress`], refused once the
+/// reaper marked it stalled.
+pub(crate) fn set_busy(slot: &Slot, generation: u32, busy: bool) -> Result<(), Gone> {
+    still_live(slot, generation)?;
+    let before = if busy {
+        slot.progress.fetch_or(BUSY, AcqRel)
+    } else {
+        slot.progress.fetch_and(!BUSY, AcqRel)
+    };
+    stalled(before)
+}
+
+fn stalled(word: u64) -> Result<(), Gone> {
+    if word & STALL_MARK != 0 {
+        Err(Gone::Ended(Some(Reason::Stalled)))
+    } else {
+        Ok(())
+    }
+}
+
+/// The reaper's stall verdict: marks the progress word only if it is still
+/// `judged` (busy, unchanged for the progress timeout). False when a step of
+/// progress (or a change to idle) got there first: it counts.
+pub(crate) fn mark_stalled(slot: &Slot, judged: u64) -> bool {
+    slot.progress
+        .compare_exchange(judged, judged | STALL_MARK, AcqRel, Relaxed)
+        .is_ok()
 }
 
 /// The reaper's eviction: ends the registration only if its beat word is still

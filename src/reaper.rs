@@ -156,6 +156,7 @@ impl ReaperBuilder {
             seen: vec![Seen::NONE; inner.capacity as usize],
             timeout_ns: header.reap_timeout_ns.load(Relaxed),
             grace_ns: header.registration_grace_ns.load(Relaxed),
+            progress_timeout_ns: header.progress_timeout_ns.load(Relaxed),
             clock_id: self.table.clock.identity(),
             in_flight: vec![0; inner.capacity as usize],
             clear_issued: 0,
@@ -196,6 +197,11 @@ fn next_boot_token(previous: u64, now_ns: u64) -> u64 {
 struct Seen {
     word: u64,
     first_seen: u64,
+    /// The progress word and generation last seen, and when (reaper clock)
+    /// it was first seen so: the later of the last step and becoming busy.
+    progress: u64,
+    progress_generation: u32,
+    progress_since: u64,
 }
 
 impl Seen {
@@ -204,6 +210,9 @@ impl Seen {
     const NONE: Seen = Seen {
         word: u64::MAX,
         first_seen: 0,
+        progress: u64::MAX,
+        progress_generation: 0,
+        progress_since: 0,
     };
 }
 
@@ -243,6 +252,8 @@ pub struct Reaper {
     seen: Vec<Seen>,
     timeout_ns: u64,
     grace_ns: u64,
+    /// How long a busy registration may make no progress (0: not judged).
+    progress_timeout_ns: u64,
     /// The identity of the clock this reaper reads: only stamps of that
     /// clock are trusted.
     clock_id: u64,
@@ -453,7 +464,7 @@ impl Reaper {
         } else if self.timeout_ns > 0 && silent_ns >= budget {
             timed_reason
         } else {
-            return Verdict::Keep;
+            return self.judge_progress(index, slot, generation, now_ns);
         };
         match protocol::evict(slot, generation, word, reason) {
             Ok(()) => Verdict::Ended { reason, silent_ns },
@@ -466,6 +477,40 @@ impl Reaper {
         }
     }
 
+    /// A live registration's progress (SPEC 1.19): busy and unchanged for
+    /// the progress timeout, on this reaper's clock from when it saw the word
+    /// change, it ends `Stalled`. Idle never stalls.
+    fn judge_progress(&mut self, index: u32, slot: &Slot, generation: u32, now_ns: u64) -> Verdict {
+        if self.progress_timeout_ns == 0 {
+            return Verdict::Keep;
+        }
+        let word = slot.progress.load(Acquire);
+        let seen = &mut self.seen[index as usize];
+        if seen.progress != word || seen.progress_generation != generation {
+            seen.progress = word;
+            seen.progress_generation = generation;
+            seen.progress_since = now_ns;
+        }
+        let quiet_ns = now_ns.saturating_sub(seen.progress_since);
+        if word & protocol::BUSY == 0 || quiet_ns < self.progress_timeout_ns {
+            return Verdict::Keep;
+        }
+        if !protocol::mark_stalled(slot, word) {
+            return Verdict::Keep; // a step (or going idle) got there first
+        }
+        match protocol::end(slot, generation, Reason::Stalled) {
+            Ok(()) => Verdict::Ended {
+                reason: Reason::Stalled,
+                silent_ns: quiet_ns,
+            },
+            Err(Gone::Ended(Some(reason))) => Verdict::Ended {
+                reason,
+                silent_ns: quiet_ns,
+            },
+            Err(_) => Verdict::Corrupt,
+        }
+    }
+
     /// When the slot last signalled, on the reaper's clock. `own_stamp` is
     /// its last signal when the registrant stamps with the reaper's own clock
     /// (same identity), trusted on every scan, including a restarted
@@ -475,10 +520,8 @@ impl Reaper {
     fn last_signal(&mut self, index: u32, word: u64, own_stamp: Option<u64>, now_ns: u64) -> u64 {
         let seen = &mut self.seen[index as usize];
         if seen.word != word {
-            *seen = Seen {
-                word,
-                first_seen: now_ns,
-            };
+            seen.word = word;
+            seen.first_seen = now_ns;
         }
         match own_stamp {
             Some(stamp) => stamp.min(now_ns),

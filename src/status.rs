@@ -25,6 +25,8 @@ pub struct Status {
     pub registration_grace_seconds: f64,
     /// How often the reaper scans.
     pub scan_interval_seconds: f64,
+    /// How long a busy registration may make no progress (0: not judged).
+    pub progress_timeout_seconds: f64,
     /// Live (not ended) registrations.
     pub tracked_instances: usize,
     /// Number of slots.
@@ -81,6 +83,10 @@ pub struct RegistrationStatus {
     pub ended_reason: Option<Reason>,
     /// Heartbeats counted (advisory).
     pub heartbeats: u64,
+    /// Whether the worker says it has work in flight.
+    pub busy: bool,
+    /// Steps of progress counted.
+    pub progress_steps: u64,
     /// Time since its last heartbeat, or `None` if it never beat or stamps
     /// with another clock than this handle's (another time namespace).
     pub last_heartbeat_age_seconds: Option<f64>,
@@ -147,6 +153,8 @@ impl Table {
                     },
                     ended_reason,
                     heartbeats: slot.beats.load(Relaxed),
+                    busy: slot.progress.load(Relaxed) & protocol::BUSY != 0,
+                    progress_steps: (slot.progress.load(Relaxed) & !protocol::STALL_MARK) >> 1,
                     last_heartbeat_age_seconds: last_beat
                         .filter(|_| same_clock)
                         .map(|stamp| age(stamp.ns_near(now))),
@@ -170,6 +178,7 @@ impl Table {
             reap_timeout_seconds: seconds(timeout_ns),
             registration_grace_seconds: seconds(header.registration_grace_ns.load(Relaxed)),
             scan_interval_seconds: seconds(timeout_ns / u64::from(SCANS_PER_TIMEOUT)),
+            progress_timeout_seconds: seconds(header.progress_timeout_ns.load(Relaxed)),
             tracked_instances: registrations.iter().filter(|r| r.state == "live").count(),
             capacity: inner.capacity,
             reaper_alive: self.reaper_alive(),

@@ -63,6 +63,10 @@ pub struct TableOptions {
     /// Silence budget of a worker that registered and never beat; at least
     /// `reap_timeout`.
     pub registration_grace: Duration,
+    /// How long a busy worker may make no progress before it ends
+    /// `Stalled` (SPEC 1.19); zero (the default) turns the check off.
+    /// At least one scan interval.
+    pub progress_timeout: Duration,
 }
 
 impl Default for TableOptions {
@@ -72,6 +76,7 @@ impl Default for TableOptions {
             mode: 0o600,
             reap_timeout: Duration::from_secs(10),
             registration_grace: Duration::from_secs(30),
+            progress_timeout: Duration::ZERO,
         }
     }
 }
@@ -89,6 +94,15 @@ impl TableOptions {
             return invalid(format!(
                 "mode {:o} is not usable, expected permission bits (at most 777) including owner read/write (600)",
                 self.mode
+            ));
+        }
+        let scan = self.reap_timeout / SCANS_PER_TIMEOUT;
+        if !self.progress_timeout.is_zero()
+            && (self.reap_timeout.is_zero() || self.progress_timeout < scan)
+        {
+            return invalid(format!(
+                "progress timeout {:?} is below one scan interval ({scan:?}) or reaping is off, expected 0 (off) or at least {scan:?}",
+                self.progress_timeout
             ));
         }
         if self.registration_grace < self.reap_timeout {
@@ -268,6 +282,9 @@ impl Table {
         header
             .registration_grace_ns
             .store(duration_ns(options.registration_grace), Relaxed);
+        header
+            .progress_timeout_ns
+            .store(duration_ns(options.progress_timeout), Relaxed);
         // Release: an opener that reads READY sees every field above.
         header.ready.store(READY, Release);
     }
@@ -358,6 +375,11 @@ impl Table {
     /// The silence budget of workers that never beat.
     pub fn registration_grace(&self) -> Duration {
         Duration::from_nanos(self.inner.header().registration_grace_ns.load(Relaxed))
+    }
+
+    /// How long a busy worker may make no progress (zero: not judged).
+    pub fn progress_timeout(&self) -> Duration {
+        Duration::from_nanos(self.inner.header().progress_timeout_ns.load(Relaxed))
     }
 
     /// How often a reaper scans: a quarter of the reap timeout.

@@ -330,6 +330,64 @@ impl Worker {
         }
     }
 
+    /// Says whether the engine has work in flight (SPEC 1.19): while busy,
+    /// it must make [`progress`](Worker::progress) at least every
+    /// `progress_timeout` of the table, or it ends `Stalled`. Idle, it never
+    /// stalls, however long it waits.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Evicted`] once the registration has ended.
+    pub fn set_busy(&self, busy: bool) -> Result<()> {
+        if self.fork_epoch != fork::epoch() {
+            return Err(self.inherited());
+        }
+        protocol::set_busy(self.table.inner.slot(self.index), self.generation, busy)
+            .map_err(|gone| self.gone(gone))
+    }
+
+    /// Busy until the returned guard is dropped (then idle).
+    ///
+    /// # Errors
+    ///
+    /// As [`Worker::set_busy`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use livereg::{Table, TableOptions};
+    ///
+    /// let table = Table::in_memory(&TableOptions::default())?;
+    /// let worker = table.register(1, "gpu1")?;
+    /// {
+    ///     let _step = worker.busy()?;
+    ///     for _batch in 0..3 {
+    ///         worker.progress()?; // one step of the engine's loop
+    ///     }
+    /// }
+    /// # Ok::<(), livereg::Error>(())
+    /// ```
+    pub fn busy(&self) -> Result<Busy<'_>> {
+        self.set_busy(true)?;
+        Ok(Busy { worker: self })
+    }
+
+    /// One step of progress: one atomic add on the worker's own slot, no
+    /// clock read, no system call.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Evicted`] once the registration has ended (reason
+    /// [`Stalled`](Reason::Stalled) if it ended for making no progress).
+    #[inline]
+    pub fn progress(&self) -> Result<()> {
+        if self.fork_epoch != fork::epoch() {
+            return Err(self.inherited());
+        }
+        protocol::progress(self.table.inner.slot(self.index), self.generation)
+            .map_err(|gone| self.gone(gone))
+    }
+
     /// Ends the registration cleanly (reason
     /// [`Deregistered`](Reason::Deregistered)); the reaper runs the drop
     /// handlers. Consumes the handle.
@@ -431,5 +489,17 @@ impl std::fmt::Debug for Worker {
             .field("slot", &self.index)
             .field("generation", &self.generation)
             .finish()
+    }
+}
+
+/// A worker marked busy; idle again when dropped. See [`Worker::busy`].
+#[must_use = "the worker is idle again as soon as this guard is dropped"]
+pub struct Busy<'w> {
+    worker: &'w Worker,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        let _ = self.worker.set_busy(false);
     }
 }

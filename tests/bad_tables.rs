@@ -47,7 +47,7 @@ fn another_major_version_is_incompatible() {
     let temp = tampered("major", 8, &2u32.to_le_bytes());
     match open_error(&temp.name) {
         Error::Incompatible(message) => assert!(
-            message.contains("layout version 2.2, this build reads 1.x"),
+            message.contains("layout version 2.3, this build reads 1.x"),
             "{message}"
         ),
         other => panic!("expected Incompatible, got {other:?}"),

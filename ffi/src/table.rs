@@ -44,6 +44,7 @@ pub unsafe extern "C" fn livereg_options_default(out: *mut livereg_options) {
                 mode: defaults.mode,
                 reap_timeout_ms: defaults.reap_timeout.as_millis() as u64,
                 registration_grace_ms: defaults.registration_grace.as_millis() as u64,
+                progress_timeout_ms: defaults.progress_timeout.as_millis() as u64,
             };
         }
     })
@@ -74,6 +75,7 @@ pub unsafe extern "C" fn livereg_create(
                 mode: o.mode,
                 reap_timeout: Duration::from_millis(o.reap_timeout_ms),
                 registration_grace: Duration::from_millis(o.registration_grace_ms),
+                progress_timeout: Duration::from_millis(o.progress_timeout_ms),
             },
             None => TableOptions::default(),
         };

@@ -83,6 +83,8 @@ pub struct livereg_options {
     pub reap_timeout_ms: u64,
     /// Silence budget without a heartbeat, in ms; at least the timeout.
     pub registration_grace_ms: u64,
+    /// How long a busy worker may make no progress, in ms; 0 (default) off.
+    pub progress_timeout_ms: u64,
 }
 
 /// A snapshot of a table, filled by `livereg_get_stats`.

@@ -4,7 +4,7 @@ use crate::boundary::{guard, null, text};
 use crate::table::{borrow, hand_out, livereg_table};
 use crate::types::livereg_result;
 use registry::Worker;
-use std::ffi::c_char;
+use std::ffi::{c_char, c_int};
 
 /// A registration (opaque to C).
 pub struct livereg_worker(Worker);
@@ -49,6 +49,37 @@ pub unsafe extern "C" fn livereg_ping(worker: *const livereg_worker) -> livereg_
         // SAFETY: by this function's contract.
         let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
         worker.0.heartbeat()
+    })
+}
+
+/// `livereg_set_busy(worker, busy)`: `LIVEREG_OK` or `LIVEREG_EVICTED`.
+///
+/// # Safety
+///
+/// `worker` is a handle from `livereg_register` not yet deregistered.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_set_busy(
+    worker: *const livereg_worker,
+    busy: c_int,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: by this function's contract.
+        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        worker.0.set_busy(busy != 0)
+    })
+}
+
+/// `livereg_progress(worker)`: one step; `LIVEREG_OK` or `LIVEREG_EVICTED`.
+///
+/// # Safety
+///
+/// `worker` is a handle from `livereg_register` not yet deregistered.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_progress(worker: *const livereg_worker) -> livereg_result {
+    guard(|| {
+        // SAFETY: by this function's contract.
+        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        worker.0.progress()
     })
 }
 

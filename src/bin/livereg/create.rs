@@ -18,6 +18,10 @@ pub struct Args {
     /// Silence budget of a worker that never beat [default: the larger of 30s and the timeout].
     #[arg(long, value_parser = duration::parse)]
     grace: Option<Duration>,
+    /// How long a busy worker may make no progress before it ends `stalled`
+    /// (0s, the default, turns the check off; else at least a quarter of the timeout).
+    #[arg(long, value_parser = duration::parse, default_value = "0s")]
+    progress_timeout: Duration,
     /// Permission bits, octal.
     #[arg(long, default_value = "600", value_parser = parse_mode)]
     mode: u32,
@@ -36,10 +40,19 @@ pub fn run(args: Args) -> Outcome {
         registration_grace: args
             .grace
             .unwrap_or(args.timeout.max(Duration::from_secs(30))),
+        progress_timeout: args.progress_timeout,
     };
     let table = Table::create(&args.name, &options)?;
+    let progress = if table.progress_timeout().is_zero() {
+        String::new()
+    } else {
+        format!(
+            ", progress timeout {}",
+            duration::show(table.progress_timeout())
+        )
+    };
     out!(
-        "created table '{}': {} slots, timeout {}, grace {}, mode {:o}",
+        "created table '{}': {} slots, timeout {}, grace {}{progress}, mode {:o}",
         args.name,
         table.capacity(),
         duration::show(table.reap_timeout()),

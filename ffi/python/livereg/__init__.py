@@ -17,12 +17,13 @@ Every failure raises a subclass of :class:`livereg.Error` carrying ``code``
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import enum
 import os
 import pathlib
 import threading
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 __all__ = [
     "Error", "EvictedError", "FullError", "ExistsError", "NotFoundError",
@@ -97,7 +98,8 @@ class Reason(enum.IntEnum):
 
 class _Options(ctypes.Structure):
     _fields_ = [("capacity", ctypes.c_uint32), ("mode", ctypes.c_uint32),
-                ("reap_timeout_ms", ctypes.c_uint64), ("registration_grace_ms", ctypes.c_uint64)]
+                ("reap_timeout_ms", ctypes.c_uint64), ("registration_grace_ms", ctypes.c_uint64),
+                ("progress_timeout_ms", ctypes.c_uint64)]
 
 
 class _Stats(ctypes.Structure):
@@ -135,6 +137,8 @@ for _name, _args, _ret in [
     ("livereg_unlink", [ctypes.c_char_p], _R),
     ("livereg_register", [_P, ctypes.c_uint64, ctypes.c_char_p, ctypes.POINTER(_P)], _R),
     ("livereg_ping", [_P], _R),
+    ("livereg_progress", [_P], _R),
+    ("livereg_set_busy", [_P, ctypes.c_int], _R),
     ("livereg_deregister", [_P], _R),
     ("livereg_clear", [_P, ctypes.c_uint64], _R),
     ("livereg_probe", [_P, ctypes.POINTER(ctypes.c_uint64)], _R),
@@ -203,6 +207,35 @@ class Worker:
                 raise EvictedError(f"instance {self.instance_id} was deregistered", 1)
             result = _lib.livereg_ping(self._handle)
         _check(result)
+
+    def _call(self, function, *args) -> None:
+        with self._lock:  # the handle is not freed while in use
+            if not self._handle:
+                raise EvictedError(f"instance {self.instance_id} was deregistered", 1)
+            result = function(self._handle, *args)
+        _check(result)
+
+    def progress(self) -> None:
+        """One step of the engine's loop (one atomic add in the library).
+        Raises :class:`EvictedError` once the registration ended."""
+        self._call(_lib.livereg_progress)
+
+    def set_busy(self, busy: bool) -> None:
+        """Says whether the engine has work in flight: while busy it must
+        call :meth:`progress` at least every ``progress_timeout``."""
+        self._call(_lib.livereg_set_busy, 1 if busy else 0)
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator["Worker"]:
+        """Busy for the ``with`` block, idle after it."""
+        self.set_busy(True)
+        try:
+            yield self
+        finally:
+            try:
+                self.set_busy(False)
+            except EvictedError:
+                pass
 
     def deregister(self) -> None:
         """Ends the registration cleanly. Raises :class:`EvictedError` if it
@@ -420,12 +453,15 @@ class Table:
 
 
 def create(name: str, capacity: int = 256, reap_timeout: float = 10.0,
-           registration_grace: Optional[float] = None, mode: int = 0o600) -> Table:
+           registration_grace: Optional[float] = None, mode: int = 0o600,
+           progress_timeout: float = 0.0) -> Table:
     """Creates table ``name`` exclusively. ``registration_grace`` defaults to
-    the larger of 30 s and ``reap_timeout``."""
+    the larger of 30 s and ``reap_timeout``; ``progress_timeout`` (0: off) is
+    how long a busy worker may make no progress before it ends ``STALLED``."""
     if registration_grace is None:
         registration_grace = max(30.0, reap_timeout)
-    options = _Options(capacity, mode, _seconds_to_ms(reap_timeout), _seconds_to_ms(registration_grace))
+    options = _Options(capacity, mode, _seconds_to_ms(reap_timeout), _seconds_to_ms(registration_grace),
+                       _seconds_to_ms(progress_timeout))
     out = ctypes.c_void_p()
     _check(_lib.livereg_create(name.encode("utf-8"), ctypes.byref(options), ctypes.byref(out)))
     return Table(out.value, name)

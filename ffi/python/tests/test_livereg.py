@@ -104,6 +104,32 @@ class Info(TableCase):
             self.table.set_info(b"x" * 1025)
 
 
+class Progress(unittest.TestCase):
+    def test_a_busy_worker_without_progress_ends_stalled_and_an_idle_one_is_kept(self):
+        name = f"livereg-pytest-progress-{os.getpid()}"
+        table = livereg.create(name, reap_timeout=0.4, registration_grace=0.8, progress_timeout=0.4)
+        self.addCleanup(livereg.unlink, name)
+        self.addCleanup(table.close)
+        drops = queue.Queue()
+        reaper = table.start_reaper(on_drop=drops.put)
+        self.addCleanup(reaper.stop)
+        stuck, idle = table.register(1), table.register(2)
+        with stuck.busy():
+            stuck.progress()
+            deadline = time.monotonic() + 5
+            while drops.empty():
+                self.assertLess(time.monotonic(), deadline, "never ended")
+                stuck.ping()  # alive, but its loop makes no progress
+                idle.ping()
+                time.sleep(0.05)
+        event = drops.get()
+        self.assertEqual((event.instance_id, event.reason), (1, livereg.Reason.STALLED))
+        with self.assertRaises(livereg.EvictedError):
+            stuck.progress()
+        self.assertEqual(table.stats()["ended"]["stalled"], 1)
+        idle.deregister()
+
+
 class Reaping(TableCase):
     timeout = 0.4
     grace = 0.8

@@ -670,6 +670,50 @@ fn run_lets_a_terminal_ctrl_c_reach_its_program_once() {
     let _ = wrapper.0.wait();
 }
 
+#[test]
+fn run_progress_file_ends_a_program_that_stops_making_progress_as_stalled() {
+    let (name, _guard) = created(
+        "run-progress",
+        &[
+            "--timeout",
+            "400ms",
+            "--grace",
+            "800ms",
+            "--progress-timeout",
+            "400ms",
+        ],
+    );
+    let _reaper = Background::spawn(&["reap", &name]);
+    wait_until("the reaper", || reaper_alive(&name));
+    let file = std::env::temp_dir().join(format!("{name}.progress"));
+    let _ = std::fs::remove_file(&file);
+    let script = format!(
+        "for i in 1 2 3 4 5 6 7 8; do echo $i >> {0}; sleep 0.1; done; sleep 30",
+        file.display()
+    );
+    let started = Instant::now();
+    let _run = Background::spawn(&[
+        "run",
+        &name,
+        "--instance",
+        "12",
+        "--progress-file",
+        file.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    wait_until("the stall", || status_json(&name)["ended"]["stalled"] == 1);
+    // It made progress for 0.8 s, then stopped: never ended before that.
+    assert!(
+        started.elapsed() > Duration::from_millis(800),
+        "{:?}",
+        started.elapsed()
+    );
+    let _ = std::fs::remove_file(&file);
+}
+
 /// Whether process `pid` is gone (or a zombie nobody reaped yet).
 fn gone(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -28,6 +28,10 @@ pub struct Args {
     /// Time between heartbeats [default: a third of the table's timeout].
     #[arg(long, value_parser = duration::parse)]
     interval: Option<Duration>,
+    /// Progress for a shell program: it is busy while PATH exists, and each
+    /// change to PATH (`touch`, an appended line) is one step of progress.
+    #[arg(long, value_name = "PATH")]
+    progress_file: Option<std::path::PathBuf>,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -53,12 +57,16 @@ pub fn run(args: Args) -> Outcome {
     signals::catch_to_forward();
     let mut child = spawn(&args.command)?;
     let mut next_beat = Instant::now().checked_add(interval);
+    let mut progress = args.progress_file.as_deref().map(ProgressFile::new);
     let status = loop {
         for signal in signals::take_to_forward() {
             forward(&child, signal);
         }
         if let Some(status) = child.try_wait()? {
             break status;
+        }
+        if let (Some(file), Some(current)) = (&mut progress, &worker) {
+            file.report(current);
         }
         if next_beat.is_some_and(|at| Instant::now() >= at) {
             next_beat = Instant::now().checked_add(interval);
@@ -125,4 +133,45 @@ fn forward(child: &Child, signal: i32) {
     // - `kill` has no memory effects; the pid is our own child, not yet
     //   reaped (try_wait has not returned its status), so it is not reused.
     unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+}
+
+/// A file a shell program signals progress through: it exists while the
+/// program is busy, and changes at each step.
+struct ProgressFile<'p> {
+    path: &'p std::path::Path,
+    /// (busy, modification time, size) last reported, and to which
+    /// registration (a new one starts idle).
+    reported: Option<(bool, Option<std::time::SystemTime>, u64)>,
+    registration: (u32, u32),
+}
+
+impl<'p> ProgressFile<'p> {
+    fn new(path: &'p std::path::Path) -> Self {
+        ProgressFile {
+            path,
+            reported: None,
+            registration: (u32::MAX, 0),
+        }
+    }
+
+    /// Passes a change of the file on as busy/idle and a step of progress.
+    /// (An eviction is seen by the next heartbeat, which registers again.)
+    fn report(&mut self, worker: &Worker) {
+        let now = match std::fs::metadata(self.path) {
+            Ok(meta) => (true, meta.modified().ok(), meta.len()),
+            Err(_) => (false, None, 0),
+        };
+        let registration = (worker.slot(), worker.generation());
+        if registration != self.registration {
+            self.registration = registration;
+            self.reported = None;
+        }
+        let before = self.reported.replace(now);
+        if before.map_or(now.0, |(busy, ..)| busy != now.0) {
+            let _ = worker.set_busy(now.0);
+        }
+        if now.0 && before.is_some_and(|b| b.0 && b != now) {
+            let _ = worker.progress();
+        }
+    }
 }

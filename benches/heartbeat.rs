@@ -228,9 +228,32 @@ fn false_sharing(c: &mut Criterion) {
     group.finish();
 }
 
+/// `Worker::progress` (SPEC 1.19: one atomic add, no clock) against a bare
+/// atomic add on a private line, same run.
+fn progress(c: &mut Criterion) {
+    let mut group = c.benchmark_group("progress");
+    let line = Line(AtomicU64::new(0));
+    group.bench_function("bare limit: one atomic add on a private line", |b| {
+        b.iter(|| black_box(line.0.fetch_add(2, Ordering::AcqRel)))
+    });
+    let bench = BenchTable::new(
+        "progress",
+        &TableOptions {
+            progress_timeout: std::time::Duration::from_secs(10),
+            ..TableOptions::default()
+        },
+    );
+    let worker = bench.table.register(1, "bench").unwrap();
+    worker.set_busy(true).unwrap();
+    group.bench_function("Worker::progress", |b| {
+        b.iter(|| worker.progress().unwrap())
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = support::criterion();
-    targets = clock, single_thread, rpc, false_sharing
+    targets = clock, single_thread, progress, rpc, false_sharing
 }
 criterion_main!(benches);

@@ -286,8 +286,16 @@ fn still_live(slot: &Slot, generation: u32) -> Result<(), Gone> {
 /// refused (the worker hears `Stalled`); one that lands before makes the
 /// reaper's mark fail: counted. (A handle that is stale by a whole
 /// registration adds to the next owner's count at worst; it never ends it.)
+///
+/// Only the state word is checked first (the hot path stays one load and one
+/// add): a registration ended but not yet released still counts the step;
+/// its worker hears `Evicted` at its next heartbeat, or here once released.
+#[inline]
 pub(crate) fn progress(slot: &Slot, generation: u32) -> Result<(), Gone> {
-    still_live(slot, generation)?;
+    let state = slot.state.load(Acquire);
+    if state != state_word(generation, LIVE) {
+        return Err(released(slot, generation, state));
+    }
     // AcqRel: pairs with the reaper's mark, a compare-and-swap on this word.
     let before = slot.progress.fetch_add(PROGRESS_STEP, AcqRel);
     stalled(before)
@@ -305,6 +313,7 @@ pub(crate) fn set_busy(slot: &Slot, generation: u32, busy: bool) -> Result<(), G
     stalled(before)
 }
 
+#[inline]
 fn stalled(word: u64) -> Result<(), Gone> {
     if word & STALL_MARK != 0 {
         Err(Gone::Ended(Some(Reason::Stalled)))

@@ -16,6 +16,8 @@ const GRACE: Duration = Duration::from_millis(2000);
 const BEAT_EVERY: Duration = Duration::from_millis(200);
 /// Slack for scheduling on a loaded 2-core machine, added to every bound.
 const SLACK: Duration = Duration::from_millis(250);
+/// How long a busy engine may make no progress.
+const PROGRESS_TIMEOUT: Duration = Duration::from_millis(1000);
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -73,6 +75,7 @@ pub fn run(args: Args) -> Outcome {
         capacity: 64,
         reap_timeout: TIMEOUT,
         registration_grace: GRACE,
+        progress_timeout: PROGRESS_TIMEOUT,
         ..TableOptions::default()
     };
     let table = Table::create(&name, &options)?;
@@ -103,7 +106,7 @@ pub fn run(args: Args) -> Outcome {
         duration::show(TIMEOUT + TIMEOUT / livereg::SCANS_PER_TIMEOUT)
     ));
     let mut workers: Vec<Worker> = (1..=args.workers)
-        .map(|id| spawn_worker(&name, id, &tell))
+        .map(|id| spawn_worker(&name, id, &tell, &[]))
         .collect::<Result<_, _>>()?;
     let result = demo.scenarios(&mut workers);
     for worker in &mut workers {
@@ -119,6 +122,7 @@ fn spawn_worker(
     table: &str,
     id: u64,
     tell: &Sender<(Heard, Instant)>,
+    extra: &[&str],
 ) -> Result<Worker, Box<dyn std::error::Error>> {
     let mut child = Command::new(std::env::current_exe()?)
         .args([
@@ -135,6 +139,7 @@ fn spawn_worker(
             "--reregister",
             "--until-stdin-closes",
         ])
+        .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
@@ -256,6 +261,7 @@ impl Demo {
                 let in_bound = took <= bound + SLACK;
                 let silence_ok = match expected {
                     Reason::Timeout => event.silent_for >= TIMEOUT,
+                    Reason::Stalled => event.silent_for >= PROGRESS_TIMEOUT,
                     _ => true,
                 };
                 (
@@ -445,6 +451,50 @@ impl Demo {
             "registered again",
             back,
             BEAT_EVERY,
+        );
+
+        self.go_on()?;
+        let stuck_id = workers.len() as u64 + 1;
+        let name = self.table.name().to_owned();
+        self.say(&format!(
+            "worker {stuck_id} starts busy, makes progress, and after 300ms its engine loop hangs while its heartbeat thread beats on."
+        ));
+        let (tell, heard) = mpsc::channel();
+        let mut stuck = spawn_worker(
+            &name,
+            stuck_id,
+            &tell,
+            &["--busy", "--stall-after", "300ms"],
+        )?;
+        // Its last step is when the reaper's budget starts.
+        let mut last_step = None;
+        loop {
+            match heard.recv_timeout(Duration::from_secs(5)) {
+                Ok((Heard::Said(_, line), at)) if line == "step" => last_step = Some(at),
+                Ok((Heard::Said(_, line), _)) if line == "hung" => break,
+                Ok(_) => {}
+                Err(_) => return Err("the stuck worker never hung".into()),
+            }
+        }
+        let hang = last_step.ok_or("the stuck worker made no progress")?;
+        let scan = TIMEOUT / livereg::SCANS_PER_TIMEOUT;
+        self.expect_drop(
+            "busy, no progress",
+            stuck_id,
+            Reason::Stalled,
+            hang,
+            PROGRESS_TIMEOUT + 2 * scan,
+            &format!(
+                "stuck {}..{}",
+                duration::show(PROGRESS_TIMEOUT),
+                duration::show(PROGRESS_TIMEOUT + 2 * scan)
+            ),
+        );
+        let _ = stuck.child.kill();
+        let _ = stuck.child.wait();
+        drop(stuck.stdin.take());
+        self.say(
+            "the other workers never said they were busy: idle, they are never judged by progress, however long they wait.",
         );
 
         let live = self.table.status()?;

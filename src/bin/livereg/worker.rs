@@ -35,6 +35,13 @@ pub struct Args {
     /// Deregister and exit 0 when stdin closes.
     #[arg(long)]
     until_stdin_closes: bool,
+    /// Busy from the start, one step of progress at every heartbeat.
+    #[arg(long)]
+    busy: bool,
+    /// With --busy: the engine loop hangs after this long (no more progress)
+    /// while the heartbeat goes on.
+    #[arg(long, value_parser = duration::parse)]
+    stall_after: Option<Duration>,
 }
 
 fn say(line: &str) {
@@ -45,6 +52,9 @@ fn say(line: &str) {
 
 fn register(table: &Table, args: &Args) -> Result<Worker, Error> {
     let worker = table.register(args.instance, &args.label)?;
+    if args.busy {
+        worker.set_busy(true)?;
+    }
     say(&format!(
         "registered {} {}",
         worker.slot(),
@@ -77,6 +87,7 @@ pub fn run(args: Args) -> Outcome {
     }
     let tick = args.interval.min(Duration::from_millis(1));
     let mut next_beat = started + args.interval;
+    let mut said_hung = false;
     loop {
         std::thread::sleep(tick);
         if args
@@ -92,6 +103,18 @@ pub fn run(args: Args) -> Outcome {
             continue;
         }
         next_beat = Instant::now() + args.interval;
+        let hung = args
+            .stall_after
+            .is_some_and(|after| started.elapsed() >= after);
+        if args.busy && !hung {
+            let _ = worker.progress();
+            if args.stall_after.is_some() {
+                say("step");
+            }
+        } else if args.busy && !said_hung {
+            say("hung");
+            said_hung = true;
+        }
         match worker.heartbeat() {
             Ok(()) => {}
             Err(Error::Evicted { .. }) => {

@@ -143,9 +143,24 @@ const _: () = {
     assert!(INFO_AREA_SIZE % SLOT_SIZE == 0);
 };
 
+/// The first minor version with the reaper's observations area.
+pub(crate) const OBSERVATIONS_SINCE_MINOR: u32 = 3;
+
 /// Total bytes of a table of this layout with `capacity` slots: header,
-/// slots, info area.
+/// slots, info area, the reaper's observations.
 pub const fn table_size(capacity: u32) -> usize {
+    object_size(capacity, VERSION_MINOR)
+}
+
+/// Bytes of the reaper's observations (layout 1.3): one word per slot, when
+/// (on the reaper's clock) it saw the slot's progress word change, so that
+/// any process can show the time since a worker's last progress.
+pub(crate) const fn observations_size(capacity: u32) -> usize {
+    (capacity as usize * 8).div_ceil(SLOT_SIZE) * SLOT_SIZE
+}
+
+/// Where the observations start.
+pub(crate) const fn observations_start(capacity: u32) -> usize {
     slots_end(capacity) + INFO_AREA_SIZE
 }
 
@@ -156,8 +171,10 @@ pub(crate) const fn slots_end(capacity: u32) -> usize {
 
 /// Bytes a table of layout `1.minor` with `capacity` slots must have.
 pub(crate) const fn object_size(capacity: u32, minor: u32) -> usize {
-    if minor >= INFO_SINCE_MINOR {
-        table_size(capacity)
+    if minor >= OBSERVATIONS_SINCE_MINOR {
+        observations_start(capacity) + observations_size(capacity)
+    } else if minor >= INFO_SINCE_MINOR {
+        slots_end(capacity) + INFO_AREA_SIZE
     } else {
         slots_end(capacity)
     }

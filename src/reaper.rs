@@ -490,6 +490,9 @@ impl Reaper {
             seen.progress = word;
             seen.progress_generation = generation;
             seen.progress_since = now_ns;
+            if let Some(observed) = self.table.inner.progress_seen(index) {
+                observed.store(now_ns.max(1), Relaxed);
+            }
         }
         let quiet_ns = now_ns.saturating_sub(seen.progress_since);
         if word & protocol::BUSY == 0 || quiet_ns < self.progress_timeout_ns {

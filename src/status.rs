@@ -87,6 +87,10 @@ pub struct RegistrationStatus {
     pub busy: bool,
     /// Steps of progress counted.
     pub progress_steps: u64,
+    /// Time since the reaper saw its progress (or busy/idle) last change, on
+    /// this handle's clock; `None` if no reaper judges progress, or its clock
+    /// is not this handle's.
+    pub last_progress_age_seconds: Option<f64>,
     /// Time since its last heartbeat, or `None` if it never beat or stamps
     /// with another clock than this handle's (another time namespace).
     pub last_heartbeat_age_seconds: Option<f64>,
@@ -118,6 +122,8 @@ impl Table {
         let now = self.clock.now_ns();
         let age = |then: u64| seconds(now.saturating_sub(then));
         let clock_id = self.clock.identity();
+        let reaper_clock =
+            clock_id != Clock::UNKNOWN && header.reaper_clock_id.load(Relaxed) == clock_id;
         let shared = inner.file().is_some();
         let registrations: Vec<RegistrationStatus> = (0..inner.capacity)
             .filter_map(|index| {
@@ -155,6 +161,11 @@ impl Table {
                     heartbeats: slot.beats.load(Relaxed),
                     busy: slot.progress.load(Relaxed) & protocol::BUSY != 0,
                     progress_steps: (slot.progress.load(Relaxed) & !protocol::STALL_MARK) >> 1,
+                    last_progress_age_seconds: inner
+                        .progress_seen(index)
+                        .map(|seen| seen.load(Relaxed))
+                        .filter(|&seen| seen != 0 && reaper_clock)
+                        .map(age),
                     last_heartbeat_age_seconds: last_beat
                         .filter(|_| same_clock)
                         .map(|stamp| age(stamp.ns_near(now))),

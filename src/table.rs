@@ -4,12 +4,13 @@ use crate::clock::{duration_ns, Clock};
 use crate::error::{Error, Result};
 use crate::fork::{self, LockDescriptor};
 use crate::layout::{
-    object_size, slots_end, table_size, Header, InfoArea, Slot, HEADER_SIZE, INFO_AREA_SIZE,
-    INFO_SINCE_MINOR, MAGIC, MAX_CAPACITY, READY, SCANS_PER_TIMEOUT, SLOT_SIZE, VERSION_MAJOR,
-    VERSION_MINOR,
+    object_size, observations_start, slots_end, table_size, Header, InfoArea, Slot, HEADER_SIZE,
+    INFO_AREA_SIZE, INFO_SINCE_MINOR, MAGIC, MAX_CAPACITY, OBSERVATIONS_SINCE_MINOR, READY,
+    SCANS_PER_TIMEOUT, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
 };
 use crate::location;
 use crate::os::{futex, lock};
+use crate::sync::AtomicU64;
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use memmap2::{MmapOptions, MmapRaw};
 use std::alloc::{self, Layout};
@@ -663,6 +664,26 @@ impl Inner {
         //   at an offset that is a multiple of 128 (its alignment);
         // - it lives as long as `self`; all fields are atomics.
         Some(unsafe { &*self.base().add(slots_end(self.capacity)).cast::<InfoArea>() })
+    }
+
+    /// The reaper's observation of slot `index`'s progress (layout 1.3):
+    /// when, on the reaper's clock, its progress word last changed; 0 before
+    /// a reaper saw it.
+    pub fn progress_seen(&self, index: u32) -> Option<&AtomicU64> {
+        if self.minor < OBSERVATIONS_SINCE_MINOR || index >= self.capacity {
+            return None;
+        }
+        // SAFETY:
+        // - a table of layout 1.3 or later is `object_size` bytes (validated
+        //   at open, sized at create): one 8-byte word per slot fits from
+        //   `observations_start`, which is a multiple of 128;
+        // - `index < capacity`; the memory lives as long as `self`; atomics.
+        Some(unsafe {
+            &*self
+                .base()
+                .add(observations_start(self.capacity) + index as usize * 8)
+                .cast::<AtomicU64>()
+        })
     }
 
     /// The table's descriptor, when it is an OS object.

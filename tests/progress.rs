@@ -114,6 +114,11 @@ fn becoming_busy_after_a_long_idle_time_is_not_ended_at_once() {
     worker.set_busy(true).unwrap();
     run(&clock, &mut reaper, &worker, SECOND + SECOND / 2, || {});
     assert!(recorder.events().is_empty(), "{:?}", recorder.events());
+    // An operator sees it slowing down before it is declared stalled.
+    let seen = table.status().unwrap().registrations[0].clone();
+    assert!(seen.busy);
+    let quiet = seen.last_progress_age_seconds.expect("the reaper saw it");
+    assert!((1.25..=1.5).contains(&quiet), "{quiet}");
     run(&clock, &mut reaper, &worker, SECOND, || {});
     assert_eq!(recorder.reasons(), vec![(1, Reason::Stalled)]);
 }

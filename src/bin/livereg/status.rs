@@ -68,8 +68,8 @@ pub fn render(status: &Status) -> String {
         status.corrupt_slots,
     );
     out += &format!(
-        "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}\n",
-        "SLOT", "INSTANCE", "LABEL", "PID", "STATE", "LAST BEAT", "BEATS", "REGISTERED"
+        "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}  {:<16}\n",
+        "SLOT", "INSTANCE", "LABEL", "PID", "STATE", "LAST BEAT", "BEATS", "REGISTERED", "PROGRESS"
     );
     for r in &status.registrations {
         let state = match r.ended_reason {
@@ -87,9 +87,14 @@ pub fn render(status: &Status) -> String {
             .registered_age_seconds
             .map(|s| format!("{} ago", age(s)))
             .unwrap_or_else(|| "other clock".into());
+        let progress = match (r.busy, r.last_progress_age_seconds) {
+            (false, _) => "idle".to_owned(),
+            (true, Some(quiet)) => format!("busy, {} quiet", age(quiet)),
+            (true, None) => "busy".to_owned(),
+        };
         out += &format!(
-            "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}\n",
-            r.slot, r.instance_id, r.label, r.pid, state, last, r.heartbeats, registered,
+            "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}  {:<16}\n",
+            r.slot, r.instance_id, r.label, r.pid, state, last, r.heartbeats, registered, progress,
         );
     }
     if status.registrations.is_empty() {

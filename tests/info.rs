@@ -72,6 +72,27 @@ fn as_older_layout(temp: &TempTable, minor: u32) {
 }
 
 #[test]
+fn a_table_of_layout_1_2_opens_with_its_info_and_judges_no_progress() {
+    let temp = TempTable::new("info-1-2", &options());
+    temp.table.set_info(b"kept").unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/dev/shm/{}", temp.name))
+        .unwrap();
+    file.write_all_at(&2u32.to_le_bytes(), 12).unwrap();
+    let slots_end = livereg::HEADER_SIZE + temp.table.capacity() as usize * livereg::SLOT_SIZE;
+    file.set_len((slots_end + livereg::INFO_AREA_SIZE) as u64).unwrap();
+    let table = Table::open(&temp.name).unwrap();
+    assert_eq!(table.info().unwrap(), b"kept");
+    let worker = table.register(1, "layout 1.2").unwrap();
+    worker.set_busy(true).unwrap();
+    worker.progress().unwrap();
+    let status = table.status().unwrap();
+    assert_eq!(status.registrations[0].last_progress_age_seconds, None);
+    worker.deregister().unwrap();
+}
+
+#[test]
 fn tables_of_layouts_1_0_and_1_1_open_and_say_they_have_no_info() {
     for minor in [0, 1] {
         let temp = TempTable::new("info-old", &options());

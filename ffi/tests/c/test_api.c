@@ -436,6 +436,35 @@ static void test_reentrant_callbacks_fail_at_once(void) {
     EXPECT(livereg_unlink(name), LIVEREG_OK);
 }
 
+/* Progress beside liveness: busy, steps, and the option that judges them. */
+static void test_progress(void) {
+    char name[128];
+    livereg_options options;
+    livereg_table *table = NULL;
+    livereg_worker *worker = NULL;
+    livereg_stats stats;
+    name_for(name, sizeof name, "progress");
+    livereg_options_default(&options);
+    CHECK(options.progress_timeout_ms == 0);
+    options.reap_timeout_ms = 1000;
+    options.registration_grace_ms = 2000;
+    options.progress_timeout_ms = 100; /* below one scan interval (250 ms) */
+    EXPECT(livereg_create(name, &options, &table), LIVEREG_INVALID_ARGUMENT);
+    options.progress_timeout_ms = 2000;
+    EXPECT(livereg_create(name, &options, &table), LIVEREG_OK);
+    EXPECT(livereg_register(table, 30, "engine", &worker), LIVEREG_OK);
+    EXPECT(livereg_set_busy(worker, 1), LIVEREG_OK);
+    EXPECT(livereg_progress(worker), LIVEREG_OK);
+    EXPECT(livereg_set_busy(worker, 0), LIVEREG_OK);
+    EXPECT(livereg_progress(NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_set_busy(NULL, 1), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_get_stats(table, &stats), LIVEREG_OK);
+    CHECK(stats.ended_by_reason[LIVEREG_REASON_STALLED] == 0);
+    EXPECT(livereg_deregister(worker), LIVEREG_OK);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
 /* The info area: published by one handle, read by another, bounded. */
 static void test_info_area(void) {
     char name[128];
@@ -472,6 +501,7 @@ int main(void) {
     test_bad_tables_and_permissions();
     test_reentrant_callbacks_fail_at_once();
     test_info_area();
+    test_progress();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);
         return 1;

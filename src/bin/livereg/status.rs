@@ -51,8 +51,13 @@ pub fn render(status: &Status) -> String {
         .iter()
         .map(|(reason, n)| format!("{reason} {n}"))
         .collect();
+    let progress = if status.progress_timeout_seconds > 0.0 {
+        format!(", progress timeout {}", age(status.progress_timeout_seconds))
+    } else {
+        String::new()
+    };
     let mut out = format!(
-        "table '{}': {}/{} slots live, timeout {}, grace {}, scan every {}\n\
+        "table '{}': {}/{} slots live, timeout {}, grace {}{progress}, scan every {}\n\
          reaper: {reaper}\n\
          ended: {} (total {}), handler failures {}, handlers overdue {}, corrupt slots {}\n\n",
         status.table,

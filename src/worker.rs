@@ -377,8 +377,10 @@ impl Worker {
     ///
     /// # Errors
     ///
-    /// [`Error::Evicted`] once the registration has ended (reason
-    /// [`Stalled`](Reason::Stalled) if it ended for making no progress).
+    /// [`Error::Evicted`] once the registration was ended for making no
+    /// progress (reason [`Stalled`](Reason::Stalled)), or has ended and its
+    /// drop ran. (Ended otherwise but not yet dropped, the step still counts:
+    /// the next [`heartbeat`](Worker::heartbeat) says `Evicted`.)
     #[inline]
     pub fn progress(&self) -> Result<()> {
         if self.fork_epoch != fork::epoch() {

@@ -4,7 +4,10 @@ Sixteen worker processes (`livereg worker --reregister`, a quarter of them in
 their own time namespace, behind or ahead of the reaper's clock) beat, get
 SIGKILLed and replaced, SIGSTOPped and resumed; the reaper (`livereg reap
 --on-drop`, whose hook is every drop and is slow for one instance in ten) is
-itself killed and restarted; clears are requested.
+itself killed and restarted; clears are requested. Some workers are busy
+engines making progress at every beat, some hang their engine loop while
+beating on (they must end `stalled`, and only they), some fork a child that
+outlives them holding copies of their descriptors.
 At the end it checks:
 
 - no worker that kept beating is ever evicted for silence (timeout/grace),
@@ -43,6 +46,7 @@ BOUND = TIMEOUT + TIMEOUT / 4
 SLACK = 1.0
 BEAT_INTERVAL = 0.05
 CLEAR_WAIT = 5.0
+PROGRESS_TIMEOUT = 1.0
 WORKERS = 16
 
 # One line of the --on-drop hook's log: what ended, why, and when (wall clock).
@@ -56,8 +60,9 @@ class Life:
     stamps with.
     """
 
-    def __init__(self, pid):
+    def __init__(self, pid, may_stall=False):
         self.pid = pid
+        self.may_stall = may_stall  # its engine loop hangs on purpose
         self.registrations = []  # (slot, generation), in order
         self.stops = []  # [stopped, resumed or None]
         self.killed = None
@@ -123,6 +128,13 @@ class Ledger:
                     f"instance {drop.instance} (registration {key}) evicted {drop.at - stopped:.3f}s after "
                     f"its SIGSTOP, before its timeout of {self.timeout}s")
             latency(drop.reason, drop.at - stopped, self.bound + self.beat_interval + self.slack)
+        # 1b. Only an engine that hangs on purpose is ended for making no
+        # progress (busy workers that step, idle ones, stopped ones never).
+        for key, drop in first_drop.items():
+            life = owner.get(key)
+            if life is not None and drop.reason == "stalled" and not life.may_stall:
+                violations.append(
+                    f"instance {drop.instance} (registration {key}) ended stalled but its engine never hung")
         # 2. Killed workers are dropped within their bound: the registration
         # they held when killed (their last) ends within timeout + timeout/4
         # plus slack, counted from the reaper's return if it was down.
@@ -199,7 +211,8 @@ def describe(seconds, violations, summary):
         f"torture {seconds:.0f}s: registrations {summary['registrations']}, ended {summary['ended']} "
         f"({reasons}), kills {summary['kills']}, stops {summary['stops']}, clears {summary['clears']}, "
         f"reaper restarts {summary['reaper_restarts']}, repeated drops {summary['repeats']}, "
-        f"pid reuses {summary['pid_reuses']}, workers in other time namespaces {summary.get('time_namespaces', 0)}; "
+        f"pid reuses {summary['pid_reuses']}, workers in other time namespaces {summary.get('time_namespaces', 0)}"
+        f"{''.join(f', {what} {n}' for what, n in summary.get('shapes', {}).items())}; "
         f"worst latency: {worst}; violations: {len(violations)}"
     )
 
@@ -229,14 +242,16 @@ class Worker:
     many seconds off the reaper's (`unshare` is its parent, and kills it if it
     dies)."""
 
-    def __init__(self, table, instance, offset=None):
+    def __init__(self, table, instance, offset=None, shape=()):
         command = [LIVEREG, "worker", table, "--instance", str(instance), "--interval",
-                   f"{int(BEAT_INTERVAL * 1000)}ms", "--reregister"]
+                   f"{int(BEAT_INTERVAL * 1000)}ms", "--reregister", *shape]
         if offset is not None:
             command = ["unshare", "--time", f"--monotonic={offset}", "--fork", "--kill-child", *command]
         self.offset = offset
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.life = Life(self.process.pid)
+        self.shape = shape
+        self.forked = []  # pids of children it forked, killed at the end
+        self.life = Life(self.process.pid, may_stall="--stall-after" in shape)
         self.lines = threading.Thread(target=self._read, daemon=True)
         self.lines.start()
 
@@ -245,6 +260,8 @@ class Worker:
             parts = line.split()
             if parts and parts[0] == "registered":
                 self.life.registrations.append((int(parts[1]), int(parts[2])))
+            elif parts and parts[0] == "forked":
+                self.forked.append(int(parts[1]))
 
     def target(self):
         """The worker itself: the process, or the child `unshare` forked."""
@@ -305,9 +322,22 @@ def main():
 
     def new_worker(instance):
         offset = rng.choice(offsets) if offsets and rng.random() < 0.25 else None
-        return Worker(name, instance, offset)
+        # Shapes: an engine that makes progress at every beat, one whose loop
+        # hangs while it beats on (ends stalled), one that forks a child
+        # holding copies of its descriptors (its death must still be seen).
+        pick = rng.random()
+        if pick < 0.10:
+            shape = ("--busy",)
+        elif pick < 0.20:
+            shape = ("--busy", "--stall-after", f"{int(rng.uniform(200, 2000))}ms")
+        elif pick < 0.25:
+            shape = ("--fork-child",)
+        else:
+            shape = ()
+        return Worker(name, instance, offset, shape)
 
-    run("create", name, "--capacity", "64", "--timeout", f"{int(TIMEOUT * 1000)}ms", "--grace", "1s")
+    run("create", name, "--capacity", "64", "--timeout", f"{int(TIMEOUT * 1000)}ms", "--grace", "1s",
+        "--progress-timeout", f"{int(PROGRESS_TIMEOUT * 1000)}ms")
     ledger = Ledger()
     workers = []
     reaper = None
@@ -359,7 +389,13 @@ def main():
         time.sleep(0.2)
 
         violations, summary = ledger.judge(read_drops(drops_path), status["registrations"])
-        summary["time_namespaces"] = sum(1 for w in retired + workers if w.offset is not None)
+        everyone = retired + workers
+        summary["time_namespaces"] = sum(1 for w in everyone if w.offset is not None)
+        summary["shapes"] = {
+            "busy": sum(1 for w in everyone if w.shape == ("--busy",)),
+            "stalling": sum(1 for w in everyone if w.life.may_stall),
+            "forking": sum(1 for w in everyone if "--fork-child" in w.shape),
+        }
         for message in violations:
             print("VIOLATION:", message)
         print(describe(seconds, violations, summary))
@@ -372,6 +408,12 @@ def main():
                 worker.process.kill()
             except ProcessLookupError:
                 pass
+        for worker in locals().get("retired", []) + workers:
+            for pid in worker.forked:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         if reaper is not None:
             reaper.kill()
         run("rm", name, check=False)

@@ -77,6 +77,18 @@ class PidReuse(unittest.TestCase):
         self.assertIn("registration slot/generation (3, 9) never ended", violations)
         self.assertIn("slots still held at the end: 1", violations)
 
+    def test_only_an_engine_that_hangs_on_purpose_may_end_stalled(self):
+        ledger = Ledger()
+        hangs = Life(100, may_stall=True)
+        hangs.registrations = [(1, 1)]
+        steps = Life(101)
+        steps.registrations = [(2, 1)]
+        ledger.lives = [hangs, steps]
+        drops = [Drop(1, "stalled", 100, 1, 1, 5.0), Drop(2, "stalled", 101, 2, 1, 5.0)]
+        violations, _ = ledger.judge(drops)
+        self.assertEqual(len(violations), 1)
+        self.assertIn("(registration (2, 1)) ended stalled but its engine never hung", violations[0])
+
     def test_repeated_drops_are_allowed_only_across_reaper_kills(self):
         ledger = Ledger()
         ledger.lives = [life(100, [(3, 7)]), life(101, [(4, 2)])]

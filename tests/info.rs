@@ -81,7 +81,8 @@ fn a_table_of_layout_1_2_opens_with_its_info_and_judges_no_progress() {
         .unwrap();
     file.write_all_at(&2u32.to_le_bytes(), 12).unwrap();
     let slots_end = livereg::HEADER_SIZE + temp.table.capacity() as usize * livereg::SLOT_SIZE;
-    file.set_len((slots_end + livereg::INFO_AREA_SIZE) as u64).unwrap();
+    file.set_len((slots_end + livereg::INFO_AREA_SIZE) as u64)
+        .unwrap();
     let table = Table::open(&temp.name).unwrap();
     assert_eq!(table.info().unwrap(), b"kept");
     let worker = table.register(1, "layout 1.2").unwrap();

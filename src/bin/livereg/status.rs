@@ -52,7 +52,10 @@ pub fn render(status: &Status) -> String {
         .map(|(reason, n)| format!("{reason} {n}"))
         .collect();
     let progress = if status.progress_timeout_seconds > 0.0 {
-        format!(", progress timeout {}", age(status.progress_timeout_seconds))
+        format!(
+            ", progress timeout {}",
+            age(status.progress_timeout_seconds)
+        )
     } else {
         String::new()
     };

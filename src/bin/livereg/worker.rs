@@ -42,6 +42,11 @@ pub struct Args {
     /// while the heartbeat goes on.
     #[arg(long, value_parser = duration::parse)]
     stall_after: Option<Duration>,
+    /// After registering, fork a child that outlives this worker holding
+    /// copies of its descriptors and handles (it prints `forked PID`): the
+    /// registration must still end when this worker dies.
+    #[arg(long)]
+    fork_child: bool,
 }
 
 fn say(line: &str) {
@@ -75,6 +80,19 @@ pub fn run(args: Args) -> Outcome {
         loop {
             std::thread::park();
         }
+    }
+    if args.fork_child {
+        // SAFETY:
+        // - the child only sleeps (async-signal-safe) until killed; it never
+        //   returns into the worker's code or touches the inherited handle.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            loop {
+                // SAFETY: `pause` has no memory effects.
+                unsafe { libc::pause() };
+            }
+        }
+        say(&format!("forked {pid}"));
     }
     let started = Instant::now();
     let stdin_closed = Arc::new(AtomicBool::new(false));

@@ -195,10 +195,7 @@ pub(crate) fn publish(slot: &Slot, generation: u32, registration: &SlotFields<'_
 /// the current beat word with `next(current)` by a CAS, retrying (with a new
 /// `next`) if the word moved.
 fn update_beat(slot: &Slot, generation: u32, next: impl Fn(u64) -> u64) -> Result<(), Gone> {
-    let state = slot.state.load(Acquire);
-    if state != state_word(generation, LIVE) {
-        return Err(released(slot, generation, state));
-    }
+    owned(slot, generation)?;
     let mut current = slot.beat.load(Relaxed);
     loop {
         if current & !TIME_MASK != tag(generation) {
@@ -265,12 +262,20 @@ pub(crate) const STALL_MARK: u64 = 1 << 63;
 /// What one step of progress adds (the count lives above [`BUSY`]).
 const PROGRESS_STEP: u64 = 2;
 
+/// Fails unless the slot still holds the handle's generation, published.
+#[inline]
+fn owned(slot: &Slot, generation: u32) -> Result<(), Gone> {
+    let state = slot.state.load(Acquire);
+    if state == state_word(generation, LIVE) {
+        Ok(())
+    } else {
+        Err(released(slot, generation, state))
+    }
+}
+
 /// Fails if the handle's registration is over (released, reused or ended).
 fn still_live(slot: &Slot, generation: u32) -> Result<(), Gone> {
-    let state = slot.state.load(Acquire);
-    if state != state_word(generation, LIVE) {
-        return Err(released(slot, generation, state));
-    }
+    owned(slot, generation)?;
     let word = slot.beat.load(Acquire);
     if !beat_matches(word, generation) {
         return Err(Gone::Reused);
@@ -292,10 +297,7 @@ fn still_live(slot: &Slot, generation: u32) -> Result<(), Gone> {
 /// its worker hears `Evicted` at its next heartbeat, or here once released.
 #[inline]
 pub(crate) fn progress(slot: &Slot, generation: u32) -> Result<(), Gone> {
-    let state = slot.state.load(Acquire);
-    if state != state_word(generation, LIVE) {
-        return Err(released(slot, generation, state));
-    }
+    owned(slot, generation)?;
     // AcqRel: pairs with the reaper's mark, a compare-and-swap on this word.
     let before = slot.progress.fetch_add(PROGRESS_STEP, AcqRel);
     stalled(before)

@@ -152,25 +152,6 @@ fn statically_linked_program_passes_the_api_checks() {
     ));
 }
 
-fn python() -> Command {
-    let mut command = Command::new("python3");
-    command
-        .env("PYTHONPATH", root().join("ffi/python"))
-        .env("LIVEREG_LIB", prefix().join("lib/liblivereg.so"));
-    command
-}
-
-#[test]
-fn python_module_passes_its_tests() {
-    let output = python()
-        .args(["-m", "unittest", "discover", "-s"])
-        .arg(root().join("ffi/python/tests"))
-        .arg("-v")
-        .output()
-        .unwrap();
-    check(&output, "python3 -m unittest");
-}
-
 /// Runs an example engine for 3 s beside a reaper; clears the table at 1 s and
 /// restarts the reaper at 2 s. The engine must register again after each.
 fn example_engine_comes_back(mut engine: Command, tag: &str) {
@@ -229,13 +210,6 @@ fn c_example_engine_registers_again_after_eviction_and_restart() {
         &libs,
     );
     example_engine_comes_back(client(&binary), "c");
-}
-
-#[test]
-fn python_example_engine_registers_again_after_eviction_and_restart() {
-    let mut command = python();
-    command.arg(root().join("ffi/examples/engine.py"));
-    example_engine_comes_back(command, "python");
 }
 
 /// Lines a child prints, readable with a timeout.

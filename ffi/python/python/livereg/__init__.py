@@ -1,0 +1,88 @@
+"""livereg: a lock-free shared-memory liveness registry.
+
+Workers prove they are alive by writing a timestamp into their own slot of a
+table in ``/dev/shm``; a reaper ends the registrations that went silent or
+whose process died and calls your drop callback, so a server frees what it
+held for them. A worker::
+
+    import livereg
+
+    table = livereg.open("workers")
+    worker = table.register(3, label="gpu3")
+    worker.ping()            # raises livereg.EvictedError once evicted
+    worker.deregister()
+
+A server::
+
+    table = livereg.create("workers", reap_timeout=10.0)
+    reaper = table.start_reaper(on_drop=lambda event: free(event.instance_id))
+
+or, on an asyncio loop::
+
+    with table.acquire_reaper() as reaper:
+        async for event in reaper.events():
+            free(event.instance_id)
+
+Every failure raises a subclass of :class:`livereg.Error` carrying ``code``
+(the C ABI's result) and the library's message. Calls that can wait release
+the GIL; callbacks take it only while they run. The library's log records go
+to ``logging.getLogger("livereg")``.
+"""
+
+from livereg._native import (
+    INFO_MAX,
+    LABEL_MAX,
+    BusyError,
+    BusyScope,
+    CorruptError,
+    DrivenReaper,
+    DropEvent,
+    Error,
+    EvictedError,
+    ExistsError,
+    FullError,
+    IncompatibleError,
+    InvalidArgumentError,
+    IOError,
+    NoReaperError,
+    NotFoundError,
+    PanicError,
+    PermissionError,
+    Reaper,
+    Table,
+    TimeoutError,
+    Worker,
+    create,
+    open,
+    unlink,
+)
+from livereg._reason import Reason
+
+__all__ = [
+    "INFO_MAX",
+    "LABEL_MAX",
+    "BusyError",
+    "BusyScope",
+    "CorruptError",
+    "DrivenReaper",
+    "DropEvent",
+    "Error",
+    "EvictedError",
+    "ExistsError",
+    "FullError",
+    "IOError",
+    "IncompatibleError",
+    "InvalidArgumentError",
+    "NoReaperError",
+    "NotFoundError",
+    "PanicError",
+    "PermissionError",
+    "Reaper",
+    "Reason",
+    "Table",
+    "TimeoutError",
+    "Worker",
+    "create",
+    "open",
+    "unlink",
+]

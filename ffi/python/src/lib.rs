@@ -1,0 +1,39 @@
+//! `livereg._native`: the Python package's extension module, over the Rust
+//! crate directly. The package (`python/livereg`) re-exports it and adds what
+//! is Python by nature: the `Reason` enum, the asyncio driver, the LMCache
+//! adapter.
+
+mod callbacks;
+mod errors;
+mod event;
+mod exiting;
+mod logging;
+mod reaper;
+mod table;
+mod worker;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    logging::install();
+    errors::add(module)?;
+    module.add_class::<table::Table>()?;
+    module.add_class::<worker::Worker>()?;
+    module.add_class::<worker::BusyScope>()?;
+    module.add_class::<reaper::Reaper>()?;
+    module.add_class::<reaper::DrivenReaper>()?;
+    module.add_class::<event::DropEvent>()?;
+    module.add_function(wrap_pyfunction!(table::create, module)?)?;
+    module.add_function(wrap_pyfunction!(table::open, module)?)?;
+    module.add_function(wrap_pyfunction!(table::unlink, module)?)?;
+    module.add_function(wrap_pyfunction!(exiting::_stop_reapers_at_exit, module)?)?;
+    module.add("INFO_MAX", registry::INFO_MAX)?;
+    module.add("LABEL_MAX", registry::LABEL_MAX)?;
+    let hook = module.getattr("_stop_reapers_at_exit")?;
+    module
+        .py()
+        .import("atexit")?
+        .call_method1("register", (hook,))?;
+    Ok(())
+}

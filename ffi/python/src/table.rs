@@ -1,0 +1,265 @@
+//! `Table` and the module functions `create`, `open` and `unlink`.
+
+use crate::callbacks;
+use crate::errors::{InvalidArgumentError, OrRaise};
+use crate::reaper::{DrivenReaper, Reaper};
+use crate::worker::Worker;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString};
+use registry::TableOptions;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// An open table: `close()` it, or use it as a context manager. Workers and
+/// reapers made from it keep the mapping alive after it is closed.
+#[pyclass(frozen, module = "livereg", name = "Table")]
+pub struct Table {
+    handle: Mutex<Option<registry::Table>>,
+    /// The name it was created or opened with.
+    #[pyo3(get)]
+    name: String,
+}
+
+fn seconds(value: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        InvalidArgumentError::new_err(format!(
+            "{what} must be a finite number of seconds >= 0, got {value}"
+        ))
+    })
+}
+
+impl Table {
+    fn new(table: registry::Table) -> Table {
+        Table {
+            name: table.name().to_owned(),
+            handle: Mutex::new(Some(table)),
+        }
+    }
+
+    /// A handle to the open table (cheap: shares the mapping).
+    fn live(&self) -> PyResult<registry::Table> {
+        self.handle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+            .ok_or_else(|| {
+                InvalidArgumentError::new_err(format!("table '{}' is closed", self.name))
+            })
+    }
+}
+
+#[pymethods]
+impl Table {
+    /// Registers `instance_id` (not 0) with a label of at most 47 bytes.
+    /// Waits (without the GIL) for a pending drop of the same id; with
+    /// `replace`, ends a live registration of that id first.
+    #[pyo3(signature = (instance_id, label=None, replace=false))]
+    fn register(
+        &self,
+        py: Python<'_>,
+        instance_id: u64,
+        label: Option<String>,
+        replace: bool,
+    ) -> PyResult<Worker> {
+        let table = self.live()?;
+        let worker = py.detach(move || {
+            let mut registration = table.registration(instance_id).replace(replace);
+            if let Some(label) = &label {
+                registration = registration.label(label);
+            }
+            registration.register()
+        });
+        worker.map(Worker::new).or_raise()
+    }
+
+    /// Ends every registration through the reaper and waits up to `timeout`
+    /// seconds (without the GIL) for their drops.
+    #[pyo3(signature = (timeout=5.0))]
+    fn clear(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let table = self.live()?;
+        let wait = seconds(timeout, "timeout")?;
+        py.detach(move || table.clear(wait)).or_raise()
+    }
+
+    /// The live reaper's boot token (changes whenever a reaper starts), or
+    /// `None` if no reaper holds the table.
+    fn probe(&self) -> PyResult<Option<u64>> {
+        match self.live()?.probe() {
+            Ok(token) => Ok(Some(token)),
+            Err(registry::Error::NoReaper(_)) => Ok(None),
+            Err(error) => Err(crate::errors::raise(error)),
+        }
+    }
+
+    /// A snapshot: the reference's `worker_liveness` keys (`enabled`,
+    /// `reap_timeout_seconds`, `registration_grace_seconds`,
+    /// `tracked_instances`), the reaper's health and counters, and every
+    /// registration under `registrations`.
+    fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let table = self.live()?;
+        let status = py.detach(move || table.status()).or_raise()?;
+        let json = serde_json::to_string(&status).map_err(|error| {
+            crate::errors::Error::new_err(format!("status could not be serialised: {error}"))
+        })?;
+        py.import("json")?.call_method1("loads", (json,))
+    }
+
+    /// `status()` without the per-registration list: what a health endpoint
+    /// reports.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let status = self.status(py)?;
+        status.cast::<PyDict>()?.del_item("registrations")?;
+        Ok(status)
+    }
+
+    /// Number of slots.
+    #[getter]
+    fn capacity(&self) -> PyResult<u32> {
+        Ok(self.live()?.capacity())
+    }
+
+    /// Silence budget of a worker that has beaten, in seconds (0: reaping off).
+    #[getter]
+    fn reap_timeout(&self) -> PyResult<f64> {
+        Ok(self.live()?.reap_timeout().as_secs_f64())
+    }
+
+    /// Silence budget of a worker that never beat, in seconds.
+    #[getter]
+    fn registration_grace(&self) -> PyResult<f64> {
+        Ok(self.live()?.registration_grace().as_secs_f64())
+    }
+
+    /// How long a busy worker may make no progress, in seconds (0: off).
+    #[getter]
+    fn progress_timeout(&self) -> PyResult<f64> {
+        Ok(self.live()?.progress_timeout().as_secs_f64())
+    }
+
+    /// Publishes `value` (bytes, or text as UTF-8; at most 1,024 bytes) for
+    /// workers to read with `info()`, without RPC.
+    fn set_info(&self, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let table = self.live()?;
+        if let Ok(text) = value.cast::<PyString>() {
+            return table.set_info(text.to_cow()?.as_bytes()).or_raise();
+        }
+        let bytes: Vec<u8> = value.extract().map_err(|_| {
+            InvalidArgumentError::new_err(format!(
+                "info must be bytes or str, got {}",
+                value
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        table.set_info(&bytes).or_raise()
+    }
+
+    /// The bytes last published with `set_info` (a consistent copy).
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.live()?.info().or_raise()?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Starts this table's reaper thread. Raises `BusyError` if another
+    /// reaper holds the table. With a zero reap timeout nothing is started.
+    #[pyo3(signature = (on_drop=None, on_clear=None))]
+    fn start_reaper(
+        &self,
+        py: Python<'_>,
+        on_drop: Option<Py<PyAny>>,
+        on_clear: Option<Py<PyAny>>,
+    ) -> PyResult<Reaper> {
+        let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear);
+        py.detach(move || builder.spawn())
+            .map(Reaper::new)
+            .or_raise()
+    }
+
+    /// Takes this table's reaper role for a loop of yours (see
+    /// `DrivenReaper`); callbacks run inside `scan()`. Raises `BusyError` if
+    /// another reaper holds the table.
+    #[pyo3(signature = (on_drop=None, on_clear=None))]
+    fn acquire_reaper(
+        &self,
+        py: Python<'_>,
+        on_drop: Option<Py<PyAny>>,
+        on_clear: Option<Py<PyAny>>,
+    ) -> PyResult<DrivenReaper> {
+        let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear);
+        py.detach(move || builder.build())
+            .map(DrivenReaper::new)
+            .or_raise()
+    }
+
+    /// Closes this handle (workers and reapers made from it stay valid).
+    fn close(&self) {
+        let taken = self
+            .handle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        drop(taken);
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        _kind: Option<&Bound<'_, PyAny>>,
+        _value: Option<&Bound<'_, PyAny>>,
+        _traceback: Option<&Bound<'_, PyAny>>,
+    ) {
+        self.close();
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Table(name={:?})", self.name)
+    }
+}
+
+/// Creates table `name` exclusively. `registration_grace` defaults to the
+/// larger of 30 s and `reap_timeout`; `progress_timeout` (0: off) is how long
+/// a busy worker may make no progress before it ends `STALLED`.
+#[pyfunction]
+#[pyo3(signature = (name, capacity=256, reap_timeout=10.0, registration_grace=None, mode=0o600, progress_timeout=0.0))]
+pub fn create(
+    py: Python<'_>,
+    name: &str,
+    capacity: u32,
+    reap_timeout: f64,
+    registration_grace: Option<f64>,
+    mode: u32,
+    progress_timeout: f64,
+) -> PyResult<Table> {
+    let options = TableOptions {
+        capacity,
+        mode,
+        reap_timeout: seconds(reap_timeout, "reap_timeout")?,
+        registration_grace: seconds(
+            registration_grace.unwrap_or(reap_timeout.max(30.0)),
+            "registration_grace",
+        )?,
+        progress_timeout: seconds(progress_timeout, "progress_timeout")?,
+    };
+    py.detach(|| registry::Table::create(name, &options))
+        .map(Table::new)
+        .or_raise()
+}
+
+/// Opens and validates an existing table.
+#[pyfunction]
+pub fn open(py: Python<'_>, name: &str) -> PyResult<Table> {
+    py.detach(|| registry::Table::open(name))
+        .map(Table::new)
+        .or_raise()
+}
+
+/// Removes the table's name (handles stay valid until closed).
+#[pyfunction]
+pub fn unlink(name: &str) -> PyResult<()> {
+    registry::Table::unlink(name).or_raise()
+}

@@ -1,0 +1,140 @@
+//! `Worker`: one registration, beating from Python at native speed.
+
+use crate::errors::{EvictedError, OrRaise};
+use pyo3::prelude::*;
+use std::sync::{Mutex, MutexGuard};
+
+/// A registration: ping it, deregister it (or use it as a context manager).
+/// Safe to share between threads.
+#[pyclass(frozen, module = "livereg", name = "Worker")]
+pub struct Worker {
+    /// `None` once deregistered.
+    handle: Mutex<Option<registry::Worker>>,
+    /// The instance id it was registered with.
+    #[pyo3(get)]
+    instance_id: u64,
+    /// Its slot index.
+    #[pyo3(get)]
+    slot: u32,
+}
+
+impl Worker {
+    pub fn new(worker: registry::Worker) -> Worker {
+        Worker {
+            instance_id: worker.instance_id(),
+            slot: worker.slot(),
+            handle: Mutex::new(Some(worker)),
+        }
+    }
+
+    fn handle(&self) -> MutexGuard<'_, Option<registry::Worker>> {
+        self.handle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `call` on the live handle, or raises `EvictedError` once it was
+    /// deregistered here.
+    fn with_live<T>(
+        &self,
+        call: impl FnOnce(&registry::Worker) -> registry::Result<T>,
+    ) -> PyResult<T> {
+        match self.handle().as_ref() {
+            Some(worker) => call(worker).or_raise(),
+            None => Err(EvictedError::new_err(format!(
+                "instance {} is no longer registered: it was deregistered through this handle",
+                self.instance_id
+            ))),
+        }
+    }
+}
+
+#[pymethods]
+impl Worker {
+    /// Heartbeat. Raises `EvictedError` once the registration ended.
+    fn ping(&self) -> PyResult<()> {
+        self.with_live(registry::Worker::heartbeat)
+    }
+
+    /// One step of the engine's loop. Raises `EvictedError` once ended.
+    fn progress(&self) -> PyResult<()> {
+        self.with_live(registry::Worker::progress)
+    }
+
+    /// Whether the engine has work in flight: while busy it must call
+    /// `progress()` at least every `progress_timeout`.
+    fn set_busy(&self, busy: bool) -> PyResult<()> {
+        self.with_live(|worker| worker.set_busy(busy))
+    }
+
+    /// A context manager: busy inside the `with` block, idle after it.
+    fn busy(slf: Py<Self>) -> BusyScope {
+        BusyScope { worker: slf }
+    }
+
+    /// Ends the registration cleanly. Raises `EvictedError` if it had
+    /// already ended; the handle is released either way.
+    fn deregister(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.handle().take();
+        match taken {
+            Some(worker) => py.detach(move || worker.deregister()).or_raise(),
+            None => Ok(()),
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _kind: Option<&Bound<'_, PyAny>>,
+        _value: Option<&Bound<'_, PyAny>>,
+        _traceback: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        match self.deregister(py) {
+            Err(error) if error.is_instance_of::<EvictedError>(py) => Ok(()),
+            other => other,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.handle().is_some() {
+            "registered"
+        } else {
+            "deregistered"
+        };
+        format!(
+            "Worker(instance_id={}, slot={}, {state})",
+            self.instance_id, self.slot
+        )
+    }
+}
+
+/// `with worker.busy():` marks the worker busy for the block.
+#[pyclass(frozen, module = "livereg", name = "BusyScope")]
+pub struct BusyScope {
+    worker: Py<Worker>,
+}
+
+#[pymethods]
+impl BusyScope {
+    fn __enter__(&self, py: Python<'_>) -> PyResult<Py<Worker>> {
+        self.worker.get().set_busy(true)?;
+        Ok(self.worker.clone_ref(py))
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _kind: Option<&Bound<'_, PyAny>>,
+        _value: Option<&Bound<'_, PyAny>>,
+        _traceback: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        match self.worker.get().set_busy(false) {
+            Err(error) if error.is_instance_of::<EvictedError>(py) => Ok(()),
+            other => other,
+        }
+    }
+}

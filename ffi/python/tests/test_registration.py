@@ -1,0 +1,127 @@
+"""Registration, errors, info, progress: the same ground as the C tests."""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import Callable
+
+import pytest
+
+import livereg
+
+MakeTable = Callable[..., livereg.Table]
+
+
+def test_register_ping_deregister(make_table: MakeTable) -> None:
+    table = make_table()
+    with table.register(1, label="gpu1") as worker:
+        worker.ping()
+        assert table.stats()["tracked_instances"] == 1
+        assert worker.instance_id == 1
+    assert table.stats()["tracked_instances"] == 0
+    with pytest.raises(livereg.EvictedError) as caught:
+        worker.ping()
+    assert caught.value.code == 1
+
+
+def test_label_may_be_none_and_status_lists_registrations(make_table: MakeTable) -> None:
+    table = make_table()
+    with table.register(2), table.register(3, label="gpu3"):
+        rows = {row["instance_id"]: row for row in table.status()["registrations"]}
+        assert rows[2]["label"] == ""
+        assert rows[3]["label"] == "gpu3"
+        assert rows[3]["state"] == "live"
+
+
+def test_bad_arguments_raise_invalid_argument_with_code_and_message(make_table: MakeTable) -> None:
+    table = make_table()
+    with pytest.raises(livereg.InvalidArgumentError) as caught:
+        table.register(0)
+    assert caught.value.code == 5
+    assert "instance id 0" in str(caught.value)
+    with pytest.raises(livereg.InvalidArgumentError, match="at most 47"):
+        table.register(3, label="x" * 48)
+    table.register(3, label="x" * 47).deregister()
+    with pytest.raises(livereg.InvalidArgumentError):
+        livereg.create("bad name")
+    with pytest.raises(livereg.InvalidArgumentError, match="reap_timeout"):
+        livereg.create("livereg-never-made", reap_timeout=-1.0)
+
+
+def test_live_duplicate_is_exists_and_a_full_table_is_full(make_table: MakeTable) -> None:
+    table = make_table(capacity=2)
+    first = table.register(4)
+    with pytest.raises(livereg.ExistsError):
+        table.register(4)
+    second = table.register(5)
+    with pytest.raises(livereg.FullError) as caught:
+        table.register(6)
+    assert caught.value.code == 2
+    first.deregister()
+    second.deregister()
+
+
+def test_every_error_is_a_livereg_error_with_its_code(make_table: MakeTable) -> None:
+    table = make_table()
+    with pytest.raises(livereg.Error):
+        livereg.open("livereg-pytest-missing")
+    with pytest.raises(livereg.NotFoundError) as caught:
+        livereg.open("livereg-pytest-missing")
+    assert caught.value.code == 4
+    with pytest.raises(livereg.ExistsError):
+        livereg.create(table.name)
+    codes = {cls.__name__: cls.code for cls in livereg.Error.__subclasses__()}
+    assert codes["BusyError"] == 11 and codes["PanicError"] == 13 and len(codes) == 13
+
+
+def test_a_closed_table_says_so(make_table: MakeTable) -> None:
+    table = make_table()
+    worker = table.register(9)
+    table.close()
+    worker.ping()  # the registration keeps the mapping
+    with pytest.raises(livereg.InvalidArgumentError, match="closed"):
+        table.register(10)
+    worker.deregister()
+
+
+def test_open_sees_the_same_table(make_table: MakeTable) -> None:
+    table = make_table()
+    with livereg.open(table.name) as other, table.register(7, label="shared"):
+        assert other.stats()["tracked_instances"] == 1
+        assert other.capacity == 8
+
+
+def test_info_round_trips_and_is_bounded(make_table: MakeTable) -> None:
+    table = make_table()
+    assert table.info() == b""
+    table.set_info('{"chunk_size": 256}')
+    with livereg.open(table.name) as other:
+        assert other.info() == b'{"chunk_size": 256}'
+    table.set_info(b"\x00raw")
+    assert table.info() == b"\x00raw"
+    with pytest.raises(livereg.InvalidArgumentError):
+        table.set_info(b"x" * (livereg.INFO_MAX + 1))
+    with pytest.raises(livereg.InvalidArgumentError, match="bytes or str"):
+        table.set_info(12)  # type: ignore[arg-type]
+
+
+def test_a_busy_worker_without_progress_ends_stalled_and_an_idle_one_is_kept(make_table: MakeTable) -> None:
+    table = make_table(reap_timeout=0.4, registration_grace=0.8, progress_timeout=0.4)
+    drops: "queue.Queue[livereg.DropEvent]" = queue.Queue()
+    with table.start_reaper(on_drop=drops.put):
+        stuck, idle = table.register(1), table.register(2)
+        with stuck.busy():
+            stuck.progress()
+            deadline = time.monotonic() + 5
+            while drops.empty():
+                assert time.monotonic() < deadline, "never ended"
+                stuck.ping()  # alive, but its loop makes no progress
+                idle.ping()
+                time.sleep(0.05)
+        event = drops.get()
+        assert (event.instance_id, event.reason) == (1, livereg.Reason.STALLED)
+        with pytest.raises(livereg.EvictedError):
+            stuck.progress()
+        assert table.stats()["ended"]["stalled"] == 1
+        idle.deregister()

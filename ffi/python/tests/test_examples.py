@@ -66,8 +66,30 @@ def test_a_readme_python_example_runs_and_passes_mypy_strict(index: int, tmp_pat
 
 def test_the_examples_pass_mypy_strict() -> None:
     checked = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", str(ROOT / "ffi/examples/engine.py")],
+        [sys.executable, "-m", "mypy", "--strict", str(ROOT / "ffi/examples/engine.py"),
+         str(ROOT / "ffi/examples/kv_server.py")],
         capture_output=True,
         text=True,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_kv_server_example_frees_every_state_within_its_bound() -> None:
+    ran = subprocess.run(
+        [sys.executable, str(ROOT / "ffi/examples/kv_server.py"), "--timeout", "0.8"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    for expected in (
+        "worker 1 (killed): freed after",
+        "worker 4 (crashed before its first beat): freed after",
+        "worker 2 (stopped): freed after",
+        "worker 3 (idle but alive) after 1.6s, two timeouts: kept",
+        "worker 3 registered again by itself (told: evicted)",
+        "worker 3 registered again by itself (told: server restarted)",
+        "all state freed within its bound",
+    ):
+        assert expected in ran.stdout, ran.stdout
+    assert "VIOLATED" not in ran.stdout

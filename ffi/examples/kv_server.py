@@ -1,0 +1,202 @@
+"""A small "KV-cache server" on livereg.lmcache, and a run that shows when each
+worker's state is freed, against what a PING-and-reap management module with
+the reference's defaults (120 s timeout, 3,600 s grace, a scan every 30 s)
+would have done.
+
+    python3 ffi/examples/kv_server.py [--timeout SECONDS]
+
+The server holds two kinds of per-worker state behind two liveness targets: a
+pinned staging buffer and a prefix index. Engine workers are separate
+processes using `WorkerLiveness` (no RPC). The run: one worker is killed, one
+stopped (a hang), one stays idle but alive, one crashes before its first
+heartbeat; then a clear, then a server restart. Exits 1 if any state was
+freed outside its bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Optional
+
+import livereg
+from livereg.lmcache import LiveregManagement, WorkerLiveness
+
+
+class PinnedBuffers:
+    """Per-worker staging buffers (a CUDA IPC mapping, in a real server)."""
+
+    def __init__(self) -> None:
+        self.buffers: Dict[int, bytearray] = {}
+        self.lock = threading.Lock()
+
+    def attach(self, instance_id: int) -> None:
+        with self.lock:
+            self.buffers[instance_id] = bytearray(1 << 20)
+
+    def drop_instance_state(self, instance_id: int) -> None:
+        with self.lock:
+            self.buffers.pop(instance_id, None)
+
+
+class PrefixIndex:
+    """Per-worker cached prefixes; records when each worker's went."""
+
+    def __init__(self) -> None:
+        self.prefixes: Dict[int, List[str]] = {}
+        self.freed: Dict[int, List[float]] = {}
+        self.lock = threading.Condition()
+
+    def attach(self, instance_id: int) -> None:
+        with self.lock:
+            self.prefixes[instance_id] = [f"prefix-{instance_id}"]
+
+    def drop_instance_state(self, instance_id: int) -> None:
+        with self.lock:
+            if self.prefixes.pop(instance_id, None) is not None:
+                self.freed.setdefault(instance_id, []).append(time.monotonic())
+                self.lock.notify_all()
+
+    def wait_freed(self, instance_id: int, count: int, timeout: float) -> Optional[float]:
+        with self.lock:
+            if self.lock.wait_for(lambda: len(self.freed.get(instance_id, [])) >= count, timeout):
+                return self.freed[instance_id][count - 1]
+            return None
+
+
+def engine(table: str, instance_id: int, shape: str) -> None:
+    """A worker process: `beating` keeps a registration alive from a daemon
+    thread; `no-beat` registers and crashes before its first heartbeat."""
+    if shape == "no-beat":
+        worker = livereg.open(table).register(instance_id, label="no-beat")
+        print("registered (start)", flush=True)
+        time.sleep(3600)  # killed before it ever beats
+        worker.deregister()
+    WorkerLiveness(table, instance_id, label=f"engine-{instance_id}",
+                   on_register=lambda why: print(f"registered ({why})", flush=True))
+    while True:
+        time.sleep(3600)  # idle: no requests, and never reaped for it
+
+
+class Run:
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.table = f"kv-server-example-{os.getpid()}"
+        self.buffers, self.index = PinnedBuffers(), PrefixIndex()
+        self.server = self.start_server()
+        self.started = time.monotonic()
+        self.engines: Dict[int, subprocess.Popen[str]] = {}
+        self.failures = 0
+
+    def start_server(self) -> LiveregManagement:
+        return LiveregManagement(table=self.table, liveness_targets=[self.buffers, self.index],
+                                 worker_reap_timeout_seconds=self.timeout,
+                                 worker_registration_grace_seconds=3600.0, chunk_size=256)
+
+    def say(self, text: str) -> None:
+        print(f"{time.monotonic() - self.started:6.2f}s  {text}", flush=True)
+
+    def spawn(self, instance_id: int, shape: str = "beating") -> None:
+        child = subprocess.Popen([sys.executable, __file__, "--engine", self.table, str(instance_id), shape],
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        line = child.stdout.readline().strip()
+        assert line == "registered (start)", line
+        self.buffers.attach(instance_id)  # the worker handed its buffers over
+        self.index.attach(instance_id)
+        self.engines[instance_id] = child
+
+    def expect(self, instance_id: int, what: str, since: float, low: float, high: float, reference: str,
+               count: int = 1) -> None:
+        freed = self.index.wait_freed(instance_id, count, high + 5)
+        if freed is None:
+            self.failures += 1
+            self.say(f"worker {instance_id} ({what}): NOT freed within {high + 5:.1f}s   reference: {reference}")
+            return
+        after = freed - since
+        ok = low <= after <= high + max(0.25, self.timeout / 4)
+        self.failures += not ok
+        self.say(f"worker {instance_id} ({what}): freed after {after * 1000:8.1f} ms "
+                 f"[bound {low:.2f}..{high:.2f}s: {'ok' if ok else 'VIOLATED'}]   reference: {reference}")
+
+    def main(self) -> int:
+        t = self.timeout
+        self.say(f"server up: table '{self.table}', reap timeout {t:g}s (reference default: 120 s)")
+        for instance_id in (1, 2, 3):
+            self.spawn(instance_id)
+        self.say("workers 1, 2, 3 registered and beating; server holds a buffer and an index for each")
+        time.sleep(0.5)
+        now = time.monotonic()
+        self.engines[1].send_signal(signal.SIGKILL)
+        self.engines[2].send_signal(signal.SIGSTOP)
+        self.say("SIGKILL worker 1 (crash); SIGSTOP worker 2 (hang); worker 3 stays idle")
+        self.expect(1, "killed", now, 0.0, 0.05, "freed after 120-150 s")
+        self.spawn(4, "no-beat")
+        killed = time.monotonic()
+        self.engines[4].send_signal(signal.SIGKILL)
+        self.expect(4, "crashed before its first beat", killed, 0.0, 0.05,
+                    "freed after 3,600-3,630 s (the grace)")
+        # Silent for the timeout after its last beat; it beat every t/3.
+        self.expect(2, "stopped", now, t - t / 3, t + t / 4, "freed after 120-150 s")
+        time.sleep(max(0.0, now + 2 * t - time.monotonic()))
+        alive = self.index.freed.get(3) is None and 3 in self.buffers.buffers
+        self.failures += not alive
+        self.say(f"worker 3 (idle but alive) after {2 * t:g}s, two timeouts: "
+                 f"{'kept' if alive else 'FREED'}   reference: reaped after 120-150 s idle, never told")
+        cleared = time.monotonic()
+        self.server.clear()
+        self.expect(3, "cleared", cleared, 0.0, 0.05, "its clear empties the cache; workers are not told")
+        self.wait_line(3, "registered (evicted)")
+        self.say("worker 3 registered again by itself (told: evicted)")
+        self.buffers.attach(3)
+        self.index.attach(3)
+        self.server.close()
+        self.server = self.start_server()
+        self.say("server restarted (same table): a new reaper, a new boot token")
+        self.wait_line(3, "registered (server restarted)")
+        self.say("worker 3 registered again by itself (told: server restarted)   "
+                 "reference: never told; its server-side state is silently gone")
+        return 1 if self.failures else 0
+
+    def wait_line(self, instance_id: int, want: str) -> None:
+        stdout = self.engines[instance_id].stdout
+        assert stdout is not None
+        while True:
+            line = stdout.readline().strip()
+            if not line:
+                raise SystemExit(f"worker {instance_id} ended before printing '{want}'")
+            if line == want:
+                return
+
+    def close(self) -> None:
+        for child in self.engines.values():
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
+        self.server.close()
+        livereg.unlink(self.table)
+
+
+def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--engine":
+        engine(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--timeout", type=float, default=2.0, help="the server's reap timeout, in seconds")
+    run = Run(parser.parse_args().timeout)
+    try:
+        code = run.main()
+    finally:
+        run.close()
+    print("all state freed within its bound" if code == 0 else "a bound was VIOLATED")
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,7 @@
 //! `status --json` is a contract with dashboards: the same table gives the
 //! same bytes. A fixture table on a manual clock (every time, pid and count
-//! fixed but the pid and the measured scan time, which are masked) is compared with the JSON committed in `tests/fixtures/status.json`.
+//! fixed but the pid, the boot token and the measured scan time, which are
+//! masked) is compared with the JSON committed in `tests/fixtures/status.json`.
 //! Regenerate it only for a deliberate format change (and say so in the
 //! changelog): `LIVEREG_WRITE_FIXTURE=1 cargo test --test status_json`.
 
@@ -69,11 +70,12 @@ fn status_json() -> String {
     manual.advance(Duration::from_millis(250));
     let json = serde_json::to_string_pretty(&table.status().unwrap()).unwrap();
     drop((beating, busy, never, reaper));
-    // The two values no clock fixes: this process's pid, and how long the
-    // last scan really took.
+    // The values no clock fixes: this process's pid, the reaper's boot token
+    // (random by design), and how long the last scan really took.
     json.lines()
         .map(|line| match line.split_once(": ") {
             Some(("  \"reaper_pid\"", _)) => "  \"reaper_pid\": 0,".to_owned(),
+            Some(("  \"boot_token\"", _)) => "  \"boot_token\": 0,".to_owned(),
             Some(("  \"last_scan_seconds\"", _)) => "  \"last_scan_seconds\": 0.0,".to_owned(),
             _ => line.to_owned(),
         })

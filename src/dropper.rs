@@ -10,7 +10,7 @@ use crate::event::DropEvent;
 use crate::fork;
 use crate::protocol;
 use crate::sync::Ordering::{AcqRel, Relaxed};
-use crate::table::Inner;
+use crate::table::TableMemory;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -36,7 +36,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The handlers of one reaper, and what they need to finish a drop.
 pub(crate) struct Handlers {
-    pub inner: Arc<Inner>,
+    pub memory: Arc<TableMemory>,
     pub drop_handlers: Vec<DropHandler>,
     pub clear_handlers: Vec<ClearHandler>,
     pub running: Running,
@@ -79,13 +79,13 @@ impl Running {
         id
     }
 
-    fn end(&self, id: u64, inner: &Inner) {
+    fn end(&self, id: u64, inner: &TableMemory) {
         self.check_overdue(inner);
         lock(&self.jobs).remove(&id);
     }
 
     /// Counts and logs, once per job, every job running past the deadline.
-    pub(crate) fn check_overdue(&self, inner: &Inner) {
+    pub(crate) fn check_overdue(&self, inner: &TableMemory) {
         let now = crate::clock::monotonic_ns();
         for job in lock(&self.jobs).values_mut() {
             if job.counted || now.saturating_sub(job.since_ns) <= self.deadline_ns {
@@ -107,7 +107,7 @@ impl Handlers {
     /// Runs every drop handler for `event`, then frees its slot and counts
     /// the ending. Returns the handlers that failed.
     pub(crate) fn drop_registration(&self, event: &DropEvent) -> u32 {
-        let inner = &self.inner;
+        let inner = &self.memory;
         let job = self.running.begin(format!(
             "instance {} ({}, slot {})",
             event.instance_id, event.reason, event.slot
@@ -148,7 +148,7 @@ impl Handlers {
 
     /// Runs the clear handlers, then marks clear `ticket` completed.
     pub(crate) fn complete_clear(&self, ticket: u64) -> u32 {
-        let inner = &self.inner;
+        let inner = &self.memory;
         let job = self.running.begin("a clear".to_owned());
         let mut failures = 0;
         {
@@ -314,7 +314,7 @@ impl HandlerPool {
         self.pool
             .handlers
             .running
-            .check_overdue(&self.pool.handlers.inner);
+            .check_overdue(&self.pool.handlers.memory);
     }
 }
 
@@ -342,14 +342,14 @@ impl Drop for HandlerPool {
 
 thread_local! {
     /// The table whose reaper's handlers this thread is running, if any.
-    static INSIDE_HANDLERS: RefCell<Option<Arc<Inner>>> = const { RefCell::new(None) };
+    static INSIDE_HANDLERS: RefCell<Option<Arc<TableMemory>>> = const { RefCell::new(None) };
 }
 
 /// Marks this thread as running the handlers of a table's reaper, until dropped.
 struct InsideHandlers;
 
 impl InsideHandlers {
-    fn enter(inner: &Arc<Inner>) -> InsideHandlers {
+    fn enter(inner: &Arc<TableMemory>) -> InsideHandlers {
         INSIDE_HANDLERS.with(|inside| *inside.borrow_mut() = Some(inner.clone()));
         InsideHandlers
     }
@@ -367,7 +367,7 @@ impl Drop for InsideHandlers {
 /// # Errors
 ///
 /// [`Error::Busy`](crate::Error::Busy) naming the call, inside a handler.
-pub(crate) fn refuse_inside_handler(inner: &Arc<Inner>, what: &str) -> Result<()> {
+pub(crate) fn refuse_inside_handler(inner: &Arc<TableMemory>, what: &str) -> Result<()> {
     let inside = INSIDE_HANDLERS.with(|inside| {
         inside.borrow().as_ref().is_some_and(|running| {
             Arc::ptr_eq(running, inner)

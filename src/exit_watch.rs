@@ -9,22 +9,14 @@
 //! registration relies on its lock alone, seen at the next scan.
 
 use crate::fork;
-use crate::layout::Slot;
+use crate::layout::{Slot, FLAG_PIDFD, FLAG_PROXY};
 use crate::os::{pidfd, process};
 use crate::sync::Ordering::Relaxed;
-use crate::table::Inner;
+use crate::table::TableMemory;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-
-/// Bit of [`Slot::flags`]: the reaper watches this registration's process
-/// through a pidfd.
-pub(crate) const FLAG_PIDFD: u32 = 1;
-/// Bit of [`Slot::flags`], set by the registrant: the recorded pid is not the
-/// registering process (a wrapper registered on its behalf), so its exit says
-/// nothing about the registration's lock; only the lock counts.
-pub(crate) const FLAG_PROXY: u32 = 2;
 
 /// Key of the watcher's own stop event in the epoll set.
 const STOP: u64 = u64::MAX;
@@ -76,7 +68,7 @@ pub(crate) struct ExitWatcher {
 
 impl ExitWatcher {
     /// Starts the watcher thread for the table behind `inner`.
-    pub(crate) fn start(inner: Arc<Inner>) -> std::io::Result<ExitWatcher> {
+    pub(crate) fn start(inner: Arc<TableMemory>) -> std::io::Result<ExitWatcher> {
         let epoll = Arc::new(pidfd::Epoll::new()?);
         let stop = pidfd::event()?;
         epoll.add(&stop, STOP)?;

@@ -105,7 +105,7 @@ mod table {
                 )));
             }
             let area = self.info_area()?;
-            let inner = &self.inner;
+            let inner = &self.memory;
             let own = match inner.file() {
                 Some(file) => Some(LockDescriptor::new(lock::reopen(file).map_err(|e| {
                     Error::os(&inner.name, "open a descriptor for the writer lock", e)
@@ -138,7 +138,7 @@ mod table {
                     return Err(Error::Busy(format!(
                         "table '{}': a writer of the info area has not finished for {READ_WAIT:?} \
                          (one that died mid-write leaves it so until the next set_info)",
-                        self.inner.name
+                        self.memory.name
                     )));
                 }
                 attempts += 1;
@@ -151,12 +151,12 @@ mod table {
         }
 
         fn info_area(&self) -> Result<&InfoArea> {
-            self.inner.check_size()?;
-            self.inner.info_area().ok_or_else(|| {
+            self.memory.check_size()?;
+            self.memory.info_area().ok_or_else(|| {
                 Error::Incompatible(format!(
                     "table '{}': layout 1.{} has no info area, expected 1.{INFO_SINCE_MINOR} or later \
                      (this build creates 1.{VERSION_MINOR}; recreate the table to publish info)",
-                    self.inner.name, self.inner.minor
+                    self.memory.name, self.memory.minor
                 ))
             })
         }

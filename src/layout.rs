@@ -124,7 +124,7 @@ pub(crate) struct Slot {
     /// Identity of the clock the registrant stamps with (its time
     /// namespace; see [`crate::Clock::identity`]); 0 before layout 1.1.
     pub clock_id: AtomicU64,
-    /// `steps << 1 | busy`, and [`crate::protocol::STALL_MARK`] once the
+    /// `steps << 1 | busy`, and [`STALL_MARK`] once the
     /// reaper ends it for making no progress (layout 1.3); see
     /// [`crate::protocol::progress`].
     pub progress: AtomicU64,
@@ -142,6 +142,21 @@ const _: () = {
     assert!(std::mem::size_of::<InfoArea>() == INFO_AREA_SIZE);
     assert!(INFO_AREA_SIZE % SLOT_SIZE == 0);
 };
+
+/// Bit of [`Slot::flags`]: the reaper watches this registration's process
+/// through a pidfd.
+pub(crate) const FLAG_PIDFD: u32 = 1;
+/// Bit of [`Slot::flags`], set by the registrant: the recorded pid is not the
+/// registering process (a wrapper registered on its behalf), so its exit says
+/// nothing about the registration's lock; only the lock counts.
+pub(crate) const FLAG_PROXY: u32 = 2;
+/// Bit of [`Slot::progress`]: the engine has work in flight.
+pub(crate) const BUSY: u64 = 1;
+/// Bit of [`Slot::progress`]: the reaper judged the registration stalled on
+/// the word below this bit; it is ending, and progress no longer counts.
+pub(crate) const STALL_MARK: u64 = 1 << 63;
+/// What one step of progress adds (the count lives above [`BUSY`]).
+pub(crate) const PROGRESS_STEP: u64 = 2;
 
 /// The first minor version with the reaper's observations area.
 pub(crate) const OBSERVATIONS_SINCE_MINOR: u32 = 3;

@@ -35,63 +35,52 @@
 #![deny(missing_docs)]
 #![cfg_attr(loom, allow(dead_code))]
 
-// Under `cfg(loom)` only the slot protocol and its types are built: the
-// protocol is model-checked in ordinary memory (see `loom_models`).
-#[cfg(not(loom))]
-mod clock;
-#[cfg(not(loom))]
-mod dropper;
-#[cfg(not(loom))]
-mod error;
+/// Items that need the OS (files, threads, clocks): left out of the loom
+/// build, which model-checks the slot protocol in ordinary memory.
+macro_rules! outside_loom {
+    ($($item:item)*) => { $( #[cfg(not(loom))] $item )* };
+}
+
+// The format and the protocol: shared with the loom models.
 mod event;
-#[cfg(not(loom))]
-mod exit_watch;
-#[cfg(not(loom))]
-mod fork;
 mod info;
 mod layout;
-#[cfg(not(loom))]
-mod location;
 #[cfg(all(test, loom))]
 mod loom_models;
-#[cfg(not(loom))]
-mod os;
 mod protocol;
-#[cfg(not(loom))]
-mod reaper;
-#[cfg(not(loom))]
-mod reaper_thread;
-#[cfg(not(loom))]
-mod status;
 mod sync;
-#[cfg(not(loom))]
-mod table;
-#[cfg(not(loom))]
-mod wake;
-#[cfg(not(loom))]
-mod worker;
 
-#[cfg(not(loom))]
-pub use clock::{monotonic_ns, Clock, ManualClock};
-#[cfg(not(loom))]
-pub use dropper::{HandlerError, HANDLER_DEADLINE};
-#[cfg(not(loom))]
-pub use error::{Error, Result};
+outside_loom! {
+    mod clock;
+    mod dropper;
+    mod error;
+    mod exit_watch;
+    mod fork;
+    mod location;
+    mod locks;
+    mod os;
+    mod reaper;
+    mod reaper_thread;
+    mod status;
+    mod table;
+    mod wake;
+    mod worker;
+
+    pub use clock::{monotonic_ns, Clock, ManualClock};
+    pub use dropper::{HandlerError, HANDLER_DEADLINE};
+    pub use error::{Error, Result};
+    pub use reaper::{Reaper, ReaperBuilder, ScanReport};
+    pub use reaper_thread::ReaperThread;
+    pub use status::{RegistrationStatus, Status};
+    pub use table::{Table, TableOptions};
+    pub use worker::{Busy, Registration, Worker, PREVIOUS_DROP_WAIT};
+}
+
 pub use event::{DropEvent, Reason};
 pub use layout::{
     label_prefix, table_size, HEADER_SIZE, INFO_AREA_SIZE, INFO_MAX, LABEL_MAX, MAGIC,
     MAX_CAPACITY, SCANS_PER_TIMEOUT, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
 };
-#[cfg(not(loom))]
-pub use reaper::{Reaper, ReaperBuilder, ScanReport};
-#[cfg(not(loom))]
-pub use reaper_thread::ReaperThread;
-#[cfg(not(loom))]
-pub use status::{RegistrationStatus, Status};
-#[cfg(not(loom))]
-pub use table::{Table, TableOptions};
-#[cfg(not(loom))]
-pub use worker::{Busy, Registration, Worker, PREVIOUS_DROP_WAIT};
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

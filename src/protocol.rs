@@ -26,7 +26,7 @@
 //! it so, and the next reaper runs the drop again.
 
 use crate::event::Reason;
-use crate::layout::Slot;
+use crate::layout::{Slot, BUSY, PROGRESS_STEP, STALL_MARK};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 /// Phase of a slot nobody holds.
@@ -253,14 +253,6 @@ pub(crate) fn end(slot: &Slot, generation: u32, reason: Reason) -> Result<(), Go
         ended_word(generation, reason)
     })
 }
-
-/// Bit of [`Slot::progress`]: the engine has work in flight.
-pub(crate) const BUSY: u64 = 1;
-/// Bit of [`Slot::progress`]: the reaper judged the registration stalled on
-/// the word below this bit; it is ending, and progress no longer counts.
-pub(crate) const STALL_MARK: u64 = 1 << 63;
-/// What one step of progress adds (the count lives above [`BUSY`]).
-const PROGRESS_STEP: u64 = 2;
 
 /// Fails unless the slot still holds the handle's generation, published.
 #[inline]

@@ -9,11 +9,12 @@ use crate::dropper::{
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
 use crate::exit_watch::ExitWatcher;
-use crate::layout::{Slot, SCANS_PER_TIMEOUT};
+use crate::layout::{Slot, BUSY, SCANS_PER_TIMEOUT};
+use crate::locks::ReaperRole;
 use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use crate::table::{ReaperRole, Table};
+use crate::table::Table;
 use crate::wake::WakeFd;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
@@ -118,7 +119,7 @@ impl ReaperBuilder {
     ///   (in any process, or through another handle in this one).
     /// - [`Error::Io`](crate::Error::Io): the lock could not be taken.
     pub fn build(self) -> Result<Reaper> {
-        let inner = &self.table.inner;
+        let inner = &self.table.memory;
         let role = inner.take_reaper_role()?;
         let header = inner.header();
         let now = self.table.clock.now_ns();
@@ -161,7 +162,7 @@ impl ReaperBuilder {
             in_flight: vec![0; inner.capacity as usize],
             clear_issued: 0,
             handlers: Dispatch::Inline(Handlers {
-                inner: inner.clone(),
+                memory: inner.clone(),
                 drop_handlers: self.drop_handlers,
                 clear_handlers: self.clear_handlers,
                 running: Running::new(self.handler_deadline),
@@ -280,7 +281,7 @@ impl Reaper {
     ///   stays the parent's.
     pub fn scan_once(&mut self, now_ns: u64) -> Result<ScanReport> {
         let started = monotonic_ns();
-        let inner = self.table.inner.clone();
+        let inner = self.table.memory.clone();
         if !self.role.held_here() {
             return Err(crate::Error::Busy(format!(
                 "table '{}': this reaper was inherited through fork: the role is the parent's; build a reaper in the child",
@@ -407,7 +408,7 @@ impl Reaper {
 
     /// The boot token this reaper wrote when it took the table.
     pub fn boot_token(&self) -> u64 {
-        self.table.inner.header().boot_token.load(Acquire)
+        self.table.memory.header().boot_token.load(Acquire)
     }
 
     /// Decides one `LIVE` slot's fate and, if it ends, makes it so.
@@ -490,12 +491,12 @@ impl Reaper {
             seen.progress = word;
             seen.progress_generation = generation;
             seen.progress_since = now_ns;
-            if let Some(observed) = self.table.inner.progress_seen(index) {
+            if let Some(observed) = self.table.memory.progress_seen(index) {
                 observed.store(now_ns.max(1), Relaxed);
             }
         }
         let quiet_ns = now_ns.saturating_sub(seen.progress_since);
-        if word & protocol::BUSY == 0 || quiet_ns < self.progress_timeout_ns {
+        if word & BUSY == 0 || quiet_ns < self.progress_timeout_ns {
             return Verdict::Keep;
         }
         if !protocol::mark_stalled(slot, word) {

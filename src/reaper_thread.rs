@@ -3,9 +3,7 @@
 
 use crate::error::Result;
 use crate::fork;
-use crate::os::futex;
 use crate::reaper::{Reaper, ReaperBuilder};
-use crate::sync::Ordering::Acquire;
 use crate::table::Table;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -86,23 +84,12 @@ impl ReaperBuilder {
 /// cannot be scanned (truncated under it), with that error.
 fn run(reaper: &mut Reaper, stop: &AtomicBool) -> Result<()> {
     let table = reaper.table().clone();
-    let wake = &table.inner.header().wake;
     while !stop.load(Ordering::Acquire) {
-        // The wake word lives in the header: look before touching it.
-        table.inner.check_size()?;
-        let seen = wake.load(Acquire);
+        let seen = table.memory.wake_word()?;
         reaper.scan()?;
-        loop {
-            let due = reaper.next_scan_in();
-            if stop.load(Ordering::Acquire) || due.is_zero() {
-                break;
-            }
-            table.inner.check_size()?;
-            if wake.load(Acquire) != seen {
-                break;
-            }
-            futex::wait(wake, seen, due);
-        }
+        table
+            .memory
+            .sleep_until_woken(seen, || reaper.next_scan_in(), stop)?;
     }
     Ok(())
 }
@@ -154,7 +141,7 @@ impl ReaperThread {
     /// reaper's own handlers, which the stop would wait for: the reaper is
     /// told to stop, and does once the handler has returned.
     pub fn stop(mut self) -> Result<()> {
-        let inside = crate::dropper::refuse_inside_handler(&self.table.inner, "stop the reaper");
+        let inside = crate::dropper::refuse_inside_handler(&self.table.memory, "stop the reaper");
         self.halt();
         inside
     }
@@ -167,17 +154,17 @@ impl ReaperThread {
             std::mem::forget(self.thread.take());
             return;
         }
-        if crate::dropper::refuse_inside_handler(&self.table.inner, "stop the reaper").is_err() {
+        if crate::dropper::refuse_inside_handler(&self.table.memory, "stop the reaper").is_err() {
             // Called from one of its handlers: joining would wait for the
             // caller itself. Ask it to stop, and let it go.
             self.stop.store(true, Ordering::Release);
-            self.table.inner.wake_reaper();
+            self.table.memory.wake_reaper();
             self.thread = None;
             return;
         }
         if let Some(thread) = self.thread.take() {
             self.stop.store(true, Ordering::Release);
-            self.table.inner.wake_reaper();
+            self.table.memory.wake_reaper();
             let _ = thread.join();
         }
     }

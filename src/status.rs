@@ -2,8 +2,8 @@
 
 use crate::clock::Clock;
 use crate::event::Reason;
-use crate::exit_watch::FLAG_PIDFD;
-use crate::layout::SCANS_PER_TIMEOUT;
+
+use crate::layout::{BUSY, FLAG_PIDFD, SCANS_PER_TIMEOUT, STALL_MARK};
 use crate::protocol::{self, Beat, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
@@ -116,7 +116,7 @@ impl Table {
     /// [`Error::Corrupt`](crate::Error::Corrupt) if the object was truncated
     /// under this handle (its slots are not read then).
     pub fn status(&self) -> crate::Result<Status> {
-        let inner = &self.inner;
+        let inner = &self.memory;
         inner.check_size()?;
         let header = inner.header();
         let now = self.clock.now_ns();
@@ -159,8 +159,8 @@ impl Table {
                     },
                     ended_reason,
                     heartbeats: slot.beats.load(Relaxed),
-                    busy: slot.progress.load(Relaxed) & protocol::BUSY != 0,
-                    progress_steps: (slot.progress.load(Relaxed) & !protocol::STALL_MARK) >> 1,
+                    busy: slot.progress.load(Relaxed) & BUSY != 0,
+                    progress_steps: (slot.progress.load(Relaxed) & !STALL_MARK) >> 1,
                     last_progress_age_seconds: inner
                         .progress_seen(index)
                         .map(|seen| seen.load(Relaxed))

@@ -1,15 +1,28 @@
 //! Create, open, validate and unlink a table: the one place that maps memory.
+//!
+//! [`Table`] is one type whose methods live beside the idea they serve:
+//!
+//! | methods | file |
+//! |---|---|
+//! | `create`, `in_memory`, `open`, `unlink`, `with_clock`, `clock`, `name`, `capacity`, the timeouts, `scan_interval`, `reaper_alive`, `reaper_stalled`, `probe`, `clear` | `table.rs` |
+//! | `registration`, `register` | `worker.rs` |
+//! | `reaper` (the builder) | `reaper.rs` |
+//! | `status` | `status.rs` |
+//! | `set_info`, `info` | `info.rs` |
+//!
+//! Behind a handle is a [`TableMemory`]: the mapping (or a heap block for
+//! tests), its name and size. Its kernel locks (reaper role, registration
+//! lock) are in `locks.rs`; the futex words that wake the reaper and the
+//! waiters of a clear are in `wake.rs`.
 
 use crate::clock::{duration_ns, Clock};
 use crate::error::{Error, Result};
-use crate::fork::{self, LockDescriptor};
 use crate::layout::{
     object_size, observations_start, slots_end, table_size, Header, InfoArea, Slot, HEADER_SIZE,
     INFO_AREA_SIZE, INFO_SINCE_MINOR, MAGIC, MAX_CAPACITY, OBSERVATIONS_SINCE_MINOR, READY,
     SCANS_PER_TIMEOUT, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
 };
 use crate::location;
-use crate::os::{futex, lock};
 use crate::sync::AtomicU64;
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use memmap2::{MmapOptions, MmapRaw};
@@ -18,22 +31,14 @@ use std::fs::{File, OpenOptions, Permissions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long an opener waits for a creator to finish the header.
 const READY_WAIT: Duration = Duration::from_secs(1);
-/// How long a registrant waits for the registration lock.
-const REGISTRATION_LOCK_WAIT: Duration = Duration::from_secs(5);
 /// How often an opener looks again for a creator's `ready` word: creating
 /// takes microseconds, so a waiter rarely looks twice.
 const READY_POLL: Duration = Duration::from_millis(2);
-/// How often a registrant tries the registration lock again (a kernel lock
-/// cannot be waited on with a timeout): held for microseconds per claim.
-const REGISTRATION_LOCK_POLL: Duration = Duration::from_micros(200);
-/// Longest sleep between looks at a condition the reaper settles: a waiter
-/// also notices a reaper that died (which announces nothing) this soon.
-const SETTLED_RECHECK: Duration = Duration::from_millis(50);
 
 /// How a new table is made.
 ///
@@ -137,23 +142,23 @@ impl TableOptions {
 /// ```
 #[derive(Clone)]
 pub struct Table {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) memory: Arc<TableMemory>,
     pub(crate) clock: Clock,
 }
 
 /// The memory behind a table handle.
-pub(crate) struct Inner {
+pub(crate) struct TableMemory {
     pub name: String,
     pub capacity: u32,
     /// The layout's minor version (what the table holds beyond 1.0).
     pub minor: u32,
-    memory: Memory,
+    backing: Backing,
     /// Serialises registrations of this process; the kernel lock orders them
     /// against other processes.
     registrations: Mutex<()>,
 }
 
-enum Memory {
+enum Backing {
     /// A shared object or file, mapped.
     Mapped { file: File, map: MmapRaw },
     /// Process-private memory, for tests (and Miri) that need no OS objects.
@@ -165,16 +170,16 @@ enum Memory {
 }
 
 // SAFETY:
-// - the heap allocation is owned by `Inner` and freed only in its `Drop`;
+// - the heap allocation is owned by `TableMemory` and freed only in its `Drop`;
 // - every byte of it is accessed through atomics (`Header`, `Slot`), so shared
 //   access from several threads is data-race free.
-unsafe impl Send for Inner {}
+unsafe impl Send for TableMemory {}
 // SAFETY: as above.
-unsafe impl Sync for Inner {}
+unsafe impl Sync for TableMemory {}
 
-impl Drop for Inner {
+impl Drop for TableMemory {
     fn drop(&mut self) {
-        if let Memory::Heap { base, layout, .. } = &self.memory {
+        if let Backing::Heap { base, layout, .. } = &self.backing {
             // SAFETY:
             // - `base` was returned by `alloc_zeroed(layout)` in `in_memory`
             //   and is freed exactly once, here.
@@ -220,11 +225,11 @@ impl Table {
             .len(size)
             .map_raw(&file)
             .map_err(|e| Error::os(name, "map", e))?;
-        let table = Table::from_inner(
+        let table = Table::from_memory(
             name,
             options.capacity,
             VERSION_MINOR,
-            Memory::Mapped { file, map },
+            Backing::Mapped { file, map },
         );
         table.write_header(options);
         Ok(table)
@@ -245,32 +250,32 @@ impl Table {
         // - `layout` has a non-zero size (at least the header).
         let base = NonNull::new(unsafe { alloc::alloc_zeroed(layout) })
             .unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        let memory = Memory::Heap {
+        let memory = Backing::Heap {
             base,
             layout,
             reaper_taken: AtomicBool::new(false),
         };
-        let table = Table::from_inner("(in memory)", options.capacity, VERSION_MINOR, memory);
+        let table = Table::from_memory("(in memory)", options.capacity, VERSION_MINOR, memory);
         table.write_header(options);
         Ok(table)
     }
 
-    fn from_inner(name: &str, capacity: u32, minor: u32, memory: Memory) -> Table {
-        let inner = Inner {
+    fn from_memory(name: &str, capacity: u32, minor: u32, backing: Backing) -> Table {
+        let memory = TableMemory {
             name: name.to_owned(),
             capacity,
             minor,
-            memory,
+            backing,
             registrations: Mutex::new(()),
         };
         Table {
-            inner: Arc::new(inner),
+            memory: Arc::new(memory),
             clock: Clock::monotonic(),
         }
     }
 
     fn write_header(&self, options: &TableOptions) {
-        let header = self.inner.header();
+        let header = self.memory.header();
         header.magic.store(MAGIC, Relaxed);
         header.version_major.store(VERSION_MAJOR, Relaxed);
         header.version_minor.store(VERSION_MINOR, Relaxed);
@@ -324,11 +329,11 @@ impl Table {
         // - `Header` is made of atomics, so shared access is race-free.
         let header = unsafe { &*map.as_ptr().cast::<Header>() };
         let (capacity, minor) = validate(name, header, size)?;
-        Ok(Table::from_inner(
+        Ok(Table::from_memory(
             name,
             capacity,
             minor,
-            Memory::Mapped { file, map },
+            Backing::Mapped { file, map },
         ))
     }
 
@@ -348,7 +353,7 @@ impl Table {
     /// and the reapers it builds. Tests use [`Clock::manual`].
     pub fn with_clock(&self, clock: Clock) -> Table {
         Table {
-            inner: self.inner.clone(),
+            memory: self.memory.clone(),
             clock,
         }
     }
@@ -360,27 +365,27 @@ impl Table {
 
     /// The name the table was opened by.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.memory.name
     }
 
     /// Number of slots.
     pub fn capacity(&self) -> u32 {
-        self.inner.capacity
+        self.memory.capacity
     }
 
     /// The silence budget of workers that have beaten; zero if reaping is off.
     pub fn reap_timeout(&self) -> Duration {
-        Duration::from_nanos(self.inner.header().reap_timeout_ns.load(Relaxed))
+        Duration::from_nanos(self.memory.header().reap_timeout_ns.load(Relaxed))
     }
 
     /// The silence budget of workers that never beat.
     pub fn registration_grace(&self) -> Duration {
-        Duration::from_nanos(self.inner.header().registration_grace_ns.load(Relaxed))
+        Duration::from_nanos(self.memory.header().registration_grace_ns.load(Relaxed))
     }
 
     /// How long a busy worker may make no progress (zero: not judged).
     pub fn progress_timeout(&self) -> Duration {
-        Duration::from_nanos(self.inner.header().progress_timeout_ns.load(Relaxed))
+        Duration::from_nanos(self.memory.header().progress_timeout_ns.load(Relaxed))
     }
 
     /// How often a reaper scans: a quarter of the reap timeout.
@@ -392,14 +397,14 @@ impl Table {
     /// which its holder keeps while it lives (however long its handlers run)
     /// and the kernel drops when it dies. Never by comparing clocks.
     pub fn reaper_alive(&self) -> bool {
-        self.inner.reaper_role_taken()
+        self.memory.reaper_role_taken()
     }
 
     /// Whether a live reaper has not scanned for two scan intervals: stuck
     /// in a handler, or stopped. A diagnostic only (it compares the reaper's
     /// clock with this handle's), false where the two clocks differ.
     pub fn reaper_stalled(&self) -> bool {
-        let header = self.inner.header();
+        let header = self.memory.header();
         let clock_id = self.clock.identity();
         if clock_id == Clock::UNKNOWN
             || header.reaper_clock_id.load(Relaxed) != clock_id
@@ -423,9 +428,9 @@ impl Table {
     /// [`Error::NoReaper`] when no reaper is alive.
     pub fn probe(&self) -> Result<u64> {
         if self.reaper_alive() {
-            Ok(self.inner.header().boot_token.load(Acquire))
+            Ok(self.memory.header().boot_token.load(Acquire))
         } else {
-            Err(self.inner.no_reaper())
+            Err(self.memory.no_reaper())
         }
     }
 
@@ -442,21 +447,21 @@ impl Table {
     /// - [`Error::Busy`]: called from a handler of this table's reaper, which
     ///   cannot scan while it waits.
     pub fn clear(&self, wait: Duration) -> Result<()> {
-        crate::dropper::refuse_inside_handler(&self.inner, "clear the table")?;
+        crate::dropper::refuse_inside_handler(&self.memory, "clear the table")?;
         if !self.reaper_alive() {
-            return Err(self.inner.no_reaper());
+            return Err(self.memory.no_reaper());
         }
-        let header = self.inner.header();
+        let header = self.memory.header();
         let ticket = header.clear_requested.fetch_add(1, AcqRel) + 1;
-        self.inner.wake_reaper();
+        self.memory.wake_reaper();
         let mut outcome = None;
-        self.inner.wait_settled(wait, || {
+        self.memory.wait_settled(wait, || {
             outcome = if header.clear_completed.load(Acquire) >= ticket {
                 Some(Ok(()))
             } else if header.clear_expired.load(Acquire) >= ticket || !self.reaper_alive() {
                 Some(Err(Error::NoReaper(format!(
                     "table '{}': the reaper died before completing the clear; the request expired",
-                    self.inner.name
+                    self.memory.name
                 ))))
             } else {
                 None
@@ -466,7 +471,7 @@ impl Table {
         outcome.unwrap_or_else(|| {
             Err(Error::Timeout(format!(
                 "table '{}': the clear was not completed within {wait:?} (reaper pid {})",
-                self.inner.name,
+                self.memory.name,
                 header.reaper_pid.load(Relaxed)
             )))
         })
@@ -584,11 +589,11 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32)> {
     Ok((capacity, minor))
 }
 
-impl Inner {
+impl TableMemory {
     fn base(&self) -> *const u8 {
-        match &self.memory {
-            Memory::Mapped { map, .. } => map.as_ptr(),
-            Memory::Heap { base, .. } => base.as_ptr(),
+        match &self.backing {
+            Backing::Mapped { map, .. } => map.as_ptr(),
+            Backing::Heap { base, .. } => base.as_ptr(),
         }
     }
 
@@ -636,7 +641,7 @@ impl Inner {
     /// [`Error::Corrupt`] naming the size found and expected, or
     /// [`Error::Io`] if the object cannot be examined.
     pub fn check_size(&self) -> Result<()> {
-        let Memory::Mapped { file, .. } = &self.memory else {
+        let Backing::Mapped { file, .. } = &self.backing else {
             return Ok(());
         };
         let size = file
@@ -688,179 +693,27 @@ impl Inner {
 
     /// The table's descriptor, when it is an OS object.
     pub fn file(&self) -> Option<&File> {
-        match &self.memory {
-            Memory::Mapped { file, .. } => Some(file),
-            Memory::Heap { .. } => None,
+        match &self.backing {
+            Backing::Mapped { file, .. } => Some(file),
+            Backing::Heap { .. } => None,
         }
+    }
+
+    /// The reaper-role flag of a heap table (a shared table's role is a
+    /// kernel lock instead).
+    pub fn heap_reaper_flag(&self) -> Option<&AtomicBool> {
+        match &self.backing {
+            Backing::Heap { reaper_taken, .. } => Some(reaper_taken),
+            Backing::Mapped { .. } => None,
+        }
+    }
+
+    /// Serialises this process's registrations (see `locks`).
+    pub fn local_registrations(&self) -> &Mutex<()> {
+        &self.registrations
     }
 
     pub fn no_reaper(&self) -> Error {
         Error::NoReaper(format!("table '{}': no reaper is alive", self.name))
-    }
-
-    /// Wakes a sleeping reaper.
-    pub fn wake_reaper(&self) {
-        let header = self.header();
-        header.wake.fetch_add(1, Release);
-        futex::wake_all(&header.wake);
-    }
-
-    /// Tells waiters that slots were released or a clear completed.
-    pub fn announce_settled(&self) {
-        let header = self.header();
-        header.settled.fetch_add(1, Release);
-        futex::wake_all(&header.settled);
-    }
-
-    /// Waits up to `wait` for `done()`, rechecking whenever the reaper
-    /// announces progress. Returns whether `done()` held.
-    pub fn wait_settled(&self, wait: Duration, mut done: impl FnMut() -> bool) -> bool {
-        let settled = &self.header().settled;
-        let deadline = deadline_after(wait);
-        loop {
-            let seen = settled.load(Acquire);
-            if done() {
-                return true;
-            }
-            let left = time_left(deadline);
-            if left.is_zero() {
-                return false;
-            }
-            futex::wait(settled, seen, left.min(SETTLED_RECHECK));
-        }
-    }
-
-    /// Whether some reaper holds this table's reaper role.
-    pub fn reaper_role_taken(&self) -> bool {
-        match &self.memory {
-            Memory::Mapped { file, .. } => {
-                lock::held_by_other(file, lock::REAPER_LOCK).unwrap_or(false)
-            }
-            Memory::Heap { reaper_taken, .. } => reaper_taken.load(Acquire),
-        }
-    }
-
-    /// Takes the reaper role: on a shared table, a lock on a new open file
-    /// description that the kernel drops when its holder dies.
-    pub fn take_reaper_role(self: &Arc<Self>) -> Result<ReaperRole> {
-        let busy = || {
-            Error::Busy(format!(
-                "table '{}': another reaper (pid {}) is running",
-                self.name,
-                self.header().reaper_pid.load(Relaxed)
-            ))
-        };
-        match &self.memory {
-            Memory::Mapped { file, .. } => {
-                let own = LockDescriptor::new(
-                    lock::reopen(file)
-                        .map_err(|e| Error::os(&self.name, "open for the reaper lock", e))?,
-                );
-                match lock::try_lock(&own, lock::REAPER_LOCK) {
-                    Ok(true) => Ok(ReaperRole {
-                        inner: self.clone(),
-                        lock: Some(own),
-                        fork_epoch: fork::install(),
-                    }),
-                    Ok(false) => Err(busy()),
-                    Err(e) => Err(Error::os(&self.name, "take the reaper lock", e)),
-                }
-            }
-            Memory::Heap { reaper_taken, .. } => {
-                if reaper_taken.swap(true, AcqRel) {
-                    Err(busy())
-                } else {
-                    Ok(ReaperRole {
-                        inner: self.clone(),
-                        lock: None,
-                        fork_epoch: fork::install(),
-                    })
-                }
-            }
-        }
-    }
-
-    /// Takes the registration lock: this process's mutex, then (on a shared
-    /// table) the kernel lock through the registrant's own descriptor `file`,
-    /// polling for up to five seconds. (Its own: a forked child shares the
-    /// table's descriptor, and with it any lock taken through it.)
-    pub fn lock_registrations<'a>(
-        &'a self,
-        file: Option<&'a File>,
-    ) -> Result<RegistrationGuard<'a>> {
-        let local = self
-            .registrations
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let Some(file) = file else {
-            return Ok(RegistrationGuard {
-                _local: local,
-                file: None,
-            });
-        };
-        let started = Instant::now();
-        loop {
-            match lock::try_lock(file, lock::REGISTRATION_LOCK) {
-                Ok(true) => return Ok(RegistrationGuard { _local: local, file: Some(file) }),
-                Ok(false) if started.elapsed() < REGISTRATION_LOCK_WAIT => {
-                    std::thread::sleep(REGISTRATION_LOCK_POLL);
-                }
-                Ok(false) => {
-                    return Err(Error::Busy(format!(
-                        "table '{}': another process has held the registration lock for {REGISTRATION_LOCK_WAIT:?} \
-                         (stopped in the middle of registering?)",
-                        self.name
-                    )))
-                }
-                Err(e) => return Err(Error::os(&self.name, "take the registration lock", e)),
-            }
-        }
-    }
-}
-
-/// The registration lock, released on drop.
-pub(crate) struct RegistrationGuard<'a> {
-    _local: MutexGuard<'a, ()>,
-    file: Option<&'a File>,
-}
-
-impl Drop for RegistrationGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(file) = self.file {
-            let _ = lock::unlock(file, lock::REGISTRATION_LOCK);
-        }
-    }
-}
-
-/// The reaper role of a table, held until dropped.
-pub(crate) struct ReaperRole {
-    inner: Arc<Inner>,
-    /// The role's own open file description: it holds the reaper lock, and
-    /// checks slot locks (any other description's lock is "someone else's").
-    pub lock: Option<LockDescriptor>,
-    /// The fork epoch the role was taken in: a forked child's copy is not
-    /// the role, and must leave the parent's reaper alone.
-    fork_epoch: u64,
-}
-
-impl ReaperRole {
-    /// Whether this is the process that took the role (not a forked child).
-    pub fn held_here(&self) -> bool {
-        self.fork_epoch == fork::epoch()
-    }
-}
-
-impl Drop for ReaperRole {
-    fn drop(&mut self) {
-        if !self.held_here() {
-            return;
-        }
-        // A truncated table has no header to write to any more.
-        if self.inner.check_size().is_ok() {
-            self.inner.header().reaper_pid.store(0, Relaxed);
-        }
-        if let Memory::Heap { reaper_taken, .. } = &self.inner.memory {
-            reaper_taken.store(false, Release);
-        }
     }
 }

@@ -6,10 +6,11 @@
 //! the descriptor an epoll loop or asyncio waits on, with the time to the
 //! next periodic scan as its timeout.
 
+use crate::error::Result;
 use crate::fork;
 use crate::os::{futex, pidfd};
-use crate::sync::Ordering::Acquire;
-use crate::table::Inner;
+use crate::sync::Ordering::{Acquire, Release};
+use crate::table::{deadline_after, time_left, TableMemory};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,12 +21,88 @@ use std::time::Duration;
 /// nothing wakes it.
 const FORWARDER_TICK: Duration = Duration::from_millis(100);
 
+/// Longest sleep between looks at a condition the reaper settles: a waiter
+/// also notices a reaper that died (which announces nothing) this soon.
+const SETTLED_RECHECK: Duration = Duration::from_millis(50);
+
+impl TableMemory {
+    /// Wakes a sleeping reaper.
+    pub fn wake_reaper(&self) {
+        let header = self.header();
+        header.wake.fetch_add(1, Release);
+        futex::wake_all(&header.wake);
+    }
+
+    /// The wake word now, to sleep on after a scan (see
+    /// [`TableMemory::sleep_until_woken`]).
+    ///
+    /// # Errors
+    ///
+    /// `Error::Corrupt` if the table was truncated (the word is in its header).
+    pub fn wake_word(&self) -> Result<u32> {
+        self.check_size()?;
+        Ok(self.header().wake.load(Acquire))
+    }
+
+    /// The reaper thread's sleep: until `due()` is zero, the wake word has
+    /// moved past `seen` (a registration, deregistration, clear request or
+    /// watched exit since), or `stop` is set.
+    ///
+    /// # Errors
+    ///
+    /// `Error::Corrupt` if the table was truncated while it slept.
+    pub fn sleep_until_woken(
+        &self,
+        seen: u32,
+        due: impl Fn() -> Duration,
+        stop: &AtomicBool,
+    ) -> Result<()> {
+        let wake = &self.header().wake;
+        loop {
+            let left = due();
+            if stop.load(Ordering::Acquire) || left.is_zero() {
+                return Ok(());
+            }
+            self.check_size()?;
+            if wake.load(Acquire) != seen {
+                return Ok(());
+            }
+            futex::wait(wake, seen, left);
+        }
+    }
+
+    /// Tells waiters that slots were released or a clear completed.
+    pub fn announce_settled(&self) {
+        let header = self.header();
+        header.settled.fetch_add(1, Release);
+        futex::wake_all(&header.settled);
+    }
+
+    /// Waits up to `wait` for `done()`, rechecking whenever the reaper
+    /// announces progress. Returns whether `done()` held.
+    pub fn wait_settled(&self, wait: Duration, mut done: impl FnMut() -> bool) -> bool {
+        let settled = &self.header().settled;
+        let deadline = deadline_after(wait);
+        loop {
+            let seen = settled.load(Acquire);
+            if done() {
+                return true;
+            }
+            let left = time_left(deadline);
+            if left.is_zero() {
+                return false;
+            }
+            futex::wait(settled, seen, left.min(SETTLED_RECHECK));
+        }
+    }
+}
+
 /// An eventfd readable whenever the table's wake word changed since the
 /// reaper last drained it.
 pub(crate) struct WakeFd {
     event: Arc<OwnedFd>,
     stop: Arc<AtomicBool>,
-    inner: Arc<Inner>,
+    memory: Arc<TableMemory>,
     forwarder: Option<JoinHandle<()>>,
     fork_epoch: u64,
 }
@@ -33,7 +110,7 @@ pub(crate) struct WakeFd {
 impl WakeFd {
     /// Creates the eventfd and starts the thread that forwards the table's
     /// wake-ups to it.
-    pub(crate) fn start(inner: Arc<Inner>) -> std::io::Result<WakeFd> {
+    pub(crate) fn start(inner: Arc<TableMemory>) -> std::io::Result<WakeFd> {
         let event = Arc::new(pidfd::event_nonblocking()?);
         let stop = Arc::new(AtomicBool::new(false));
         let (signal, stopping, table) = (event.clone(), stop.clone(), inner.clone());
@@ -47,7 +124,7 @@ impl WakeFd {
         Ok(WakeFd {
             event,
             stop,
-            inner,
+            memory: inner,
             forwarder: Some(forwarder),
             fork_epoch: fork::install(),
         })
@@ -63,7 +140,7 @@ impl WakeFd {
 /// change, until `stop`.
 /// A truncated table has no wake word any more: one last signal makes the
 /// reaper scan (and report it), and the thread ends.
-fn forward(inner: &Inner, mut seen: u32, event: &OwnedFd, stop: &AtomicBool) {
+fn forward(inner: &TableMemory, mut seen: u32, event: &OwnedFd, stop: &AtomicBool) {
     let wake = &inner.header().wake;
     while !stop.load(Ordering::Acquire) {
         futex::wait(wake, seen, FORWARDER_TICK);
@@ -102,8 +179,8 @@ impl Drop for WakeFd {
             return;
         }
         self.stop.store(true, Ordering::Release);
-        if self.inner.check_size().is_ok() {
-            futex::wake_all(&self.inner.header().wake);
+        if self.memory.check_size().is_ok() {
+            futex::wake_all(&self.memory.header().wake);
         }
         let _ = forwarder.join();
     }

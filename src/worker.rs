@@ -2,9 +2,9 @@
 
 use crate::error::{Error, Result};
 use crate::event::Reason;
-use crate::exit_watch::FLAG_PROXY;
+
 use crate::fork::{self, LockDescriptor};
-use crate::layout::LABEL_MAX;
+use crate::layout::{FLAG_PROXY, LABEL_MAX};
 use crate::os::{lock, process};
 use crate::protocol::{self, Beat, Gone, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
@@ -121,7 +121,7 @@ impl<'t> Registration<'t> {
     /// - [`Error::Io`]: opening the slot's exit-detection lock failed.
     pub fn register(self) -> Result<Worker> {
         let table = self.table;
-        let inner = &table.inner;
+        let inner = &table.memory;
         if self.instance_id == 0 {
             return Err(Error::InvalidArgument(
                 "instance id 0 is reserved, expected 1 or more".into(),
@@ -200,7 +200,7 @@ impl<'t> Registration<'t> {
     /// ended)`, a live one first, else one that ended and awaits its drop.
     /// Called under the registration lock.
     fn find_current(&self) -> Option<(u32, u32, bool)> {
-        let inner = &self.table.inner;
+        let inner = &self.table.memory;
         let mut pending = None;
         for index in 0..inner.capacity {
             let slot = inner.slot(index);
@@ -222,7 +222,7 @@ impl<'t> Registration<'t> {
     /// lock.
     fn claim(&self, lock_file: Option<&File>) -> Result<(u32, u32)> {
         let table = self.table;
-        let inner = &table.inner;
+        let inner = &table.memory;
         for index in 0..inner.capacity {
             let slot = inner.slot(index);
             let Some(generation) = protocol::try_claim(slot) else {
@@ -317,7 +317,7 @@ impl Worker {
         if self.fork_epoch != fork::epoch() {
             return Err(self.inherited());
         }
-        let slot = self.table.inner.slot(self.index);
+        let slot = self.table.memory.slot(self.index);
         match protocol::beat(slot, self.generation, self.table.clock.now_ns()) {
             Ok(()) => {
                 // Advisory count for status; a plain store on a line the
@@ -342,7 +342,7 @@ impl Worker {
         if self.fork_epoch != fork::epoch() {
             return Err(self.inherited());
         }
-        protocol::set_busy(self.table.inner.slot(self.index), self.generation, busy)
+        protocol::set_busy(self.table.memory.slot(self.index), self.generation, busy)
             .map_err(|gone| self.gone(gone))
     }
 
@@ -386,7 +386,7 @@ impl Worker {
         if self.fork_epoch != fork::epoch() {
             return Err(self.inherited());
         }
-        protocol::progress(self.table.inner.slot(self.index), self.generation)
+        protocol::progress(self.table.memory.slot(self.index), self.generation)
             .map_err(|gone| self.gone(gone))
     }
 
@@ -407,7 +407,7 @@ impl Worker {
         if self.fork_epoch != fork::epoch() {
             return Err(self.inherited());
         }
-        let inner = &self.table.inner;
+        let inner = &self.table.memory;
         inner.check_size()?;
         let result = protocol::end(
             inner.slot(self.index),
@@ -486,7 +486,7 @@ impl Drop for Worker {
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Worker")
-            .field("table", &self.table.inner.name)
+            .field("table", &self.table.memory.name)
             .field("instance_id", &self.instance_id)
             .field("slot", &self.index)
             .field("generation", &self.generation)

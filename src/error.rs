@@ -68,10 +68,67 @@ fn evicted_cause(reason: Option<Reason>) -> String {
     }
 }
 
+/// One stable result code: `LIVEREG_<name>` in C, the `code` of the Python
+/// exception `<title>Error`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResultCode {
+    /// The value, stable across releases.
+    pub value: u32,
+    /// The C name without its `LIVEREG_` prefix.
+    pub name: &'static str,
+    /// The Python exception's name without its `Error` suffix (empty for `OK`).
+    pub title: &'static str,
+    /// What it means, in a line.
+    pub meaning: &'static str,
+}
+
+const fn code(value: u32, name: &'static str, title: &'static str, meaning: &'static str) -> ResultCode {
+    ResultCode { value, name, title, meaning }
+}
+
+/// Every result code, in value order: the one list the C header, the C ABI's
+/// `livereg_result_str` and the Python exception classes are derived from (or
+/// checked against).
+pub const RESULT_CODES: [ResultCode; 14] = [
+    code(0, "OK", "", "Success."),
+    code(1, "EVICTED", "Evicted", "The registration ended: register again."),
+    code(2, "FULL", "Full", "Every slot of the table is taken."),
+    code(3, "EXISTS", "Exists", "The table, or a live registration of the id, exists."),
+    code(4, "NOT_FOUND", "NotFound", "No table of that name."),
+    code(5, "INVALID_ARGUMENT", "InvalidArgument", "An argument broke the contract."),
+    code(6, "INCOMPATIBLE", "Incompatible", "The table was made by an incompatible layout."),
+    code(7, "CORRUPT", "Corrupt", "The table's contents are impossible."),
+    code(8, "PERMISSION", "Permission", "The OS refused access to the table."),
+    code(9, "TIMEOUT", "Timeout", "A deadline passed first."),
+    code(10, "NO_REAPER", "NoReaper", "No live reaper holds the table."),
+    code(11, "BUSY", "Busy", "Another party holds what was asked for."),
+    code(12, "IO", "IO", "An OS call failed."),
+    code(13, "PANIC", "Panic", "A panic was caught at the boundary."),
+];
+
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// The stable result code of this error (an index into [`RESULT_CODES`]).
+    pub fn code(&self) -> u32 {
+        match self {
+            Error::Evicted { .. } => 1,
+            Error::Full(_) => 2,
+            Error::Exists(_) => 3,
+            Error::NotFound(_) => 4,
+            Error::InvalidArgument(_) => 5,
+            Error::Incompatible(_) => 6,
+            Error::Corrupt(_) => 7,
+            Error::Permission(_) => 8,
+            Error::Timeout(_) => 9,
+            Error::NoReaper(_) => 10,
+            Error::Busy(_) => 11,
+            Error::Io { .. } => 12,
+            Error::Panic(_) => 13,
+        }
+    }
+
     /// Maps an OS error on table `table` during `step` to the variant a caller
     /// can act on (missing, exists, permission), keeping the OS text.
     pub(crate) fn os(table: &str, step: &str, source: io::Error) -> Error {
@@ -86,5 +143,34 @@ impl Error {
             io::ErrorKind::PermissionDenied => Error::Permission(format!("{context}: {source}")),
             _ => Error::Io { context, source },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_codes_are_listed_in_value_order_and_every_variant_has_one() {
+        for (index, code) in RESULT_CODES.iter().enumerate() {
+            assert_eq!(code.value as usize, index, "{code:?}");
+        }
+        let samples = [
+            Error::Evicted { instance_id: 1, reason: None },
+            Error::Full(String::new()),
+            Error::Exists(String::new()),
+            Error::NotFound(String::new()),
+            Error::InvalidArgument(String::new()),
+            Error::Incompatible(String::new()),
+            Error::Corrupt(String::new()),
+            Error::Permission(String::new()),
+            Error::Timeout(String::new()),
+            Error::NoReaper(String::new()),
+            Error::Busy(String::new()),
+            Error::Io { context: String::new(), source: io::Error::other("x") },
+            Error::Panic(String::new()),
+        ];
+        let codes: Vec<u32> = samples.iter().map(Error::code).collect();
+        assert_eq!(codes, (1..RESULT_CODES.len() as u32).collect::<Vec<_>>());
     }
 }

@@ -68,7 +68,7 @@ outside_loom! {
 
     pub use clock::{monotonic_ns, Clock, ManualClock};
     pub use dropper::{HandlerError, HANDLER_DEADLINE};
-    pub use error::{Error, Result};
+    pub use error::{Error, Result, ResultCode, RESULT_CODES};
     pub use reaper::{Reaper, ReaperBuilder, ScanReport};
     pub use reaper_thread::ReaperThread;
     pub use status::{RegistrationStatus, Status};

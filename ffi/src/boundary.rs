@@ -2,33 +2,19 @@
 //! panics become `LIVEREG_PANIC`.
 
 use crate::types::livereg_result::{self, *};
-use registry::Error;
+use registry::{Error, RESULT_CODES};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
-/// The code of an error; one code per variant.
+/// The code of an error: the core crate's [`Error::code`].
 pub(crate) fn code(error: &Error) -> livereg_result {
-    match error {
-        Error::Evicted { .. } => LIVEREG_EVICTED,
-        Error::Full(_) => LIVEREG_FULL,
-        Error::Exists(_) => LIVEREG_EXISTS,
-        Error::NotFound(_) => LIVEREG_NOT_FOUND,
-        Error::InvalidArgument(_) => LIVEREG_INVALID_ARGUMENT,
-        Error::Incompatible(_) => LIVEREG_INCOMPATIBLE,
-        Error::Corrupt(_) => LIVEREG_CORRUPT,
-        Error::Permission(_) => LIVEREG_PERMISSION,
-        Error::Timeout(_) => LIVEREG_TIMEOUT,
-        Error::NoReaper(_) => LIVEREG_NO_REAPER,
-        Error::Busy(_) => LIVEREG_BUSY,
-        Error::Io { .. } => LIVEREG_IO,
-        Error::Panic(_) => LIVEREG_PANIC,
-        _ => LIVEREG_IO,
-    }
+    livereg_result::from_value(error.code()).unwrap_or(LIVEREG_IO)
 }
 
 fn remember(message: String) {
@@ -98,24 +84,20 @@ pub extern "C" fn livereg_last_error() -> *const c_char {
 /// `livereg_result_str(r)`: a static name for a result code.
 #[no_mangle]
 pub extern "C" fn livereg_result_str(result: c_int) -> *const c_char {
+    // Built once from the core crate's list; never freed, so the pointers
+    // stay valid for the life of the process.
+    static NAMES: OnceLock<Vec<CString>> = OnceLock::new();
+    static UNKNOWN: &CStr = c"LIVEREG_UNKNOWN_RESULT";
+    let names = NAMES.get_or_init(|| {
+        RESULT_CODES
+            .iter()
+            .map(|code| CString::new(format!("LIVEREG_{}", code.name)).unwrap_or_default())
+            .collect()
+    });
     // An int, not the enum: C may pass any value, and an out-of-range enum
     // would be undefined behaviour in Rust.
-    let name: &'static CStr = match result {
-        0 => c"LIVEREG_OK",
-        1 => c"LIVEREG_EVICTED",
-        2 => c"LIVEREG_FULL",
-        3 => c"LIVEREG_EXISTS",
-        4 => c"LIVEREG_NOT_FOUND",
-        5 => c"LIVEREG_INVALID_ARGUMENT",
-        6 => c"LIVEREG_INCOMPATIBLE",
-        7 => c"LIVEREG_CORRUPT",
-        8 => c"LIVEREG_PERMISSION",
-        9 => c"LIVEREG_TIMEOUT",
-        10 => c"LIVEREG_NO_REAPER",
-        11 => c"LIVEREG_BUSY",
-        12 => c"LIVEREG_IO",
-        13 => c"LIVEREG_PANIC",
-        _ => c"LIVEREG_UNKNOWN_RESULT",
-    };
-    name.as_ptr()
+    usize::try_from(result)
+        .ok()
+        .and_then(|index| names.get(index))
+        .map_or(UNKNOWN.as_ptr(), |name| name.as_ptr())
 }

@@ -82,8 +82,21 @@ fn header_constants_match_the_rust_enums() {
         in_header["LIVEREG_REASON_STALLED"],
         livereg_reason::LIVEREG_REASON_STALLED as i64
     );
-    // Every result, and every reason of the core crate's one list.
-    assert_eq!(in_header.len(), 14 + registry::Reason::ALL.len());
+    // Exactly the core crate's two lists: every result, every reason.
+    let mut listed: BTreeMap<String, i64> = registry::RESULT_CODES
+        .iter()
+        .map(|code| (format!("LIVEREG_{}", code.name), i64::from(code.value)))
+        .collect();
+    listed.extend(registry::Reason::ALL.iter().map(|reason| {
+        (
+            format!("LIVEREG_REASON_{}", reason.as_str().to_uppercase()),
+            *reason as i64,
+        )
+    }));
+    assert_eq!(in_header, listed);
+    for (code, result) in registry::RESULT_CODES.iter().zip(livereg_result::ALL) {
+        assert_eq!(result as u32, code.value, "{code:?}");
+    }
 }
 
 macro_rules! layout {

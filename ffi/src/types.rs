@@ -37,6 +37,32 @@ pub enum livereg_result {
     LIVEREG_PANIC = 13,
 }
 
+impl livereg_result {
+    /// Every value, in order (checked against the core crate's
+    /// `RESULT_CODES` and the header by the drift check).
+    pub const ALL: [livereg_result; 14] = [
+        livereg_result::LIVEREG_OK,
+        livereg_result::LIVEREG_EVICTED,
+        livereg_result::LIVEREG_FULL,
+        livereg_result::LIVEREG_EXISTS,
+        livereg_result::LIVEREG_NOT_FOUND,
+        livereg_result::LIVEREG_INVALID_ARGUMENT,
+        livereg_result::LIVEREG_INCOMPATIBLE,
+        livereg_result::LIVEREG_CORRUPT,
+        livereg_result::LIVEREG_PERMISSION,
+        livereg_result::LIVEREG_TIMEOUT,
+        livereg_result::LIVEREG_NO_REAPER,
+        livereg_result::LIVEREG_BUSY,
+        livereg_result::LIVEREG_IO,
+        livereg_result::LIVEREG_PANIC,
+    ];
+
+    /// The result of value `value`, if there is one.
+    pub fn from_value(value: u32) -> Option<livereg_result> {
+        Self::ALL.get(usize::try_from(value).ok()?).copied()
+    }
+}
+
 /// Why a registration ended.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

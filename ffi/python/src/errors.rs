@@ -1,147 +1,79 @@
 //! The exception classes: `livereg.Error` and one subclass per result code,
-//! each carrying `code` (the C ABI's `LIVEREG_*` value) and the library's
-//! message.
+//! made at import from the core crate's `RESULT_CODES` (`<title>Error`, with
+//! its `code`), so that a new code is one line there.
 
-use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use registry::Error as LibError;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+use registry::RESULT_CODES;
+use std::ffi::CString;
 
-create_exception!(
-    livereg,
-    Error,
-    PyException,
-    "A livereg failure: `code` is the C result, the message says why."
-);
-create_exception!(
-    livereg,
-    EvictedError,
-    Error,
-    "The registration ended (LIVEREG_EVICTED, 1): register again."
-);
-create_exception!(
-    livereg,
-    FullError,
-    Error,
-    "Every slot of the table is taken (LIVEREG_FULL, 2)."
-);
-create_exception!(
-    livereg,
-    ExistsError,
-    Error,
-    "The table, or a live registration of that id, exists (LIVEREG_EXISTS, 3)."
-);
-create_exception!(
-    livereg,
-    NotFoundError,
-    Error,
-    "No table of that name (LIVEREG_NOT_FOUND, 4)."
-);
-create_exception!(
-    livereg,
-    InvalidArgumentError,
-    Error,
-    "An argument broke the contract (LIVEREG_INVALID_ARGUMENT, 5)."
-);
-create_exception!(
-    livereg,
-    IncompatibleError,
-    Error,
-    "The table was made by an incompatible layout (LIVEREG_INCOMPATIBLE, 6)."
-);
-create_exception!(
-    livereg,
-    CorruptError,
-    Error,
-    "The table's contents are impossible (LIVEREG_CORRUPT, 7)."
-);
-create_exception!(
-    livereg,
-    PermissionError,
-    Error,
-    "The OS refused access to the table (LIVEREG_PERMISSION, 8)."
-);
-create_exception!(
-    livereg,
-    TimeoutError,
-    Error,
-    "A deadline passed first (LIVEREG_TIMEOUT, 9)."
-);
-create_exception!(
-    livereg,
-    NoReaperError,
-    Error,
-    "No live reaper holds the table (LIVEREG_NO_REAPER, 10)."
-);
-create_exception!(
-    livereg,
-    BusyError,
-    Error,
-    "Another party holds what was asked for (LIVEREG_BUSY, 11)."
-);
-create_exception!(
-    livereg,
-    IOError,
-    Error,
-    "An OS call failed (LIVEREG_IO, 12)."
-);
-create_exception!(
-    livereg,
-    PanicError,
-    Error,
-    "A panic was caught at the boundary (LIVEREG_PANIC, 13)."
-);
+/// The classes by code; index 0 (`OK`) holds the base class `Error`.
+static CLASSES: PyOnceLock<Vec<Py<PyType>>> = PyOnceLock::new();
 
-/// Adds the classes to the module, each with its `code`.
+/// The base class `Error`.
+pub const BASE: u32 = 0;
+pub const EVICTED: u32 = 1;
+pub const INVALID_ARGUMENT: u32 = 5;
+pub const BUSY: u32 = 11;
+
+fn c_string(text: String) -> CString {
+    CString::new(text).unwrap_or_default()
+}
+
+/// Makes the classes and adds them to the module.
 pub fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = module.py();
-    module.add("Error", py.get_type::<Error>())?;
-    py.get_type::<Error>().setattr("code", -1)?;
-    let classes = [
-        ("EvictedError", py.get_type::<EvictedError>(), 1),
-        ("FullError", py.get_type::<FullError>(), 2),
-        ("ExistsError", py.get_type::<ExistsError>(), 3),
-        ("NotFoundError", py.get_type::<NotFoundError>(), 4),
-        (
-            "InvalidArgumentError",
-            py.get_type::<InvalidArgumentError>(),
-            5,
-        ),
-        ("IncompatibleError", py.get_type::<IncompatibleError>(), 6),
-        ("CorruptError", py.get_type::<CorruptError>(), 7),
-        ("PermissionError", py.get_type::<PermissionError>(), 8),
-        ("TimeoutError", py.get_type::<TimeoutError>(), 9),
-        ("NoReaperError", py.get_type::<NoReaperError>(), 10),
-        ("BusyError", py.get_type::<BusyError>(), 11),
-        ("IOError", py.get_type::<IOError>(), 12),
-        ("PanicError", py.get_type::<PanicError>(), 13),
-    ];
-    for (name, class, code) in classes {
-        class.setattr("code", code)?;
-        module.add(name, class)?;
+    let base = PyErr::new_type(
+        py,
+        c"livereg.Error",
+        Some(c"A livereg failure: `code` is the C result, the message says why."),
+        Some(&py.get_type::<PyException>()),
+        None,
+    )?;
+    base.bind(py).setattr("code", -1)?;
+    module.add("Error", base.bind(py))?;
+    let mut classes = vec![base.clone_ref(py)];
+    for code in &RESULT_CODES[1..] {
+        let name = format!("{}Error", code.title);
+        let doc = format!("{} (LIVEREG_{}, {})", code.meaning, code.name, code.value);
+        let class = PyErr::new_type(
+            py,
+            &c_string(format!("livereg.{name}")),
+            Some(&c_string(doc)),
+            Some(base.bind(py)),
+            None,
+        )?;
+        class.bind(py).setattr("code", code.value)?;
+        module.add(name.as_str(), class.bind(py))?;
+        classes.push(class);
     }
+    let _ = CLASSES.set(py, classes);
     Ok(())
 }
 
+fn class(py: Python<'_>, code: u32) -> Bound<'_, PyType> {
+    let classes = CLASSES
+        .get(py)
+        .expect("the module made its exception classes");
+    let index = usize::try_from(code).unwrap_or(0);
+    classes.get(index).unwrap_or(&classes[0]).bind(py).clone()
+}
+
+/// The exception of result code `code` with `message`.
+pub fn new(code: u32, message: String) -> PyErr {
+    Python::attach(|py| PyErr::from_type(class(py, code), message))
+}
+
+/// Whether `error` is the exception of result code `code`.
+pub fn is(py: Python<'_>, error: &PyErr, code: u32) -> bool {
+    error.is_instance(py, class(py, code).as_any())
+}
+
 /// The exception for a library error, with the library's message.
-pub fn raise(error: LibError) -> PyErr {
-    let message = error.to_string();
-    match error {
-        LibError::Evicted { .. } => EvictedError::new_err(message),
-        LibError::Full(_) => FullError::new_err(message),
-        LibError::Exists(_) => ExistsError::new_err(message),
-        LibError::NotFound(_) => NotFoundError::new_err(message),
-        LibError::InvalidArgument(_) => InvalidArgumentError::new_err(message),
-        LibError::Incompatible(_) => IncompatibleError::new_err(message),
-        LibError::Corrupt(_) => CorruptError::new_err(message),
-        LibError::Permission(_) => PermissionError::new_err(message),
-        LibError::Timeout(_) => TimeoutError::new_err(message),
-        LibError::NoReaper(_) => NoReaperError::new_err(message),
-        LibError::Busy(_) => BusyError::new_err(message),
-        LibError::Io { .. } => IOError::new_err(message),
-        LibError::Panic(_) => PanicError::new_err(message),
-        _ => Error::new_err(message),
-    }
+pub fn raise(error: registry::Error) -> PyErr {
+    new(error.code(), error.to_string())
 }
 
 /// Converts a library result.

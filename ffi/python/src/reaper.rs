@@ -3,7 +3,7 @@
 //! `selectors`) that scans when the reaper's descriptor is readable or its
 //! next scan is due.
 
-use crate::errors::{BusyError, InvalidArgumentError, OrRaise};
+use crate::errors::{self, OrRaise, BUSY, INVALID_ARGUMENT};
 use crate::event::DropEvent;
 use crate::exiting::{self, Slot};
 use pyo3::prelude::*;
@@ -131,7 +131,7 @@ impl DrivenReaper {
         call: impl FnOnce(&mut Option<registry::Reaper>) -> PyResult<T> + Send,
     ) -> PyResult<T> {
         if self.scanning.load(Ordering::Acquire) == thread_id() {
-            return Err(BusyError::new_err(format!(
+            return Err(errors::new(BUSY, format!(
                 "table '{}': cannot {what} from inside this reaper's own scan (a callback); return from the callback first",
                 self.table
             )));
@@ -140,10 +140,13 @@ impl DrivenReaper {
     }
 
     fn stopped_error(&self) -> PyErr {
-        InvalidArgumentError::new_err(format!(
-            "table '{}': this reaper was stopped; acquire it again",
-            self.table
-        ))
+        errors::new(
+            INVALID_ARGUMENT,
+            format!(
+                "table '{}': this reaper was stopped; acquire it again",
+                self.table
+            ),
+        )
     }
 }
 

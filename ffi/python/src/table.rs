@@ -1,7 +1,7 @@
 //! `Table` and the module functions `create`, `open` and `unlink`.
 
 use crate::callbacks;
-use crate::errors::{InvalidArgumentError, OrRaise};
+use crate::errors::{self, OrRaise, INVALID_ARGUMENT};
 use crate::reaper::{DrivenReaper, Reaper};
 use crate::worker::Worker;
 use pyo3::prelude::*;
@@ -22,9 +22,10 @@ pub struct Table {
 
 fn seconds(value: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| {
-        InvalidArgumentError::new_err(format!(
-            "{what} must be a finite number of seconds >= 0, got {value}"
-        ))
+        errors::new(
+            INVALID_ARGUMENT,
+            format!("{what} must be a finite number of seconds >= 0, got {value}"),
+        )
     })
 }
 
@@ -43,7 +44,7 @@ impl Table {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
             .ok_or_else(|| {
-                InvalidArgumentError::new_err(format!("table '{}' is closed", self.name))
+                errors::new(INVALID_ARGUMENT, format!("table '{}' is closed", self.name))
             })
     }
 }
@@ -87,7 +88,7 @@ impl Table {
         match self.live()?.probe() {
             Ok(token) => Ok(Some(token)),
             Err(registry::Error::NoReaper(_)) => Ok(None),
-            Err(error) => Err(crate::errors::raise(error)),
+            Err(error) => Err(errors::raise(error)),
         }
     }
 
@@ -99,7 +100,10 @@ impl Table {
         let table = self.live()?;
         let status = py.detach(move || table.status()).or_raise()?;
         let json = serde_json::to_string(&status).map_err(|error| {
-            crate::errors::Error::new_err(format!("status could not be serialised: {error}"))
+            errors::new(
+                errors::BASE,
+                format!("status could not be serialised: {error}"),
+            )
         })?;
         py.import("json")?.call_method1("loads", (json,))
     }
@@ -144,14 +148,17 @@ impl Table {
             return table.set_info(text.to_cow()?.as_bytes()).or_raise();
         }
         let bytes: Vec<u8> = value.extract().map_err(|_| {
-            InvalidArgumentError::new_err(format!(
-                "info must be bytes or str, got {}",
-                value
-                    .get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            ))
+            errors::new(
+                INVALID_ARGUMENT,
+                format!(
+                    "info must be bytes or str, got {}",
+                    value
+                        .get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                ),
+            )
         })?;
         table.set_info(&bytes).or_raise()
     }

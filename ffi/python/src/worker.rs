@@ -1,6 +1,6 @@
 //! `Worker`: one registration, beating from Python at native speed.
 
-use crate::errors::{EvictedError, OrRaise};
+use crate::errors::{self, OrRaise, EVICTED};
 use pyo3::prelude::*;
 use std::sync::{Mutex, MutexGuard};
 
@@ -41,10 +41,13 @@ impl Worker {
     ) -> PyResult<T> {
         match self.handle().as_ref() {
             Some(worker) => call(worker).or_raise(),
-            None => Err(EvictedError::new_err(format!(
-                "instance {} is no longer registered: it was deregistered through this handle",
-                self.instance_id
-            ))),
+            None => Err(errors::new(
+                EVICTED,
+                format!(
+                    "instance {} is no longer registered: it was deregistered through this handle",
+                    self.instance_id
+                ),
+            )),
         }
     }
 }
@@ -94,7 +97,7 @@ impl Worker {
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         match self.deregister(py) {
-            Err(error) if error.is_instance_of::<EvictedError>(py) => Ok(()),
+            Err(error) if errors::is(py, &error, EVICTED) => Ok(()),
             other => other,
         }
     }
@@ -133,7 +136,7 @@ impl BusyScope {
         _traceback: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         match self.worker.get().set_busy(false) {
-            Err(error) if error.is_instance_of::<EvictedError>(py) => Ok(()),
+            Err(error) if errors::is(py, &error, EVICTED) => Ok(()),
             other => other,
         }
     }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pathlib
 import queue
+import re
 import time
 from typing import Callable
 
@@ -125,3 +127,14 @@ def test_a_busy_worker_without_progress_ends_stalled_and_an_idle_one_is_kept(mak
             stuck.progress()
         assert table.stats()["ended"]["stalled"] == 1
         idle.deregister()
+
+
+def test_the_stubs_list_every_reason_and_every_error_class() -> None:
+    """Reasons and error classes are made from the core crate's lists at
+    import; the type stubs, written by hand, must name the same."""
+    here = pathlib.Path(livereg.__file__).parent
+    stubbed = re.findall(r"^    ([A-Z_]+) = (\d+)$", (here / "_reason.pyi").read_text(), re.M)
+    assert [(name, int(value)) for name, value in stubbed] == [(r.name, r.value) for r in livereg.Reason]
+    classes = re.findall(r"^class (\w+Error)\(Error\)", (here / "_native.pyi").read_text(), re.M)
+    assert sorted(classes) == sorted(cls.__name__ for cls in livereg.Error.__subclasses__())
+    assert all(getattr(livereg, name).code > 0 for name in classes)

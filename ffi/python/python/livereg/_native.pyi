@@ -1,11 +1,12 @@
 """Types of the native extension module (re-exported by ``livereg``)."""
 
 from types import TracebackType
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Type, Union
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple, Type, Union
 
 from livereg._reason import Reason
 
 INFO_MAX: int
+REASONS: List[Tuple[str, int]]
 LABEL_MAX: int
 
 class Error(Exception):

@@ -40,6 +40,9 @@ pub const LABEL_MAX: usize = 47;
 /// SCANS_PER_TIMEOUT`, so a silent registration is evicted between `timeout`
 /// and `timeout + timeout / SCANS_PER_TIMEOUT` after its last signal.
 pub const SCANS_PER_TIMEOUT: u32 = 4;
+/// Heartbeats per reap timeout a worker should send: beating every
+/// `reap_timeout / BEATS_PER_TIMEOUT`, it survives two lost or late beats.
+pub const BEATS_PER_TIMEOUT: u32 = 3;
 /// Largest capacity a table may have (128 MiB of slots).
 pub const MAX_CAPACITY: u32 = 1 << 20;
 

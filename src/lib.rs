@@ -72,14 +72,14 @@ outside_loom! {
     pub use reaper::{Reaper, ReaperBuilder, ScanReport};
     pub use reaper_thread::ReaperThread;
     pub use status::{RegistrationStatus, Status};
-    pub use table::{Table, TableOptions};
+    pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
     pub use worker::{Busy, Registration, Worker, PREVIOUS_DROP_WAIT};
 }
 
 pub use event::{DropEvent, Reason};
 pub use layout::{
-    label_prefix, table_size, HEADER_SIZE, INFO_AREA_SIZE, INFO_MAX, LABEL_MAX, MAGIC,
-    MAX_CAPACITY, SCANS_PER_TIMEOUT, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
+    label_prefix, table_size, BEATS_PER_TIMEOUT, HEADER_SIZE, INFO_AREA_SIZE, INFO_MAX, LABEL_MAX,
+    MAGIC, MAX_CAPACITY, SCANS_PER_TIMEOUT, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
 };
 
 #[doc = include_str!("../README.md")]

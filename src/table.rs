@@ -40,6 +40,10 @@ const READY_WAIT: Duration = Duration::from_secs(1);
 /// takes microseconds, so a waiter rarely looks twice.
 const READY_POLL: Duration = Duration::from_millis(2);
 
+/// The registration grace when none is given: this, or the reap timeout if
+/// longer (a worker's first beat may come after a slow start).
+pub const DEFAULT_REGISTRATION_GRACE: Duration = Duration::from_secs(30);
+
 /// How a new table is made.
 ///
 /// # Examples
@@ -81,7 +85,7 @@ impl Default for TableOptions {
             capacity: 256,
             mode: 0o600,
             reap_timeout: Duration::from_secs(10),
-            registration_grace: Duration::from_secs(30),
+            registration_grace: DEFAULT_REGISTRATION_GRACE,
             progress_timeout: Duration::ZERO,
         }
     }

@@ -30,6 +30,11 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(exiting::_stop_reapers_at_exit, module)?)?;
     module.add("INFO_MAX", registry::INFO_MAX)?;
     module.add("LABEL_MAX", registry::LABEL_MAX)?;
+    module.add("BEATS_PER_TIMEOUT", registry::BEATS_PER_TIMEOUT)?;
+    module.add(
+        "DEFAULT_REGISTRATION_GRACE",
+        registry::DEFAULT_REGISTRATION_GRACE.as_secs_f64(),
+    )?;
     let reasons: Vec<(String, u8)> = registry::Reason::ALL
         .iter()
         .map(|reason| (reason.as_str().to_uppercase(), *reason as u8))

@@ -247,7 +247,8 @@ pub fn create(
         mode,
         reap_timeout: seconds(reap_timeout, "reap_timeout")?,
         registration_grace: seconds(
-            registration_grace.unwrap_or(reap_timeout.max(30.0)),
+            registration_grace
+                .unwrap_or(reap_timeout.max(registry::DEFAULT_REGISTRATION_GRACE.as_secs_f64())),
             "registration_grace",
         )?,
         progress_timeout: seconds(progress_timeout, "progress_timeout")?,

@@ -1,7 +1,7 @@
 //! `livereg create NAME`
 
 use crate::{duration, Outcome};
-use livereg::{Table, TableOptions};
+use livereg::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -39,7 +39,7 @@ pub fn run(args: Args) -> Outcome {
         reap_timeout: args.timeout,
         registration_grace: args
             .grace
-            .unwrap_or(args.timeout.max(Duration::from_secs(30))),
+            .unwrap_or(args.timeout.max(DEFAULT_REGISTRATION_GRACE)),
         progress_timeout: args.progress_timeout,
     };
     let table = Table::create(&args.name, &options)?;

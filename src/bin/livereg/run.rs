@@ -10,7 +10,7 @@
 //! already reached the program.
 
 use crate::{duration, signals, Outcome};
-use livereg::{Error, Table, Worker};
+use livereg::{Error, Table, Worker, BEATS_PER_TIMEOUT};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -42,9 +42,9 @@ const POLL: Duration = Duration::from_millis(20);
 
 pub fn run(args: Args) -> Outcome {
     let table = Table::open(&args.name)?;
-    let interval = args
-        .interval
-        .unwrap_or_else(|| (table.reap_timeout() / 3).max(Duration::from_millis(10)));
+    let interval = args.interval.unwrap_or_else(|| {
+        (table.reap_timeout() / BEATS_PER_TIMEOUT).max(Duration::from_millis(10))
+    });
     let register = || {
         let worker = table
             .registration(args.instance)

@@ -30,6 +30,8 @@ to ``logging.getLogger("livereg")``.
 """
 
 from livereg._native import (
+    BEATS_PER_TIMEOUT,
+    DEFAULT_REGISTRATION_GRACE,
     INFO_MAX,
     LABEL_MAX,
     BusyError,
@@ -59,6 +61,8 @@ from livereg._native import (
 from livereg._reason import Reason
 
 __all__ = [
+    "BEATS_PER_TIMEOUT",
+    "DEFAULT_REGISTRATION_GRACE",
     "INFO_MAX",
     "LABEL_MAX",
     "BusyError",

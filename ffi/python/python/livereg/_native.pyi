@@ -8,6 +8,8 @@ from livereg._reason import Reason
 INFO_MAX: int
 REASONS: List[Tuple[str, int]]
 LABEL_MAX: int
+BEATS_PER_TIMEOUT: int
+DEFAULT_REGISTRATION_GRACE: float
 
 class Error(Exception):
     code: int

@@ -244,7 +244,7 @@ class WorkerLiveness:
         self._label = label
         self._on_register = on_register
         timeout = self._table.reap_timeout or self._table.registration_grace
-        self.interval = interval if interval is not None else max(0.001, timeout / 3)
+        self.interval = interval if interval is not None else max(0.001, timeout / livereg.BEATS_PER_TIMEOUT)
         self.registrations = 0
         self._stopping = threading.Event()
         self._token = self._table.probe()

@@ -6,7 +6,7 @@
 
 mod support;
 
-use livereg::{DropEvent, Table, TableOptions};
+use livereg::{DropEvent, ExitDetection, Table, TableOptions};
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
@@ -86,7 +86,7 @@ fn wait_for_watch(table: &Table, id: u64) {
         if status
             .registrations
             .iter()
-            .any(|r| r.instance_id == id && r.exit_detection == "pidfd+lock")
+            .any(|r| r.instance_id == id && r.exit_detection == ExitDetection::PidfdAndLock)
         {
             return;
         }
@@ -162,7 +162,7 @@ fn driven_kill_latency(timeout_ms: u64) -> Vec<Duration> {
                 .unwrap()
                 .registrations
                 .iter()
-                .all(|r| r.instance_id != id || r.exit_detection != "pidfd+lock")
+                .all(|r| r.instance_id != id || r.exit_detection != ExitDetection::PidfdAndLock)
             {
                 reaper.scan().unwrap();
                 std::thread::sleep(Duration::from_millis(5));

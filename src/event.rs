@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Why a registration ended. The numeric values are part of the table format
 /// and of the C ABI (`LIVEREG_REASON_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[repr(u8)]
 pub enum Reason {

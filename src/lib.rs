@@ -71,7 +71,7 @@ outside_loom! {
     pub use error::{Error, Result, ResultCode, RESULT_CODES};
     pub use reaper::{Reaper, ReaperBuilder, ScanReport};
     pub use reaper_thread::ReaperThread;
-    pub use status::{RegistrationStatus, Status};
+    pub use status::{ExitDetection, RegistrationState, RegistrationStatus, Status};
     pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
     pub use worker::{Busy, Registration, Worker, PREVIOUS_DROP_WAIT};
 }

@@ -46,8 +46,10 @@ pub struct Status {
     pub scans: u64,
     /// Duration of the last scan.
     pub last_scan_seconds: f64,
-    /// Ended registrations by reason (`timeout`, `grace`, …), since creation.
-    pub ended: BTreeMap<&'static str, u64>,
+    /// Ended registrations by reason, since creation (serialised by name,
+    /// `cleared` to `timeout`).
+    #[serde(serialize_with = "by_reason_name")]
+    pub ended: BTreeMap<Reason, u64>,
     /// The sum of `ended`.
     pub ended_total: u64,
     /// Drop and clear handlers that failed or panicked, since creation.
@@ -78,7 +80,7 @@ pub struct RegistrationStatus {
     /// Registered pid, in the registrant's namespace.
     pub pid: u32,
     /// `live`, or `ending` while its drop is pending.
-    pub state: &'static str,
+    pub state: RegistrationState,
     /// Why it ended, once it has.
     pub ended_reason: Option<Reason>,
     /// Heartbeats counted (advisory).
@@ -96,11 +98,68 @@ pub struct RegistrationStatus {
     pub last_heartbeat_age_seconds: Option<f64>,
     /// Time since it registered, or `None` if it stamps with another clock.
     pub registered_age_seconds: Option<f64>,
-    /// How its process's exit is detected: `pidfd+lock` (the reaper watches
-    /// the process and wakes at once), `lock` (a kernel-held lock, seen at the
-    /// next scan: the process is in another PID namespace, or not yet
-    /// verified), or `none` (a heap table).
-    pub exit_detection: &'static str,
+    /// How its process's exit is detected.
+    pub exit_detection: ExitDetection,
+}
+
+/// Where a registration is in its life, as `status` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegistrationState {
+    /// Registered and not ended.
+    Live,
+    /// Ended; its drop is pending (the reaper has not finished it).
+    Ending,
+}
+
+/// How a registration's process exit is detected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum ExitDetection {
+    /// The reaper watches the process through a pidfd and wakes at once; the
+    /// slot's kernel lock confirms.
+    #[serde(rename = "pidfd+lock")]
+    PidfdAndLock,
+    /// A kernel-held lock, seen at the next scan: the process is in another
+    /// PID namespace, or not yet verified.
+    #[serde(rename = "lock")]
+    Lock,
+    /// None: a heap table (tests), where nothing dies.
+    #[serde(rename = "none")]
+    Nothing,
+}
+
+impl RegistrationState {
+    /// The word `status` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegistrationState::Live => "live",
+            RegistrationState::Ending => "ending",
+        }
+    }
+}
+
+impl ExitDetection {
+    /// The word `status` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExitDetection::PidfdAndLock => "pidfd+lock",
+            ExitDetection::Lock => "lock",
+            ExitDetection::Nothing => "none",
+        }
+    }
+}
+
+/// Serialises counts keyed by reason as a map keyed by the reasons' names,
+/// in name order (the order `status --json` has always had).
+fn by_reason_name<S: serde::Serializer>(
+    counts: &BTreeMap<Reason, u64>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    let by_name: BTreeMap<&str, u64> = counts
+        .iter()
+        .map(|(reason, count)| (reason.as_str(), *count))
+        .collect();
+    serializer.collect_map(by_name)
 }
 
 fn seconds(ns: u64) -> f64 {
@@ -153,9 +212,9 @@ impl Table {
                     label: slot.load_label(),
                     pid: slot.pid.load(Relaxed),
                     state: if matches!(protocol::decode_beat(word), Beat::Ended(_)) {
-                        "ending"
+                        RegistrationState::Ending
                     } else {
-                        "live"
+                        RegistrationState::Live
                     },
                     ended_reason,
                     heartbeats: slot.beats.load(Relaxed),
@@ -171,16 +230,16 @@ impl Table {
                         .map(|stamp| age(stamp.ns_near(now))),
                     registered_age_seconds: same_clock.then(|| age(registered_ns)),
                     exit_detection: match (shared, slot.flags.load(Relaxed) & FLAG_PIDFD != 0) {
-                        (false, _) => "none",
-                        (true, false) => "lock",
-                        (true, true) => "pidfd+lock",
+                        (false, _) => ExitDetection::Nothing,
+                        (true, false) => ExitDetection::Lock,
+                        (true, true) => ExitDetection::PidfdAndLock,
                     },
                 })
             })
             .collect();
-        let ended: BTreeMap<&'static str, u64> = Reason::ALL
+        let ended: BTreeMap<Reason, u64> = Reason::ALL
             .into_iter()
-            .map(|reason| (reason.as_str(), header.ended_counter(reason).load(Relaxed)))
+            .map(|reason| (reason, header.ended_counter(reason).load(Relaxed)))
             .collect();
         let timeout_ns = header.reap_timeout_ns.load(Relaxed);
         Ok(Status {
@@ -190,7 +249,7 @@ impl Table {
             registration_grace_seconds: seconds(header.registration_grace_ns.load(Relaxed)),
             scan_interval_seconds: seconds(timeout_ns / u64::from(SCANS_PER_TIMEOUT)),
             progress_timeout_seconds: seconds(header.progress_timeout_ns.load(Relaxed)),
-            tracked_instances: registrations.iter().filter(|r| r.state == "live").count(),
+            tracked_instances: registrations.iter().filter(|r| r.state == RegistrationState::Live).count(),
             capacity: inner.capacity,
             reaper_alive: self.reaper_alive(),
             reaper_stalled: self.reaper_stalled(),

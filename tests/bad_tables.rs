@@ -4,7 +4,7 @@
 mod common;
 
 use common::{options, unique_name, TempTable, UnlinkOnDrop};
-use livereg::{Error, Table, TableOptions, HEADER_SIZE, SLOT_SIZE};
+use livereg::{Error, RegistrationState, Table, TableOptions, HEADER_SIZE, SLOT_SIZE};
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
@@ -208,7 +208,7 @@ fn scan_over_garbage_slots_reports_them_and_keeps_working() {
     assert!(status
         .registrations
         .iter()
-        .any(|r| r.instance_id == 1 && r.state == "live"));
+        .any(|r| r.instance_id == 1 && r.state == RegistrationState::Live));
 }
 
 #[test]

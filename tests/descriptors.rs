@@ -5,7 +5,7 @@
 mod common;
 
 use common::TempTable;
-use livereg::{Table, TableOptions};
+use livereg::{ExitDetection, Reason, Table, TableOptions};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -124,7 +124,7 @@ fn a_reaper_limited_to_256_descriptors_watches_2000_registrations_of_4_processes
                 && status
                     .registrations
                     .iter()
-                    .all(|r| r.exit_detection == "pidfd+lock")
+                    .all(|r| r.exit_detection == ExitDetection::PidfdAndLock)
         },
     );
     let descriptors = std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -140,7 +140,7 @@ fn a_reaper_limited_to_256_descriptors_watches_2000_registrations_of_4_processes
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let status = temp.table.status().unwrap();
-        if status.ended["process_exited"] == 500 {
+        if status.ended[&Reason::ProcessExited] == 500 {
             break;
         }
         assert!(
@@ -193,7 +193,7 @@ fn a_reaper_short_of_descriptors_falls_back_to_the_lock_check_with_a_warning() {
                 && status
                     .registrations
                     .iter()
-                    .any(|r| r.exit_detection == "lock")
+                    .any(|r| r.exit_detection == ExitDetection::Lock)
         },
     );
     for mut registrant in processes.0.drain(1..) {
@@ -202,7 +202,7 @@ fn a_reaper_short_of_descriptors_falls_back_to_the_lock_check_with_a_warning() {
     }
     // Every exit is still detected, at the next scan at the latest.
     wait_until("every registration ended", Duration::from_secs(5), || {
-        temp.table.status().unwrap().ended["process_exited"] == 40
+        temp.table.status().unwrap().ended[&Reason::ProcessExited] == 40
     });
     assert!(temp.table.reaper_alive(), "the reaper kept going");
     let log = log.lock().unwrap().clone();

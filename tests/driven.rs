@@ -5,7 +5,7 @@
 mod common;
 
 use common::{unique_name, TempTable, UnlinkOnDrop};
-use livereg::{Reaper, Reason, Table, TableOptions};
+use livereg::{ExitDetection, Reaper, Reason, Table, TableOptions};
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
@@ -133,7 +133,7 @@ fn the_descriptor_wakes_the_loop_for_a_deregistration_a_kill_and_a_clear() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines.next().unwrap().unwrap().starts_with("registered"));
     drive(&mut reaper, Duration::from_secs(5), |_| {
-        temp.table.status().unwrap().registrations[0].exit_detection == "pidfd+lock"
+        temp.table.status().unwrap().registrations[0].exit_detection == ExitDetection::PidfdAndLock
     });
     while wait(&reaper, Duration::ZERO) {
         reaper.scan().unwrap();

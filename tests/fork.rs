@@ -4,7 +4,7 @@
 mod common;
 
 use common::TempTable;
-use livereg::{Error, Reason, Table};
+use livereg::{Error, ExitDetection, Reason, RegistrationState, Table};
 use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
@@ -86,7 +86,7 @@ fn forked_child_neither_keeps_a_dead_parent_alive_nor_acts_as_it() {
     let live: Vec<u64> = status
         .registrations
         .iter()
-        .filter(|r| r.state == "live")
+        .filter(|r| r.state == RegistrationState::Live)
         .map(|r| r.instance_id)
         .collect();
     assert!(
@@ -191,7 +191,7 @@ fn forked_child_of_a_reaper_leaves_it_alone_and_registers_as_itself() {
         let watched = status
             .registrations
             .iter()
-            .any(|r| r.instance_id == 2 && r.exit_detection == "pidfd+lock");
+            .any(|r| r.instance_id == 2 && r.exit_detection == ExitDetection::PidfdAndLock);
         if watched {
             assert_eq!(
                 status.reaper_pid as i32, parent,
@@ -211,7 +211,7 @@ fn forked_child_of_a_reaper_leaves_it_alone_and_registers_as_itself() {
     // SAFETY: `kill` has no memory effects.
     unsafe { libc::kill(child, libc::SIGKILL) };
     let deadline = Instant::now() + Duration::from_secs(3);
-    while temp.table.status().unwrap().ended["process_exited"] == 0 {
+    while temp.table.status().unwrap().ended[&Reason::ProcessExited] == 0 {
         assert!(
             Instant::now() < deadline,
             "the child's exit was not seen at once"

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{long_options, reaper_with_channel, Recorder, TempTable};
-use livereg::{Reason, Table, TableOptions};
+use livereg::{ExitDetection, Reason, Table, TableOptions};
 use std::io::{BufRead, BufReader, Lines};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,7 +57,7 @@ impl Drop for WorkerProcess {
 }
 
 /// Waits until the only registration's exit detection is `means`.
-fn wait_for_detection(table: &Table, means: &str) {
+fn wait_for_detection(table: &Table, means: ExitDetection) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let status = table.status().unwrap();
@@ -67,7 +67,7 @@ fn wait_for_detection(table: &Table, means: &str) {
         }
         assert!(
             Instant::now() < deadline,
-            "exit detection is {found:?}, expected {means}"
+            "exit detection is {found:?}, expected {means:?}"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -80,7 +80,7 @@ fn sigkilled_worker_ends_as_process_exited_long_before_its_timeout() {
     let (_reaper, events) = reaper_with_channel(&temp.table);
     let mut worker = WorkerProcess::spawn(&temp.name, 11, &[]);
     assert!(worker.next_line().unwrap().starts_with("registered"));
-    wait_for_detection(&temp.table, "pidfd+lock");
+    wait_for_detection(&temp.table, ExitDetection::PidfdAndLock);
     let killed = Instant::now();
     worker.signal(libc::SIGKILL);
     // The 30 s timeout cannot pass this: only exit detection at the next scan
@@ -324,7 +324,7 @@ fn worker_in_another_pid_namespace_is_judged_by_its_lock() {
         .into_iter()
         .find(|r| r.instance_id == 21)
         .unwrap();
-    assert_eq!(live.exit_detection, "lock");
+    assert_eq!(live.exit_detection, ExitDetection::Lock);
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         events.try_iter().all(|(event, _)| event.instance_id != 21),

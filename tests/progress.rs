@@ -103,7 +103,7 @@ fn a_busy_worker_without_progress_ends_stalled_within_its_bound() {
         other => panic!("expected Evicted, got {other:?}"),
     }
     assert!(worker.heartbeat().is_err());
-    assert_eq!(table.status().unwrap().ended["stalled"], 1);
+    assert_eq!(table.status().unwrap().ended[&Reason::Stalled], 1);
 }
 
 #[test]

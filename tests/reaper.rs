@@ -37,7 +37,7 @@ fn panicking_and_failing_handlers_do_not_stop_the_others() {
     );
     let status = table.status().unwrap();
     assert_eq!(status.handler_failures, 3);
-    assert_eq!(status.ended["deregistered"], 2);
+    assert_eq!(status.ended[&Reason::Deregistered], 2);
     assert!(
         status.registrations.is_empty(),
         "slots are freed despite the failures"
@@ -142,7 +142,7 @@ fn clear_ends_every_registration_and_runs_clear_handlers_once() {
         ));
     }
     table.register(1, "a again").unwrap().heartbeat().unwrap();
-    assert_eq!(table.status().unwrap().ended["cleared"], 2);
+    assert_eq!(table.status().unwrap().ended[&Reason::Cleared], 2);
     reaper.stop().unwrap();
 }
 
@@ -355,7 +355,7 @@ fn a_long_handler_delays_only_its_own_registration() {
         })
     ));
     assert_eq!(handling.recv_timeout(Duration::from_secs(1)).unwrap(), 2);
-    assert_eq!(status.ended["timeout"], 1, "its slot was freed");
+    assert_eq!(status.ended[&Reason::Timeout], 1, "its slot was freed");
     // The id of the registration whose drop still runs does not come back.
     match table
         .registration(1)

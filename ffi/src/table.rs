@@ -148,7 +148,7 @@ pub unsafe extern "C" fn livereg_get_stats(
         let status = table.status()?;
         let mut ended_by_reason = [0u64; Reason::ALL.len() + 1];
         for reason in Reason::ALL {
-            ended_by_reason[reason as usize] = status.ended[reason.as_str()];
+            ended_by_reason[reason as usize] = status.ended[&reason];
         }
         *out = livereg_stats {
             capacity: status.capacity,

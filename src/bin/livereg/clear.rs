@@ -1,7 +1,7 @@
 //! `livereg clear NAME`
 
 use crate::{duration, Outcome};
-use livereg::Table;
+use livereg::{Reason, Table};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -16,9 +16,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> Outcome {
     let table = Table::open(&args.name)?;
-    let before = table.status()?.ended["cleared"];
+    let before = table.status()?.ended[&Reason::Cleared];
     table.clear(args.wait)?;
-    let cleared = table.status()?.ended["cleared"] - before;
+    let cleared = table.status()?.ended[&Reason::Cleared] - before;
     out!(
         "cleared table '{}': {cleared} registrations ended",
         args.name

@@ -82,7 +82,7 @@ pub fn render(status: &Status) -> String {
     for r in &status.registrations {
         let state = match r.ended_reason {
             Some(reason) => format!("ending ({reason})"),
-            None => r.state.to_owned(),
+            None => r.state.as_str().to_owned(),
         };
         // Another time namespace's stamps have no age on this clock.
         let foreign = r.registered_age_seconds.is_none();

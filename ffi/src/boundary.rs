@@ -2,7 +2,7 @@
 //! panics become `LIVEREG_PANIC`.
 
 use crate::types::livereg_result::{self, *};
-use registry::{Error, RESULT_CODES};
+use livereg::{Error, RESULT_CODES};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -59,6 +59,26 @@ pub(crate) fn null(argument: &str) -> Error {
     Error::InvalidArgument(format!("{argument} is NULL, expected a valid pointer"))
 }
 
+/// The caller's output argument `out`, checked before anything else is
+/// done: NULL is `LIVEREG_INVALID_ARGUMENT` naming `argument`.
+///
+/// # Safety
+///
+/// `out` is NULL or valid for writing one `T` for the duration of the call
+/// (the header's rule for every output argument).
+pub(crate) unsafe fn output<'a, T>(out: *mut T, argument: &str) -> Result<&'a mut T, Error> {
+    // SAFETY: `out` is NULL (`as_mut` gives `None`) or valid for writing one
+    // `T` for this call, as this function's `# Safety` requires.
+    unsafe { out.as_mut() }.ok_or_else(|| null(argument))
+}
+
+/// Moves `value` to the heap and writes the new handle through `out` (as
+/// rustls-ffi's `set_boxed_mut_ptr`): the C caller owns it until it gives it
+/// back to the matching free function.
+pub(crate) fn hand_out<T>(out: &mut *mut T, value: T) {
+    *out = Box::into_raw(Box::new(value));
+}
+
 /// A required C string argument as UTF-8.
 ///
 /// # Safety
@@ -68,7 +88,8 @@ pub(crate) unsafe fn text<'a>(text: *const c_char, argument: &str) -> Result<&'a
     if text.is_null() {
         return Err(null(argument));
     }
-    // SAFETY: non-NULL and NUL-terminated, by this function's contract.
+    // SAFETY: `text` is not NULL (checked above), so by this function's
+    // `# Safety` it is NUL-terminated and valid for the call.
     let text = unsafe { CStr::from_ptr(text) };
     text.to_str()
         .map_err(|_| Error::InvalidArgument(format!("{argument} is not valid UTF-8")))

@@ -83,18 +83,18 @@ fn header_constants_match_the_rust_enums() {
         livereg_reason::LIVEREG_REASON_STALLED as i64
     );
     // Exactly the core crate's two lists: every result, every reason.
-    let mut listed: BTreeMap<String, i64> = registry::RESULT_CODES
+    let mut listed: BTreeMap<String, i64> = livereg::RESULT_CODES
         .iter()
         .map(|code| (format!("LIVEREG_{}", code.name), i64::from(code.value)))
         .collect();
-    listed.extend(registry::Reason::ALL.iter().map(|reason| {
+    listed.extend(livereg::Reason::ALL.iter().map(|reason| {
         (
             format!("LIVEREG_REASON_{}", reason.as_str().to_uppercase()),
             *reason as i64,
         )
     }));
     assert_eq!(in_header, listed);
-    for (code, result) in registry::RESULT_CODES.iter().zip(livereg_result::ALL) {
+    for (code, result) in livereg::RESULT_CODES.iter().zip(livereg_result::ALL) {
         assert_eq!(result as u32, code.value, "{code:?}");
     }
 }

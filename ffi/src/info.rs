@@ -1,6 +1,6 @@
 //! The server-published info area from C.
 
-use crate::boundary::{guard, null};
+use crate::boundary::{guard, null, output};
 use crate::table::{borrow, livereg_table};
 use crate::types::livereg_result;
 use std::ffi::c_void;
@@ -18,14 +18,16 @@ pub unsafe extern "C" fn livereg_set_info(
     len: usize,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
+        // requires.
         let table = unsafe { borrow(table) }?;
         let bytes: &[u8] = if len == 0 {
             &[]
         } else if data.is_null() {
             return Err(null("data"));
         } else {
-            // SAFETY: non-NULL and readable for `len` bytes, by contract.
+            // SAFETY: `data` is not NULL (checked above), and by this
+            // function's `# Safety` readable for `len` bytes for the call.
             unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
         };
         table.set_info(bytes)
@@ -48,14 +50,16 @@ pub unsafe extern "C" fn livereg_get_info(
     len: *mut usize,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
+        // requires.
         let table = unsafe { borrow(table) }?;
-        // SAFETY: by this function's contract; `as_mut` handles NULL.
-        let len = unsafe { len.as_mut() }.ok_or_else(|| null("len"))?;
+        // SAFETY: `len` is NULL or writable for one value for the call (this function's `#
+        // Safety`), as `output` requires.
+        let len = unsafe { output(len, "len") }?;
         let info = table.info()?;
         *len = info.len();
         if info.len() > cap {
-            return Err(registry::Error::InvalidArgument(format!(
+            return Err(livereg::Error::InvalidArgument(format!(
                 "the info is {} bytes, the buffer has room for {cap}",
                 info.len()
             )));

@@ -3,9 +3,10 @@
 //! `next_scan_ms`) or scanning on library threads (`start`).
 
 use crate::boundary::{guard, guard_void, null};
-use crate::table::{borrow, hand_out, livereg_table};
+use crate::boundary::{hand_out, output};
+use crate::table::{borrow, livereg_table};
 use crate::types::{livereg_callbacks, livereg_drop_event, livereg_result};
-use registry::{label_prefix, DropEvent, Reaper, ReaperBuilder, ReaperThread, Table, LABEL_MAX};
+use livereg::{label_prefix, DropEvent, Reaper, ReaperBuilder, ReaperThread, Table, LABEL_MAX};
 use std::ffi::c_char;
 use std::ffi::c_int;
 use std::os::fd::AsRawFd;
@@ -105,12 +106,14 @@ pub unsafe extern "C" fn livereg_reaper_acquire(
     out: *mut *mut livereg_reaper,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `out` is NULL or writable for one handle pointer for the
+        // call (this function's `# Safety`), as `output` requires.
+        let out = unsafe { output(out, "out") }?;
+        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
+        // requires.
         let table = unsafe { borrow(table) }?;
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: by this function's contract; `as_ref` handles NULL.
+        // SAFETY: `cb` is NULL (`as_ref` gives `None`) or points to a `livereg_callbacks` readable
+        // for the call (this function's `# Safety`).
         let callbacks = unsafe { cb.as_ref() }.copied().map(Callbacks);
         let reaper = builder(table, callbacks).build()?;
         let fd = reaper.as_raw_fd();
@@ -120,7 +123,8 @@ pub unsafe extern "C" fn livereg_reaper_acquire(
                 reaper: Box::new(Mutex::new(reaper)),
                 fd,
             },
-        )
+        );
+        Ok(())
     })
 }
 
@@ -136,17 +140,20 @@ pub unsafe extern "C" fn livereg_reaper_start(
     out: *mut *mut livereg_reaper,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `out` is NULL or writable for one handle pointer for the
+        // call (this function's `# Safety`), as `output` requires.
+        let out = unsafe { output(out, "out") }?;
+        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
+        // requires.
         let table = unsafe { borrow(table) }?;
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: by this function's contract; `as_ref` handles NULL.
+        // SAFETY: `cb` is NULL (`as_ref` gives `None`) or points to a `livereg_callbacks` readable
+        // for the call (this function's `# Safety`).
         let callbacks = unsafe { cb.as_ref() }.copied().map(Callbacks);
         hand_out(
             out,
             livereg_reaper::Thread(builder(table, callbacks).spawn()?),
-        )
+        );
+        Ok(())
     })
 }
 
@@ -155,12 +162,13 @@ pub unsafe extern "C" fn livereg_reaper_start(
 /// # Safety
 ///
 /// `reaper` is NULL or a live handle.
-unsafe fn driven<'a>(reaper: *const livereg_reaper) -> Result<&'a Mutex<Reaper>, registry::Error> {
-    // SAFETY: by this function's contract; `as_ref` handles NULL.
+unsafe fn driven<'a>(reaper: *const livereg_reaper) -> Result<&'a Mutex<Reaper>, livereg::Error> {
+    // SAFETY: `reaper` is NULL (`as_ref` gives `None`) or a handle not yet stopped (this function's
+    // `# Safety`).
     match unsafe { reaper.as_ref() } {
         None => Err(null("reaper")),
         Some(livereg_reaper::Driven { reaper, .. }) => Ok(reaper),
-        Some(livereg_reaper::Thread(_)) => Err(registry::Error::InvalidArgument(
+        Some(livereg_reaper::Thread(_)) => Err(livereg::Error::InvalidArgument(
             "this reaper scans on its own thread (livereg_reaper_start), expected one from livereg_reaper_acquire"
                 .into(),
         )),
@@ -179,13 +187,15 @@ pub unsafe extern "C" fn livereg_reaper_scan(
     ended: *mut u32,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `reaper` is NULL or a handle not yet stopped (this function's `# Safety`), as
+        // `driven` requires.
         let reaper = unsafe { driven(reaper) }?;
         let report = reaper
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .scan()?;
-        // SAFETY: by this function's contract; `as_mut` handles NULL.
+        // SAFETY: `ended` is NULL (`as_mut` gives `None`) or writable for one `uint32_t` (this
+        // function's `# Safety`).
         if let Some(ended) = unsafe { ended.as_mut() } {
             *ended = u32::try_from(report.ended.len()).unwrap_or(u32::MAX);
         }
@@ -201,7 +211,8 @@ pub unsafe extern "C" fn livereg_reaper_scan(
 /// `reaper` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn livereg_reaper_fd(reaper: *const livereg_reaper) -> c_int {
-    // SAFETY: by this function's contract; `as_ref` handles NULL.
+    // SAFETY: `reaper` is NULL (`as_ref` gives `None`) or a handle not yet stopped (this function's
+    // `# Safety`).
     match unsafe { reaper.as_ref() } {
         Some(livereg_reaper::Driven { fd, .. }) => *fd,
         _ => -1,
@@ -217,7 +228,8 @@ pub unsafe extern "C" fn livereg_reaper_fd(reaper: *const livereg_reaper) -> c_i
 /// `reaper` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn livereg_reaper_next_scan_ms(reaper: *const livereg_reaper) -> u64 {
-    // SAFETY: by this function's contract.
+    // SAFETY: `reaper` is NULL or a handle not yet stopped (this function's `# Safety`), as
+    // `driven` requires.
     match unsafe { driven(reaper) } {
         Ok(reaper) => {
             let due = reaper
@@ -240,7 +252,8 @@ pub unsafe extern "C" fn livereg_reaper_next_scan_ms(reaper: *const livereg_reap
 pub unsafe extern "C" fn livereg_reaper_stop(reaper: *mut livereg_reaper) {
     guard_void(|| {
         if !reaper.is_null() {
-            // SAFETY: a handle from `hand_out`, stopped once, by contract.
+            // SAFETY: not NULL (checked above), and by this function's
+            // `# Safety` a box from `hand_out` that C gives back exactly once.
             match *unsafe { Box::from_raw(reaper) } {
                 // From inside one of its callbacks the stop cannot wait: the
                 // reaper then stops once the callback returns.

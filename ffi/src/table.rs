@@ -1,28 +1,22 @@
 //! Tables from C: create, open, close, unlink, stats, clear, probe.
 
-use crate::boundary::{guard, guard_void, null, text};
+use crate::boundary::{guard, guard_void, hand_out, null, output, text};
 use crate::types::{livereg_options, livereg_result, livereg_stats};
-use registry::{Reason, Table, TableOptions};
+use livereg::{Reason, Table, TableOptions};
 use std::ffi::c_char;
 use std::time::Duration;
 
 /// An open table (opaque to C).
 pub struct livereg_table(pub(crate) Table);
 
-/// Writes a new handle to `out`, or fails on NULL.
-pub(crate) fn hand_out<T>(out: *mut *mut T, value: T) -> Result<(), registry::Error> {
-    // SAFETY: `out` is non-NULL (checked by callers) and writable per the header.
-    unsafe { *out = Box::into_raw(Box::new(value)) };
-    Ok(())
-}
-
 /// The table behind a handle.
 ///
 /// # Safety
 ///
 /// `table` is NULL or a handle from `livereg_create`/`livereg_open` not yet closed.
-pub(crate) unsafe fn borrow<'a>(table: *const livereg_table) -> Result<&'a Table, registry::Error> {
-    // SAFETY: by this function's contract.
+pub(crate) unsafe fn borrow<'a>(table: *const livereg_table) -> Result<&'a Table, livereg::Error> {
+    // SAFETY: `table` is NULL (`as_ref` gives `None`) or a handle not yet
+    // closed, as this function's `# Safety` requires.
     unsafe { table.as_ref() }
         .map(|t| &t.0)
         .ok_or_else(|| null("table"))
@@ -37,7 +31,8 @@ pub(crate) unsafe fn borrow<'a>(table: *const livereg_table) -> Result<&'a Table
 pub unsafe extern "C" fn livereg_options_default(out: *mut livereg_options) {
     guard_void(|| {
         let defaults = TableOptions::default();
-        // SAFETY: by this function's contract; `as_mut` handles NULL.
+        // SAFETY: `out` is NULL (`as_mut` gives `None`: nothing to fill) or
+        // writable for one `livereg_options` (this function's `# Safety`).
         if let Some(out) = unsafe { out.as_mut() } {
             *out = livereg_options {
                 capacity: defaults.capacity,
@@ -63,12 +58,14 @@ pub unsafe extern "C" fn livereg_create(
     out: *mut *mut livereg_table,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `out` is NULL or writable for one handle pointer for the
+        // call (this function's `# Safety`), as `output` requires.
+        let out = unsafe { output(out, "out") }?;
+        // SAFETY: `name` is NULL or a NUL-terminated string valid for the call (this function's `#
+        // Safety`), as `text` requires.
         let name = unsafe { text(name, "name") }?;
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: by this function's contract; `as_ref` handles NULL.
+        // SAFETY: `opts` is NULL (`as_ref` gives `None`) or points to a `livereg_options` readable
+        // for the call (this function's `# Safety`).
         let options = match unsafe { opts.as_ref() } {
             Some(o) => TableOptions {
                 capacity: o.capacity,
@@ -79,7 +76,8 @@ pub unsafe extern "C" fn livereg_create(
             },
             None => TableOptions::default(),
         };
-        hand_out(out, livereg_table(Table::create(name, &options)?))
+        hand_out(out, livereg_table(Table::create(name, &options)?));
+        Ok(())
     })
 }
 
@@ -94,12 +92,14 @@ pub unsafe extern "C" fn livereg_open(
     out: *mut *mut livereg_table,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `out` is NULL or writable for one handle pointer for the
+        // call (this function's `# Safety`), as `output` requires.
+        let out = unsafe { output(out, "out") }?;
+        // SAFETY: `name` is NULL or a NUL-terminated string valid for the call (this function's `#
+        // Safety`), as `text` requires.
         let name = unsafe { text(name, "name") }?;
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        hand_out(out, livereg_table(Table::open(name)?))
+        hand_out(out, livereg_table(Table::open(name)?));
+        Ok(())
     })
 }
 
@@ -113,7 +113,8 @@ pub unsafe extern "C" fn livereg_open(
 pub unsafe extern "C" fn livereg_close(table: *mut livereg_table) {
     guard_void(|| {
         if !table.is_null() {
-            // SAFETY: a handle from `hand_out`, closed once, by contract.
+            // SAFETY: not NULL (checked above), and by this function's
+            // `# Safety` a box from `hand_out` that C gives back exactly once.
             drop(unsafe { Box::from_raw(table) });
         }
     })
@@ -126,7 +127,8 @@ pub unsafe extern "C" fn livereg_close(table: *mut livereg_table) {
 /// `name` is a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn livereg_unlink(name: *const c_char) -> livereg_result {
-    // SAFETY: by this function's contract.
+    // SAFETY: `name` is NULL or a NUL-terminated string valid for the call (this function's `#
+    // Safety`), as `text` requires.
     guard(|| Table::unlink(unsafe { text(name, "name") }?))
 }
 
@@ -141,10 +143,12 @@ pub unsafe extern "C" fn livereg_get_stats(
     out: *mut livereg_stats,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
+        // requires.
         let table = unsafe { borrow(table) }?;
-        // SAFETY: by this function's contract; `as_mut` handles NULL.
-        let out = unsafe { out.as_mut() }.ok_or_else(|| null("out"))?;
+        // SAFETY: `out` is NULL or writable for one value for the call (this function's `#
+        // Safety`), as `output` requires.
+        let out = unsafe { output(out, "out") }?;
         let status = table.status()?;
         let mut ended_by_reason = [0u64; Reason::ALL.len() + 1];
         for reason in Reason::ALL {
@@ -177,7 +181,7 @@ pub unsafe extern "C" fn livereg_clear(
     table: *const livereg_table,
     timeout_ms: u64,
 ) -> livereg_result {
-    // SAFETY: by this function's contract.
+    // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow` requires.
     guard(|| unsafe { borrow(table) }?.clear(Duration::from_millis(timeout_ms)))
 }
 
@@ -192,10 +196,12 @@ pub unsafe extern "C" fn livereg_probe(
     boot_token: *mut u64,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
+        // requires.
         let table = unsafe { borrow(table) }?;
-        // SAFETY: by this function's contract; `as_mut` handles NULL.
-        let out = unsafe { boot_token.as_mut() }.ok_or_else(|| null("boot_token"))?;
+        // SAFETY: `boot_token` is NULL or writable for one value for the call (this function's `#
+        // Safety`), as `output` requires.
+        let out = unsafe { output(boot_token, "boot_token") }?;
         *out = table.probe()?;
         Ok(())
     })

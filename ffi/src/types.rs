@@ -1,6 +1,6 @@
 //! The types shared with C, `#[repr(C)]`, field for field as in the header.
 
-use registry::Reason;
+use livereg::Reason;
 use std::ffi::{c_char, c_void};
 
 /// Result of every fallible function. Values are stable.
@@ -162,7 +162,7 @@ pub struct livereg_drop_event {
     /// Silence the reaper judged, in ns (0 for explicit endings).
     pub silent_ns: u64,
     /// The label, NUL-terminated.
-    pub label: [c_char; registry::LABEL_MAX + 1],
+    pub label: [c_char; livereg::LABEL_MAX + 1],
 }
 
 /// Callbacks of a reaper; either may be NULL.

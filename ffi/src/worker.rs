@@ -1,9 +1,10 @@
 //! Workers from C: register, ping, deregister.
 
 use crate::boundary::{guard, null, text};
-use crate::table::{borrow, hand_out, livereg_table};
+use crate::boundary::{hand_out, output};
+use crate::table::{borrow, livereg_table};
 use crate::types::livereg_result;
-use registry::Worker;
+use livereg::Worker;
 use std::ffi::{c_char, c_int};
 
 /// A registration (opaque to C).
@@ -23,18 +24,21 @@ pub unsafe extern "C" fn livereg_register(
     out: *mut *mut livereg_worker,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `out` is NULL or writable for one handle pointer for the
+        // call (this function's `# Safety`), as `output` requires.
+        let out = unsafe { output(out, "out") }?;
+        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
+        // requires.
         let table = unsafe { borrow(table) }?;
         let label = if label.is_null() {
             ""
         } else {
-            // SAFETY: non-NULL, NUL-terminated by contract.
+            // SAFETY: `label` is a NUL-terminated string valid for the call (this function's `#
+            // Safety`), as `text` requires.
             unsafe { text(label, "label") }?
         };
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        hand_out(out, livereg_worker(table.register(instance_id, label)?))
+        hand_out(out, livereg_worker(table.register(instance_id, label)?));
+        Ok(())
     })
 }
 
@@ -46,7 +50,8 @@ pub unsafe extern "C" fn livereg_register(
 #[no_mangle]
 pub unsafe extern "C" fn livereg_ping(worker: *const livereg_worker) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a handle not yet
+        // deregistered (this function's `# Safety`).
         let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
         worker.0.heartbeat()
     })
@@ -63,7 +68,8 @@ pub unsafe extern "C" fn livereg_set_busy(
     busy: c_int,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a handle not yet
+        // deregistered (this function's `# Safety`).
         let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
         worker.0.set_busy(busy != 0)
     })
@@ -77,7 +83,8 @@ pub unsafe extern "C" fn livereg_set_busy(
 #[no_mangle]
 pub unsafe extern "C" fn livereg_progress(worker: *const livereg_worker) -> livereg_result {
     guard(|| {
-        // SAFETY: by this function's contract.
+        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a handle not yet
+        // deregistered (this function's `# Safety`).
         let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
         worker.0.progress()
     })
@@ -95,7 +102,8 @@ pub unsafe extern "C" fn livereg_deregister(worker: *mut livereg_worker) -> live
         if worker.is_null() {
             return Err(null("worker"));
         }
-        // SAFETY: a handle from `hand_out`, freed once, by contract.
+        // SAFETY: not NULL (checked above), and by this function's `# Safety`
+        // a box from `hand_out` that C gives back exactly once, here.
         let worker = unsafe { Box::from_raw(worker) };
         worker.0.deregister()
     })

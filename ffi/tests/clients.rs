@@ -3,7 +3,7 @@
 //! the example engines, which must register again after a clear and after a
 //! reaper restart.
 
-use registry::{Table, TableOptions};
+use livereg::{Table, TableOptions};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;

@@ -7,8 +7,8 @@
 use crate::event::DropEvent;
 use crate::exiting;
 use crate::logging;
+use livereg::{HandlerError, ReaperBuilder};
 use pyo3::prelude::*;
-use registry::{HandlerError, ReaperBuilder};
 
 /// Adds the callbacks that are given to `builder`.
 pub fn attach(

@@ -2,11 +2,11 @@
 //! made at import from the core crate's `RESULT_CODES` (`<title>Error`, with
 //! its `code`), so that a new code is one line there.
 
+use livereg::RESULT_CODES;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
-use registry::RESULT_CODES;
 use std::ffi::CString;
 
 /// The classes by code; index 0 (`OK`) holds the base class `Error`.
@@ -72,7 +72,7 @@ pub fn is(py: Python<'_>, error: &PyErr, code: u32) -> bool {
 }
 
 /// The exception for a library error, with the library's message.
-pub fn raise(error: registry::Error) -> PyErr {
+pub fn raise(error: livereg::Error) -> PyErr {
     new(error.code(), error.to_string())
 }
 
@@ -82,7 +82,7 @@ pub trait OrRaise<T> {
     fn or_raise(self) -> PyResult<T>;
 }
 
-impl<T> OrRaise<T> for registry::Result<T> {
+impl<T> OrRaise<T> for livereg::Result<T> {
     fn or_raise(self) -> PyResult<T> {
         self.map_err(raise)
     }

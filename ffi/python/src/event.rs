@@ -33,8 +33,8 @@ pub struct DropEvent {
     reason: u8,
 }
 
-impl From<&registry::DropEvent> for DropEvent {
-    fn from(event: &registry::DropEvent) -> Self {
+impl From<&livereg::DropEvent> for DropEvent {
+    fn from(event: &livereg::DropEvent) -> Self {
         DropEvent {
             instance_id: event.instance_id,
             slot: event.slot,

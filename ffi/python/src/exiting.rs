@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 static STARTED: AtomicBool = AtomicBool::new(false);
 
 /// The running reaper threads, as their Python objects hold them.
-pub type Slot = Mutex<Option<registry::ReaperThread>>;
+pub type Slot = Mutex<Option<livereg::ReaperThread>>;
 static RUNNING: Mutex<Vec<Weak<Slot>>> = Mutex::new(Vec::new());
 
 /// Whether the exit hook has run.

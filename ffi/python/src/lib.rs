@@ -28,14 +28,14 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(table::open, module)?)?;
     module.add_function(wrap_pyfunction!(table::unlink, module)?)?;
     module.add_function(wrap_pyfunction!(exiting::_stop_reapers_at_exit, module)?)?;
-    module.add("INFO_MAX", registry::INFO_MAX)?;
-    module.add("LABEL_MAX", registry::LABEL_MAX)?;
-    module.add("BEATS_PER_TIMEOUT", registry::BEATS_PER_TIMEOUT)?;
+    module.add("INFO_MAX", livereg::INFO_MAX)?;
+    module.add("LABEL_MAX", livereg::LABEL_MAX)?;
+    module.add("BEATS_PER_TIMEOUT", livereg::BEATS_PER_TIMEOUT)?;
     module.add(
         "DEFAULT_REGISTRATION_GRACE",
-        registry::DEFAULT_REGISTRATION_GRACE.as_secs_f64(),
+        livereg::DEFAULT_REGISTRATION_GRACE.as_secs_f64(),
     )?;
-    let reasons: Vec<(String, u8)> = registry::Reason::ALL
+    let reasons: Vec<(String, u8)> = livereg::Reason::ALL
         .iter()
         .map(|reason| (reason.as_str().to_uppercase(), *reason as u8))
         .collect();

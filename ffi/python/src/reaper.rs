@@ -27,7 +27,7 @@ pub struct Reaper {
 }
 
 impl Reaper {
-    pub fn new(thread: registry::ReaperThread) -> Reaper {
+    pub fn new(thread: livereg::ReaperThread) -> Reaper {
         let table = thread.table().name().to_owned();
         let thread = Arc::new(Mutex::new(Some(thread)));
         exiting::track(&thread);
@@ -98,7 +98,7 @@ impl Drop for Reaper {
 /// that on the running asyncio loop.
 #[pyclass(frozen, module = "livereg", name = "DrivenReaper")]
 pub struct DrivenReaper {
-    reaper: Mutex<Option<registry::Reaper>>,
+    reaper: Mutex<Option<livereg::Reaper>>,
     fd: RawFd,
     table: String,
     /// The thread scanning now (0: none), to refuse a re-entrant call from a
@@ -113,7 +113,7 @@ fn thread_id() -> u64 {
 }
 
 impl DrivenReaper {
-    pub fn new(reaper: registry::Reaper) -> DrivenReaper {
+    pub fn new(reaper: livereg::Reaper) -> DrivenReaper {
         DrivenReaper {
             fd: reaper.as_raw_fd(),
             table: reaper.table().name().to_owned(),
@@ -128,7 +128,7 @@ impl DrivenReaper {
         &self,
         py: Python<'_>,
         what: &str,
-        call: impl FnOnce(&mut Option<registry::Reaper>) -> PyResult<T> + Send,
+        call: impl FnOnce(&mut Option<livereg::Reaper>) -> PyResult<T> + Send,
     ) -> PyResult<T> {
         if self.scanning.load(Ordering::Acquire) == thread_id() {
             return Err(errors::new(BUSY, format!(

@@ -4,9 +4,9 @@ use crate::callbacks;
 use crate::errors::{self, OrRaise, INVALID_ARGUMENT};
 use crate::reaper::{DrivenReaper, Reaper};
 use crate::worker::Worker;
+use livereg::TableOptions;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
-use registry::TableOptions;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use std::time::Duration;
 /// reapers made from it keep the mapping alive after it is closed.
 #[pyclass(frozen, module = "livereg", name = "Table")]
 pub struct Table {
-    handle: Mutex<Option<registry::Table>>,
+    handle: Mutex<Option<livereg::Table>>,
     /// The name it was created or opened with.
     #[pyo3(get)]
     name: String,
@@ -30,7 +30,7 @@ fn seconds(value: f64, what: &str) -> PyResult<Duration> {
 }
 
 impl Table {
-    fn new(table: registry::Table) -> Table {
+    fn new(table: livereg::Table) -> Table {
         Table {
             name: table.name().to_owned(),
             handle: Mutex::new(Some(table)),
@@ -38,7 +38,7 @@ impl Table {
     }
 
     /// A handle to the open table (cheap: shares the mapping).
-    fn live(&self) -> PyResult<registry::Table> {
+    fn live(&self) -> PyResult<livereg::Table> {
         self.handle
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -87,7 +87,7 @@ impl Table {
     fn probe(&self) -> PyResult<Option<u64>> {
         match self.live()?.probe() {
             Ok(token) => Ok(Some(token)),
-            Err(registry::Error::NoReaper(_)) => Ok(None),
+            Err(livereg::Error::NoReaper(_)) => Ok(None),
             Err(error) => Err(errors::raise(error)),
         }
     }
@@ -248,12 +248,12 @@ pub fn create(
         reap_timeout: seconds(reap_timeout, "reap_timeout")?,
         registration_grace: seconds(
             registration_grace
-                .unwrap_or(reap_timeout.max(registry::DEFAULT_REGISTRATION_GRACE.as_secs_f64())),
+                .unwrap_or(reap_timeout.max(livereg::DEFAULT_REGISTRATION_GRACE.as_secs_f64())),
             "registration_grace",
         )?,
         progress_timeout: seconds(progress_timeout, "progress_timeout")?,
     };
-    py.detach(|| registry::Table::create(name, &options))
+    py.detach(|| livereg::Table::create(name, &options))
         .map(Table::new)
         .or_raise()
 }
@@ -261,7 +261,7 @@ pub fn create(
 /// Opens and validates an existing table.
 #[pyfunction]
 pub fn open(py: Python<'_>, name: &str) -> PyResult<Table> {
-    py.detach(|| registry::Table::open(name))
+    py.detach(|| livereg::Table::open(name))
         .map(Table::new)
         .or_raise()
 }
@@ -269,5 +269,5 @@ pub fn open(py: Python<'_>, name: &str) -> PyResult<Table> {
 /// Removes the table's name (handles stay valid until closed).
 #[pyfunction]
 pub fn unlink(name: &str) -> PyResult<()> {
-    registry::Table::unlink(name).or_raise()
+    livereg::Table::unlink(name).or_raise()
 }

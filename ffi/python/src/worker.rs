@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 #[pyclass(frozen, module = "livereg", name = "Worker")]
 pub struct Worker {
     /// `None` once deregistered.
-    handle: Mutex<Option<registry::Worker>>,
+    handle: Mutex<Option<livereg::Worker>>,
     /// The instance id it was registered with.
     #[pyo3(get)]
     instance_id: u64,
@@ -19,7 +19,7 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(worker: registry::Worker) -> Worker {
+    pub fn new(worker: livereg::Worker) -> Worker {
         Worker {
             instance_id: worker.instance_id(),
             slot: worker.slot(),
@@ -27,7 +27,7 @@ impl Worker {
         }
     }
 
-    fn handle(&self) -> MutexGuard<'_, Option<registry::Worker>> {
+    fn handle(&self) -> MutexGuard<'_, Option<livereg::Worker>> {
         self.handle
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -37,7 +37,7 @@ impl Worker {
     /// deregistered here.
     fn with_live<T>(
         &self,
-        call: impl FnOnce(&registry::Worker) -> registry::Result<T>,
+        call: impl FnOnce(&livereg::Worker) -> livereg::Result<T>,
     ) -> PyResult<T> {
         match self.handle().as_ref() {
             Some(worker) => call(worker).or_raise(),
@@ -56,12 +56,12 @@ impl Worker {
 impl Worker {
     /// Heartbeat. Raises `EvictedError` once the registration ended.
     fn ping(&self) -> PyResult<()> {
-        self.with_live(registry::Worker::heartbeat)
+        self.with_live(livereg::Worker::heartbeat)
     }
 
     /// One step of the engine's loop. Raises `EvictedError` once ended.
     fn progress(&self) -> PyResult<()> {
-        self.with_live(registry::Worker::progress)
+        self.with_live(livereg::Worker::progress)
     }
 
     /// Whether the engine has work in flight: while busy it must call

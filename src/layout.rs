@@ -102,6 +102,27 @@ pub(crate) struct Header {
     reserved: [AtomicU64; 36],
 }
 
+/// Byte offsets of header fields, named for tools and tests that read or
+/// tamper with a table's bytes (the fields themselves are private).
+#[doc(hidden)]
+pub mod header_offsets {
+    use super::Header;
+    use std::mem::offset_of;
+
+    /// `magic` (8 bytes).
+    pub const MAGIC: usize = offset_of!(Header, magic);
+    /// `version_major` (4 bytes).
+    pub const VERSION_MAJOR: usize = offset_of!(Header, version_major);
+    /// `slot_size` (4 bytes).
+    pub const SLOT_SIZE: usize = offset_of!(Header, slot_size);
+    /// `capacity` (4 bytes).
+    pub const CAPACITY: usize = offset_of!(Header, capacity);
+    /// `ready` (4 bytes).
+    pub const READY: usize = offset_of!(Header, ready);
+    /// `ended`: the first six per-reason counters (8 bytes each).
+    pub const ENDED: usize = offset_of!(Header, ended);
+}
+
 /// One registration's cache-line pair.
 #[repr(C, align(128))]
 pub(crate) struct Slot {

@@ -77,6 +77,8 @@ outside_loom! {
 }
 
 pub use event::{DropEvent, Reason};
+#[doc(hidden)]
+pub use layout::header_offsets;
 pub use layout::{
     label_prefix, table_size, BEATS_PER_TIMEOUT, HEADER_SIZE, INFO_AREA_SIZE, INFO_MAX, LABEL_MAX,
     MAGIC, MAX_CAPACITY, SCANS_PER_TIMEOUT, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,

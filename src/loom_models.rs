@@ -58,7 +58,9 @@ fn heartbeat_racing_eviction_is_counted_or_refused() {
             // The reaper read the word after the beat: its verdict was made on
             // the new word, and the eviction of a fresh beat is the reaper's
             // choice, reported to the worker on its next beat.
-            (Ok(()), Ok(())) => assert_eq!(judged & 0xFFFF_FFFF_FFFF, 9),
+            (Ok(()), Ok(())) => {
+                assert_eq!(protocol::decode_beat(judged), Beat::At(Stamp::of(9_000)))
+            }
             other => panic!("heartbeat lost or misapplied: {other:?}"),
         }
     });

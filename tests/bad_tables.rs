@@ -4,12 +4,18 @@
 mod common;
 
 use common::{options, unique_name, TempTable, UnlinkOnDrop};
-use livereg::{Error, RegistrationState, Table, TableOptions, HEADER_SIZE, SLOT_SIZE};
+use livereg::{
+    header_offsets, Error, RegistrationState, Table, TableOptions, HEADER_SIZE, SLOT_SIZE,
+};
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
 fn path(name: &str) -> String {
     format!("/dev/shm/{name}")
+}
+
+fn at(offset: usize) -> u64 {
+    offset as u64
 }
 
 /// Creates a valid table, then writes `bytes` at `offset` of its object.
@@ -32,7 +38,7 @@ fn open_error(name: &str) -> Error {
 
 #[test]
 fn wrong_magic_is_not_a_livereg_table() {
-    let temp = tampered("magic", 0, b"NOTOURS!");
+    let temp = tampered("magic", at(header_offsets::MAGIC), b"NOTOURS!");
     match open_error(&temp.name) {
         Error::Corrupt(message) => assert!(
             message.contains("not a livereg table") && message.contains("expected"),
@@ -44,7 +50,11 @@ fn wrong_magic_is_not_a_livereg_table() {
 
 #[test]
 fn another_major_version_is_incompatible() {
-    let temp = tampered("major", 8, &2u32.to_le_bytes());
+    let temp = tampered(
+        "major",
+        at(header_offsets::VERSION_MAJOR),
+        &2u32.to_le_bytes(),
+    );
     match open_error(&temp.name) {
         Error::Incompatible(message) => assert!(
             message.contains("layout version 2.3, this build reads 1.x"),
@@ -56,7 +66,11 @@ fn another_major_version_is_incompatible() {
 
 #[test]
 fn another_slot_size_is_incompatible() {
-    let temp = tampered("slot-size", 20, &64u32.to_le_bytes());
+    let temp = tampered(
+        "slot-size",
+        at(header_offsets::SLOT_SIZE),
+        &64u32.to_le_bytes(),
+    );
     match open_error(&temp.name) {
         Error::Incompatible(message) => assert!(
             message.contains("slot size 64, this build expects 128"),
@@ -68,7 +82,11 @@ fn another_slot_size_is_incompatible() {
 
 #[test]
 fn size_not_matching_the_capacity_is_corrupt() {
-    let temp = tampered("capacity", 24, &9u32.to_le_bytes());
+    let temp = tampered(
+        "capacity",
+        at(header_offsets::CAPACITY),
+        &9u32.to_le_bytes(),
+    );
     match open_error(&temp.name) {
         Error::Corrupt(message) => {
             let expected = livereg::table_size(9);
@@ -120,7 +138,7 @@ fn object_cut_inside_the_slots_is_corrupt() {
 
 #[test]
 fn header_never_marked_ready_fails_after_a_short_wait() {
-    let temp = tampered("not-ready", 28, &0u32.to_le_bytes());
+    let temp = tampered("not-ready", at(header_offsets::READY), &0u32.to_le_bytes());
     let started = std::time::Instant::now();
     match open_error(&temp.name) {
         Error::Corrupt(message) => assert!(message.contains("not marked ready"), "{message}"),
@@ -278,8 +296,8 @@ fn a_table_truncated_under_open_handles_is_refused_not_faulted_on() {
 /// into `ended_total` overflowed.
 #[test]
 fn counters_at_their_maximum_do_not_overflow_status() {
-    // `Header::ended` (six counters) starts at byte 96.
-    let temp = tampered("counters", 96, &[0xFF; 16]);
+    // The first two of `Header::ended`, at their maximum.
+    let temp = tampered("counters", at(header_offsets::ENDED), &[0xFF; 16]);
     let status = Table::open(&temp.name).unwrap().status().unwrap();
     assert_eq!(status.ended_total, u64::MAX);
 }

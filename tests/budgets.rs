@@ -6,45 +6,55 @@ use common::{manual_setup, options, SECOND};
 use livereg::{Error, Reason, Table, TableOptions};
 use std::time::Duration;
 
+/// The table's own budgets, in nanoseconds: (reap timeout, registration grace).
+fn budgets(table: &Table) -> (u64, u64) {
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap();
+    (ns(table.reap_timeout()), ns(table.registration_grace()))
+}
+
 #[test]
 fn beaten_worker_is_kept_one_nanosecond_before_the_timeout() {
     let (table, clock, mut reaper, recorder) = manual_setup(&options());
+    let (timeout, _) = budgets(&table);
     let worker = table.register(1, "w").unwrap();
     worker.heartbeat().unwrap();
     let beat_at = clock.now_ns();
-    reaper.scan_once(beat_at + SECOND - 1).unwrap();
+    reaper.scan_once(beat_at + timeout - 1).unwrap();
     assert!(recorder.events().is_empty());
-    clock.set(beat_at + SECOND - 1);
+    clock.set(beat_at + timeout - 1);
     worker.heartbeat().unwrap();
 }
 
 #[test]
 fn beaten_worker_is_evicted_at_the_timeout_on_the_next_scan() {
     let (table, clock, mut reaper, recorder) = manual_setup(&options());
+    let (timeout, _) = budgets(&table);
     let worker = table.register(1, "w").unwrap();
     worker.heartbeat().unwrap();
     let beat_at = clock.now_ns();
-    reaper.scan_once(beat_at + SECOND - 1).unwrap();
-    reaper.scan_once(beat_at + SECOND).unwrap();
+    reaper.scan_once(beat_at + timeout - 1).unwrap();
+    reaper.scan_once(beat_at + timeout).unwrap();
     assert_eq!(recorder.reasons(), vec![(1, Reason::Timeout)]);
     let event = &recorder.events()[0];
-    assert_eq!(event.silent_for, Duration::from_secs(1));
+    assert_eq!(event.silent_for, table.reap_timeout());
     assert_eq!(event.last_heartbeat_ns, Some(beat_at));
 }
 
 #[test]
 fn never_beaten_worker_is_judged_by_the_grace_not_the_timeout() {
     let (table, clock, mut reaper, recorder) = manual_setup(&options());
+    let (timeout, grace) = budgets(&table);
+    assert!(grace > timeout);
     let _worker = table.register(2, "w").unwrap();
     let registered_at = clock.now_ns();
-    reaper.scan_once(registered_at + SECOND).unwrap();
-    reaper.scan_once(registered_at + 3 * SECOND - 1).unwrap();
+    reaper.scan_once(registered_at + timeout).unwrap();
+    reaper.scan_once(registered_at + grace - 1).unwrap();
     assert!(
         recorder.events().is_empty(),
         "evicted before the grace: {:?}",
         recorder.events()
     );
-    reaper.scan_once(registered_at + 3 * SECOND).unwrap();
+    reaper.scan_once(registered_at + grace).unwrap();
     assert_eq!(recorder.reasons(), vec![(2, Reason::Grace)]);
     assert_eq!(recorder.events()[0].last_heartbeat_ns, None);
 }
@@ -54,7 +64,7 @@ fn heartbeat_after_eviction_reports_evicted() {
     let (table, clock, mut reaper, _recorder) = manual_setup(&options());
     let worker = table.register(3, "w").unwrap();
     worker.heartbeat().unwrap();
-    clock.advance(Duration::from_secs(1));
+    clock.advance(table.reap_timeout());
     reaper.scan_once(clock.now_ns()).unwrap();
     // The slot was released in the scan that evicted it; the worker still
     // hears why.
@@ -71,7 +81,7 @@ fn heartbeat_after_eviction_reports_evicted() {
 fn evicted_worker_can_register_again() {
     let (table, clock, mut reaper, _recorder) = manual_setup(&options());
     let worker = table.register(4, "w").unwrap();
-    clock.advance(Duration::from_secs(3));
+    clock.advance(table.registration_grace());
     reaper.scan_once(clock.now_ns()).unwrap();
     assert!(worker.heartbeat().is_err());
     let again = table.register(4, "w").unwrap();
@@ -124,7 +134,7 @@ fn a_heartbeat_just_before_the_edge_restarts_the_timeout() {
     let (table, clock, mut reaper, recorder) = manual_setup(&options());
     let worker = table.register(6, "w").unwrap();
     worker.heartbeat().unwrap();
-    clock.advance(Duration::from_secs(1) - Duration::from_nanos(1));
+    clock.advance(table.reap_timeout() - Duration::from_nanos(1));
     reaper.scan_once(clock.now_ns()).unwrap();
     worker.heartbeat().unwrap();
     reaper.scan_once(clock.now_ns() + 1).unwrap();
@@ -149,7 +159,8 @@ fn stamps_from_another_clock_do_not_evict_a_beating_worker() {
         reaper.scan_once(clock.now_ns()).unwrap();
     }
     assert!(recorder.events().is_empty(), "{:?}", recorder.events());
-    clock.advance(Duration::from_secs(2));
+    // Silent now: gone once the timeout has passed since its last change.
+    clock.advance(2 * table.reap_timeout());
     reaper.scan_once(clock.now_ns()).unwrap();
     assert_eq!(recorder.reasons(), vec![(7, Reason::Timeout)]);
 }

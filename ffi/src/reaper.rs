@@ -93,6 +93,34 @@ fn builder(table: &Table, callbacks: Option<Callbacks>) -> ReaperBuilder {
     }
 }
 
+/// The shared part of `livereg_reaper_acquire` and `livereg_reaper_start`:
+/// checks the arguments, builds the reaper with `make`, hands it out.
+///
+/// # Safety
+///
+/// As both: `table` is NULL or a live handle; `cb` is NULL or readable;
+/// `out` is NULL or writable for one handle pointer.
+unsafe fn new_reaper(
+    table: *const livereg_table,
+    cb: *const livereg_callbacks,
+    out: *mut *mut livereg_reaper,
+    make: impl FnOnce(ReaperBuilder) -> Result<livereg_reaper, livereg::Error>,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: `out` is NULL or writable for one handle pointer for the
+        // call (this function's `# Safety`), as `output` requires.
+        let out = unsafe { output(out, "out") }?;
+        // SAFETY: `table` is NULL or an open handle (this function's
+        // `# Safety`), as `borrow` requires.
+        let table = unsafe { borrow(table) }?;
+        // SAFETY: `cb` is NULL (`as_ref` gives `None`) or points to a
+        // `livereg_callbacks` readable for the call (this function's `# Safety`).
+        let callbacks = unsafe { cb.as_ref() }.copied().map(Callbacks);
+        hand_out(out, make(builder(table, callbacks))?);
+        Ok(())
+    })
+}
+
 /// `livereg_reaper_acquire(table, cb, out)`: takes the reaper role for a
 /// handle the caller drives; `cb` may be NULL.
 ///
@@ -105,27 +133,16 @@ pub unsafe extern "C" fn livereg_reaper_acquire(
     cb: *const livereg_callbacks,
     out: *mut *mut livereg_reaper,
 ) -> livereg_result {
-    guard(|| {
-        // SAFETY: `out` is NULL or writable for one handle pointer for the
-        // call (this function's `# Safety`), as `output` requires.
-        let out = unsafe { output(out, "out") }?;
-        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
-        // requires.
-        let table = unsafe { borrow(table) }?;
-        // SAFETY: `cb` is NULL (`as_ref` gives `None`) or points to a `livereg_callbacks` readable
-        // for the call (this function's `# Safety`).
-        let callbacks = unsafe { cb.as_ref() }.copied().map(Callbacks);
-        let reaper = builder(table, callbacks).build()?;
+    let make = |builder: ReaperBuilder| {
+        let reaper = builder.build()?;
         let fd = reaper.as_raw_fd();
-        hand_out(
-            out,
-            livereg_reaper::Driven {
-                reaper: Box::new(Mutex::new(reaper)),
-                fd,
-            },
-        );
-        Ok(())
-    })
+        Ok(livereg_reaper::Driven {
+            reaper: Box::new(Mutex::new(reaper)),
+            fd,
+        })
+    };
+    // SAFETY: this function's `# Safety` is `new_reaper`'s.
+    unsafe { new_reaper(table, cb, out, make) }
 }
 
 /// `livereg_reaper_start(table, cb, out)`; `cb` may be NULL.
@@ -139,22 +156,9 @@ pub unsafe extern "C" fn livereg_reaper_start(
     cb: *const livereg_callbacks,
     out: *mut *mut livereg_reaper,
 ) -> livereg_result {
-    guard(|| {
-        // SAFETY: `out` is NULL or writable for one handle pointer for the
-        // call (this function's `# Safety`), as `output` requires.
-        let out = unsafe { output(out, "out") }?;
-        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
-        // requires.
-        let table = unsafe { borrow(table) }?;
-        // SAFETY: `cb` is NULL (`as_ref` gives `None`) or points to a `livereg_callbacks` readable
-        // for the call (this function's `# Safety`).
-        let callbacks = unsafe { cb.as_ref() }.copied().map(Callbacks);
-        hand_out(
-            out,
-            livereg_reaper::Thread(builder(table, callbacks).spawn()?),
-        );
-        Ok(())
-    })
+    let make = |builder: ReaperBuilder| Ok(livereg_reaper::Thread(builder.spawn()?));
+    // SAFETY: this function's `# Safety` is `new_reaper`'s.
+    unsafe { new_reaper(table, cb, out, make) }
 }
 
 /// The driven reaper behind a handle, or why there is none.

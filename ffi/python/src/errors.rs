@@ -71,6 +71,15 @@ pub fn is(py: Python<'_>, error: &PyErr, code: u32) -> bool {
     error.is_instance(py, class(py, code).as_any())
 }
 
+/// `result`, with an `EvictedError` taken as success (leaving a `with`
+/// block of a registration that had already ended).
+pub fn unless_evicted(py: Python<'_>, result: PyResult<()>) -> PyResult<()> {
+    match result {
+        Err(error) if is(py, &error, EVICTED) => Ok(()),
+        other => other,
+    }
+}
+
 /// The exception for a library error, with the library's message.
 pub fn raise(error: livereg::Error) -> PyErr {
     new(error.code(), error.to_string())

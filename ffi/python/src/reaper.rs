@@ -7,6 +7,7 @@ use crate::errors::{self, OrRaise, BUSY, INVALID_ARGUMENT};
 use crate::event::DropEvent;
 use crate::exiting::{self, Slot};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -62,13 +63,8 @@ impl Reaper {
         slf
     }
 
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _kind: Option<&Bound<'_, PyAny>>,
-        _value: Option<&Bound<'_, PyAny>>,
-        _traceback: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<()> {
         self.stop(py)
     }
 
@@ -212,13 +208,8 @@ impl DrivenReaper {
         slf
     }
 
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _kind: Option<&Bound<'_, PyAny>>,
-        _value: Option<&Bound<'_, PyAny>>,
-        _traceback: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<()> {
         self.stop(py)
     }
 

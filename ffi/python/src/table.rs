@@ -6,7 +6,7 @@ use crate::reaper::{DrivenReaper, Reaper};
 use crate::worker::Worker;
 use livereg::TableOptions;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -214,12 +214,8 @@ impl Table {
         slf
     }
 
-    fn __exit__(
-        &self,
-        _kind: Option<&Bound<'_, PyAny>>,
-        _value: Option<&Bound<'_, PyAny>>,
-        _traceback: Option<&Bound<'_, PyAny>>,
-    ) {
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) {
         self.close();
     }
 

@@ -2,6 +2,7 @@
 
 use crate::errors::{self, OrRaise, EVICTED};
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 use std::sync::{Mutex, MutexGuard};
 
 /// A registration: ping it, deregister it (or use it as a context manager).
@@ -89,17 +90,9 @@ impl Worker {
         slf
     }
 
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _kind: Option<&Bound<'_, PyAny>>,
-        _value: Option<&Bound<'_, PyAny>>,
-        _traceback: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        match self.deregister(py) {
-            Err(error) if errors::is(py, &error, EVICTED) => Ok(()),
-            other => other,
-        }
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<()> {
+        errors::unless_evicted(py, self.deregister(py))
     }
 
     fn __repr__(&self) -> String {
@@ -128,16 +121,8 @@ impl BusyScope {
         Ok(self.worker.clone_ref(py))
     }
 
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        _kind: Option<&Bound<'_, PyAny>>,
-        _value: Option<&Bound<'_, PyAny>>,
-        _traceback: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        match self.worker.get().set_busy(false) {
-            Err(error) if errors::is(py, &error, EVICTED) => Ok(()),
-            other => other,
-        }
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<()> {
+        errors::unless_evicted(py, self.worker.get().set_busy(false))
     }
 }

@@ -19,8 +19,7 @@ import json
 import logging
 import threading
 import time
-from types import TracebackType
-from typing import Any, Callable, Dict, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import livereg
 
@@ -210,12 +209,7 @@ class LiveregManagement:
     def __enter__(self) -> "LiveregManagement":
         return self
 
-    def __exit__(
-        self,
-        kind: Optional[Type[BaseException]],
-        value: Optional[BaseException],
-        traceback: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -329,10 +323,5 @@ class WorkerLiveness:
     def __enter__(self) -> "WorkerLiveness":
         return self
 
-    def __exit__(
-        self,
-        kind: Optional[Type[BaseException]],
-        value: Optional[BaseException],
-        traceback: Optional[TracebackType],
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -40,6 +40,19 @@ mod output {
     }
 }
 
+/// Who registers: the table, the instance id and its label (`run`, `worker`).
+#[derive(clap::Args)]
+pub struct Registrant {
+    /// Table name.
+    name: String,
+    /// Instance id to register.
+    #[arg(long)]
+    instance: u64,
+    /// Label.
+    #[arg(long, default_value = "")]
+    label: String,
+}
+
 mod clear;
 mod create;
 mod demo;

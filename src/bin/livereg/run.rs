@@ -9,7 +9,7 @@
 //! passed on once; those the terminal sends to the whole foreground group
 //! already reached the program.
 
-use crate::{duration, signals, Outcome};
+use crate::{duration, signals, Outcome, Registrant};
 use livereg::{Error, Table, Worker, BEATS_PER_TIMEOUT};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitCode};
@@ -17,14 +17,8 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Table name.
-    name: String,
-    /// Instance id to register.
-    #[arg(long)]
-    instance: u64,
-    /// Label.
-    #[arg(long, default_value = "")]
-    label: String,
+    #[command(flatten)]
+    who: Registrant,
     /// Time between heartbeats [default: a third of the table's timeout].
     #[arg(long, value_parser = duration::parse)]
     interval: Option<Duration>,
@@ -41,14 +35,14 @@ pub struct Args {
 const POLL: Duration = Duration::from_millis(20);
 
 pub fn run(args: Args) -> Outcome {
-    let table = Table::open(&args.name)?;
+    let table = Table::open(&args.who.name)?;
     let interval = args.interval.unwrap_or_else(|| {
         (table.reap_timeout() / BEATS_PER_TIMEOUT).max(Duration::from_millis(10))
     });
     let register = || {
         let worker = table
-            .registration(args.instance)
-            .label(&args.label)
+            .registration(args.who.instance)
+            .label(&args.who.label)
             .register()?;
         worker.heartbeat()?;
         Ok(worker)
@@ -122,7 +116,7 @@ fn beat(
     match register() {
         Ok(worker) => Some(worker),
         Err(e) => {
-            note!("livereg run: instance {}: {e}", args.instance);
+            note!("livereg run: instance {}: {e}", args.who.instance);
             None
         }
     }

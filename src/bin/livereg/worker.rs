@@ -2,7 +2,7 @@
 //! and the tests. It prints one line per event on stdout:
 //! `registered SLOT GENERATION`, `evicted`, `deregistered`.
 
-use crate::{duration, Outcome};
+use crate::{duration, Outcome, Registrant};
 use livereg::{Error, Table, Worker};
 use std::io::Write;
 use std::process::ExitCode;
@@ -12,14 +12,8 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Table name.
-    name: String,
-    /// Instance id to register.
-    #[arg(long)]
-    instance: u64,
-    /// Label.
-    #[arg(long, default_value = "")]
-    label: String,
+    #[command(flatten)]
+    who: Registrant,
     /// Time between heartbeats.
     #[arg(long, value_parser = duration::parse, default_value = "100ms")]
     interval: Duration,
@@ -56,7 +50,7 @@ fn say(line: &str) {
 }
 
 fn register(table: &Table, args: &Args) -> Result<Worker, Error> {
-    let worker = table.register(args.instance, &args.label)?;
+    let worker = table.register(args.who.instance, &args.who.label)?;
     if args.busy {
         worker.set_busy(true)?;
     }
@@ -73,7 +67,7 @@ pub fn run(args: Args) -> Outcome {
     // - PR_SET_PDEATHSIG takes a signal number and touches no memory: if the
     //   demo or test that started this worker dies, so does the worker.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    let table = Table::open(&args.name)?;
+    let table = Table::open(&args.who.name)?;
     let mut worker = register(&table, &args)?;
     if args.never_beat {
         std::mem::forget(worker);

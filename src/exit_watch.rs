@@ -6,20 +6,43 @@
 //! namespace (a container sharing `/dev/shm`), or have been reused. The reaper
 //! opens a pidfd for it, then checks that the process it names started when the
 //! registration says (`/proc/PID/stat`); only then does it watch. Otherwise the
-//! registration relies on its lock alone, seen at the next scan.
+//! registration relies on its lock: every registrant holds the lock through a
+//! descriptor of its own on the table, which the kernel closes when it dies,
+//! in any namespace. The watcher also waits on an inotify watch for those
+//! closes (`os/inotify.rs`), so such a death wakes the reaper at once too; and
+//! the reaper tests locks only after a close (or on a slow backstop), not at
+//! every scan.
 
 use crate::fork;
 use crate::layout::{Slot, FLAG_PIDFD, FLAG_PROXY};
+use crate::os::inotify::CloseWatch;
 use crate::os::{pidfd, process};
 use crate::sync::Ordering::Relaxed;
 use crate::table::TableMemory;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// Key of the watcher's own stop event in the epoll set.
 const STOP: u64 = u64::MAX;
+/// Key of the inotify watch for closes of the table's written descriptors.
+const CLOSED: u64 = u64::MAX - 1;
+
+/// Whether a registration's lock is to be tested in this scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockCheck {
+    /// Not while a pidfd watches its live process: the pidfd says when.
+    Never,
+    /// Now: first seen (its process may have died before it could be
+    /// watched), or its pidfd fired.
+    Now,
+    /// Only when locks may have moved: a descriptor on the table was closed
+    /// since the last test (a registrant died or let go), or closes are not
+    /// watched here.
+    WhenLocksMoved,
+}
 
 /// A process as a registration names it: its pid and its start time, so a
 /// reused pid is another process.
@@ -64,6 +87,9 @@ pub(crate) struct ExitWatcher {
     fired: Arc<Mutex<Vec<u64>>>,
     /// The fork epoch the thread was started in.
     fork_epoch: u64,
+    /// Set by the watcher thread when a written descriptor on the table was
+    /// closed; `None` where closes cannot be watched (every scan tests locks).
+    closed: Option<Arc<AtomicBool>>,
 }
 
 impl ExitWatcher {
@@ -72,14 +98,26 @@ impl ExitWatcher {
         let epoll = Arc::new(pidfd::Epoll::new()?);
         let stop = pidfd::event()?;
         epoll.add(&stop, STOP)?;
+        let watch = inner
+            .file()
+            .and_then(|file| CloseWatch::new(file).ok())
+            .filter(|watch| epoll.add_level(watch, CLOSED).is_ok());
+        let closed = watch.as_ref().map(|_| Arc::new(AtomicBool::new(false)));
         let fired = Arc::new(Mutex::new(Vec::new()));
-        let (waiting, report) = (epoll.clone(), fired.clone());
+        let (waiting, report, closing) = (epoll.clone(), fired.clone(), closed.clone());
         let thread = std::thread::Builder::new()
             .name("livereg-exit-watch".into())
             .spawn(move || loop {
                 match waiting.wait() {
                     Ok(keys) if keys.contains(&STOP) => return,
-                    Ok(keys) if !keys.is_empty() => {
+                    Ok(mut keys) if !keys.is_empty() => {
+                        if keys.contains(&CLOSED) {
+                            keys.retain(|key| *key != CLOSED);
+                            if let (Some(watch), Some(closing)) = (&watch, &closing) {
+                                watch.drain();
+                                closing.store(true, Ordering::Release);
+                            }
+                        }
                         let mut fired = report
                             .lock()
                             .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -102,7 +140,17 @@ impl ExitWatcher {
             warned: false,
             fired,
             fork_epoch: fork::install(),
+            closed,
         })
+    }
+
+    /// Whether locks may have moved since the last call: a written
+    /// descriptor on the table was closed, or closes are not watched.
+    pub(crate) fn take_locks_moved(&self) -> bool {
+        match &self.closed {
+            Some(closed) => closed.swap(false, Ordering::AcqRel),
+            None => true,
+        }
     }
 
     /// Takes note of the pidfds that fired since the last call.
@@ -120,11 +168,11 @@ impl ExitWatcher {
         }
     }
 
-    /// Whether registration `(index, generation)` needs its lock checked this
-    /// scan: not while a pidfd watches its live process (the pidfd will say
-    /// when it exits), but once that pidfd fired, or when no pidfd can watch
-    /// it. Starts watching it if it can.
-    pub(crate) fn needs_lock_check(&mut self, index: u32, generation: u32, slot: &Slot) -> bool {
+    /// When registration `(index, generation)` needs its lock tested: not
+    /// while a pidfd watches its live process (the pidfd will say when it
+    /// exits), now once that pidfd fired or when first seen, and whenever
+    /// locks moved when no pidfd can watch it. Starts watching it if it can.
+    pub(crate) fn lock_check(&mut self, index: u32, generation: u32, slot: &Slot) -> LockCheck {
         let at = index as usize;
         if at >= self.watches.len() {
             self.watches.resize_with(at + 1, || Watch::Unknown);
@@ -133,8 +181,11 @@ impl ExitWatcher {
             Watch::Watching {
                 generation: g,
                 process,
-            } if *g == generation => return self.processes.get(process).map_or(true, |w| w.exited),
-            Watch::Unwatchable(g) if *g == generation => return true,
+            } if *g == generation => {
+                let exited = self.processes.get(process).is_none_or(|w| w.exited);
+                return if exited { LockCheck::Now } else { LockCheck::Never };
+            }
+            Watch::Unwatchable(g) if *g == generation => return LockCheck::WhenLocksMoved,
             _ => {}
         }
         self.forget(index);
@@ -151,7 +202,7 @@ impl ExitWatcher {
         };
         // Checked once now either way: the process may have exited before the
         // pidfd was opened (the open fails then) or after (it fires).
-        true
+        LockCheck::Now
     }
 
     /// Adds a user to `process`'s pidfd, opening it if it is the first.

@@ -8,7 +8,7 @@ use crate::dropper::{
 };
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
-use crate::exit_watch::ExitWatcher;
+use crate::exit_watch::{ExitWatcher, LockCheck};
 use crate::layout::{Slot, BUSY, SCANS_PER_TIMEOUT};
 use crate::locks::ReaperRole;
 use crate::os::lock;
@@ -172,6 +172,7 @@ impl ReaperBuilder {
             watcher,
             wake,
             last_scan_ns: None,
+            locks: LockTests::default(),
         })
     }
 }
@@ -264,6 +265,65 @@ pub struct Reaper {
     wake: WakeFd,
     /// When the last scan ran, on the table clock.
     last_scan_ns: Option<u64>,
+    /// When this reaper tests the locks of registrations no pidfd watches.
+    locks: LockTests,
+}
+
+/// Every this many scans (four timeouts), the locks of registrations no
+/// pidfd watches are tested even if no descriptor on the table was closed: a
+/// safety net, should a close ever go unheard.
+const LOCK_BACKSTOP_SCANS: u32 = 4 * SCANS_PER_TIMEOUT;
+
+/// From this many lock tests in a round, the next round reads every held
+/// lock at once (`/proc/locks`) instead of testing each (`F_OFD_GETLK` walks
+/// the object's whole lock list per test). Measured in BENCHMARKS.md.
+const LOCK_SNAPSHOT_FROM: usize = 64;
+
+/// The lock tests of registrations no pidfd watches, round by round: a round
+/// runs in a scan after a descriptor on the table was closed (a registrant
+/// died, or let go), on the first scan, and on the backstop.
+#[derive(Debug)]
+struct LockTests {
+    /// Whether this scan is a round.
+    round: bool,
+    /// Scans since the last round (`u32::MAX` before the first).
+    scans_since_round: u32,
+    /// Tests made in this round.
+    tested: usize,
+    /// Whether this round reads all held locks at once (decided from the
+    /// last round's count).
+    use_snapshot: bool,
+    /// The held locks, read at this round's first test.
+    snapshot: Option<std::collections::HashSet<u64>>,
+}
+
+impl Default for LockTests {
+    fn default() -> Self {
+        LockTests {
+            round: false,
+            scans_since_round: u32::MAX,
+            tested: 0,
+            use_snapshot: false,
+            snapshot: None,
+        }
+    }
+}
+
+impl LockTests {
+    fn start_scan(&mut self, locks_moved: bool) {
+        self.round = locks_moved || self.scans_since_round >= LOCK_BACKSTOP_SCANS;
+        if self.round {
+            self.use_snapshot = self.tested >= LOCK_SNAPSHOT_FROM;
+            self.tested = 0;
+            self.scans_since_round = 0;
+        } else {
+            self.scans_since_round += 1;
+        }
+    }
+
+    fn end_scan(&mut self) {
+        self.snapshot = None;
+    }
 }
 
 impl Reaper {
@@ -297,6 +357,9 @@ impl Reaper {
         if let Some(watcher) = &mut self.watcher {
             watcher.collect_fired();
         }
+        // The first scan is a round too (`scans_since_round` starts at MAX).
+        let moved = self.watcher.as_ref().is_none_or(ExitWatcher::take_locks_moved);
+        self.locks.start_scan(moved);
         let clear_ticket = header.clear_requested.load(Acquire);
         let served = header
             .clear_completed
@@ -369,6 +432,7 @@ impl Reaper {
             }
         }
 
+        self.locks.end_scan();
         header.scans.fetch_add(1, Relaxed);
         header
             .corrupt_slots
@@ -456,11 +520,16 @@ impl Reaper {
             self.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == self.clock_id;
         let last_signal = self.last_signal(index, word, own_clock.then_some(signal_ns), now_ns);
         let silent_ns = now_ns.saturating_sub(last_signal);
-        let check_lock = match &mut self.watcher {
-            Some(watcher) => watcher.needs_lock_check(index, generation, slot),
-            None => true,
+        let test = match &mut self.watcher {
+            Some(watcher) => watcher.lock_check(index, generation, slot),
+            None => LockCheck::Now,
         };
-        let reason = if check_lock && self.process_exited(index, generation) {
+        let exited = match test {
+            LockCheck::Never => false,
+            LockCheck::Now => self.process_exited(index, generation),
+            LockCheck::WhenLocksMoved => self.locks.round && self.lock_dropped(index, generation),
+        };
+        let reason = if exited {
             Reason::ProcessExited
         } else if self.timeout_ns > 0 && silent_ns >= budget {
             timed_reason
@@ -530,6 +599,24 @@ impl Reaper {
         match own_stamp {
             Some(stamp) => stamp.min(now_ns),
             None => seen.first_seen,
+        }
+    }
+
+    /// [`Reaper::process_exited`] for a registration seen before this scan,
+    /// from the scan's snapshot of every held lock when it has one (a lock
+    /// taken after the snapshot belongs to a registration first seen later,
+    /// which is tested on its own).
+    fn lock_dropped(&mut self, index: u32, generation: u32) -> bool {
+        self.locks.tested += 1;
+        if self.locks.snapshot.is_none() && self.locks.use_snapshot {
+            self.locks.use_snapshot = false;
+            self.locks.snapshot = self.role.lock.as_ref().and_then(|file| {
+                lock::held_in(file, lock::SLOT_LOCKS..lock::SLOT_LOCKS << 1).ok()
+            });
+        }
+        match &self.locks.snapshot {
+            Some(held) => !held.contains(&lock::registration_lock(index, generation)),
+            None => self.process_exited(index, generation),
         }
     }
 

@@ -28,6 +28,11 @@ const SETTLED_RECHECK: Duration = Duration::from_millis(50);
 impl TableMemory {
     /// Wakes a sleeping reaper.
     pub fn wake_reaper(&self) {
+        // The word is in the header: a truncated table has none to bump (and
+        // its reaper finds the truncation at its next size check anyway).
+        if self.check_size().is_err() {
+            return;
+        }
         let header = self.header();
         header.wake.fetch_add(1, Release);
         futex::wake_all(&header.wake);

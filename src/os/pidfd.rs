@@ -58,6 +58,28 @@ impl Epoll {
         .map(drop)
     }
 
+    /// `epoll_ctl(EPOLL_CTL_ADD, fd, {EPOLLIN, key})`: an entry that fires
+    /// for as long as `fd` is readable (its reader drains it).
+    pub(crate) fn add_level(&self, fd: &impl AsRawFd, key: u64) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: key,
+        };
+        // SAFETY: both descriptors are open; `event` is valid for the call.
+        check(
+            unsafe {
+                libc::epoll_ctl(
+                    self.0.as_raw_fd(),
+                    libc::EPOLL_CTL_ADD,
+                    fd.as_raw_fd(),
+                    &mut event,
+                )
+            }
+            .into(),
+        )
+        .map(drop)
+    }
+
     /// `epoll_wait(-1)`: blocks until an entry fires; returns the keys that did.
     pub(crate) fn wait(&self) -> io::Result<Vec<u64>> {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];

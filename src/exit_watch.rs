@@ -182,7 +182,7 @@ impl ExitWatcher {
                 generation: g,
                 process,
             } if *g == generation => {
-                let exited = self.processes.get(process).is_none_or(|w| w.exited);
+                let exited = self.processes.get(process).map_or(true, |w| w.exited);
                 return if exited { LockCheck::Now } else { LockCheck::Never };
             }
             Watch::Unwatchable(g) if *g == generation => return LockCheck::WhenLocksMoved,

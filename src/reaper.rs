@@ -358,7 +358,7 @@ impl Reaper {
             watcher.collect_fired();
         }
         // The first scan is a round too (`scans_since_round` starts at MAX).
-        let moved = self.watcher.as_ref().is_none_or(ExitWatcher::take_locks_moved);
+        let moved = self.watcher.as_ref().map_or(true, ExitWatcher::take_locks_moved);
         self.locks.start_scan(moved);
         let clear_ticket = header.clear_requested.load(Acquire);
         let served = header

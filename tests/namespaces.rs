@@ -1,0 +1,189 @@
+//! The deployment of containers sharing `/dev/shm`: the reaper in one PID
+//! namespace, workers in sibling ones (neither an ancestor of the other), so
+//! no pidfd can be opened for them. Their deaths must still be seen at once
+//! (the kernel closes their descriptors on the table, and the reaper hears
+//! it), and live ones must never be dropped.
+
+mod common;
+
+use common::TempTable;
+use livereg::{Reason, RegistrationState, Table, TableOptions};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `livereg ARGS` as pid 1 of a new PID namespace (killed with its
+/// `unshare` parent, and on drop).
+struct Namespaced(Child);
+
+impl Namespaced {
+    fn spawn(args: &[&str]) -> Namespaced {
+        let child = Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child"])
+            .arg(env!("CARGO_BIN_EXE_livereg"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn unshare");
+        Namespaced(child)
+    }
+
+    /// The first line the program prints.
+    fn first_line(&mut self) -> String {
+        let stdout = self.0.stdout.as_mut().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    }
+
+    /// The program's pid in this (the test's) namespace: `unshare`'s child.
+    fn inner_pid(&self) -> libc::pid_t {
+        let path = format!("/proc/{0}/task/{0}/children", self.0.id());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let children = std::fs::read_to_string(&path).unwrap_or_default();
+            if let Some(pid) = children.split_whitespace().next() {
+                return pid.parse().unwrap();
+            }
+            assert!(Instant::now() < deadline, "unshare never forked");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Namespaced {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether PID namespaces can be made here (root, or user namespaces).
+fn namespaces_available() -> bool {
+    let probe = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "true"])
+        .output();
+    let ok = probe.as_ref().is_ok_and(|o| o.status.success());
+    if !ok {
+        println!(
+            "LIMITATION: cannot create a PID namespace here (unshare --pid needs root or user namespaces): \
+             {probe:?}; the lock-based detection is covered by the other tests"
+        );
+    }
+    ok
+}
+
+fn live(table: &Table, instance_id: u64) -> bool {
+    table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == instance_id && r.state == RegistrationState::Live)
+}
+
+fn reaper_in_its_own_namespace(temp: &TempTable) -> Namespaced {
+    let reaper = Namespaced::spawn(&["reap", &temp.name]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !temp.table.reaper_alive() {
+        assert!(Instant::now() < deadline, "the reaper never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    reaper
+}
+
+#[test]
+fn a_sigkilled_worker_in_a_sibling_pid_namespace_is_dropped_at_once() {
+    if !namespaces_available() {
+        return;
+    }
+    // Scans are 2 s apart: a drop within half a second came by the wake-up.
+    let options = TableOptions {
+        reap_timeout: Duration::from_secs(8),
+        registration_grace: Duration::from_secs(8),
+        ..TableOptions::default()
+    };
+    let temp = TempTable::new("sibling-kill", &options);
+    let _reaper = reaper_in_its_own_namespace(&temp);
+    for instance in 1..=3u64 {
+        let id = instance.to_string();
+        let mut worker = Namespaced::spawn(&["worker", &temp.name, "--instance", &id]);
+        assert!(worker.first_line().starts_with("registered"));
+        let registration = temp
+            .table
+            .status()
+            .unwrap()
+            .registrations
+            .into_iter()
+            .find(|r| r.instance_id == instance)
+            .unwrap();
+        assert_eq!(registration.pid, 1, "the worker is pid 1 of its namespace");
+        std::thread::sleep(Duration::from_millis(100));
+        let killed = Instant::now();
+        // SAFETY: `kill` has no memory effects; the pid is unshare's live child.
+        unsafe { libc::kill(worker.inner_pid(), libc::SIGKILL) };
+        while live(&temp.table, instance) {
+            assert!(
+                killed.elapsed() < Duration::from_millis(500),
+                "instance {instance} still live {:?} after SIGKILL (the next scan is up to 2 s away)",
+                killed.elapsed()
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while temp.table.status().unwrap().ended[&Reason::ProcessExited] < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            temp.table.status().unwrap().ended
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_live_worker_in_a_sibling_pid_namespace_is_never_dropped() {
+    if !namespaces_available() {
+        return;
+    }
+    let options = TableOptions {
+        reap_timeout: Duration::from_millis(400),
+        registration_grace: Duration::from_millis(800),
+        ..TableOptions::default()
+    };
+    let temp = TempTable::new("sibling-live", &options);
+    let _reaper = reaper_in_its_own_namespace(&temp);
+    let mut worker = Namespaced::spawn(&[
+        "worker",
+        &temp.name,
+        "--instance",
+        "7",
+        "--interval",
+        "50ms",
+    ]);
+    assert!(worker.first_line().starts_with("registered"));
+    // Registrations come and go beside it for five timeouts: every one that
+    // goes closes a descriptor, and each close makes the reaper test locks.
+    let started = Instant::now();
+    let mut churn = 100;
+    while started.elapsed() < Duration::from_secs(2) {
+        temp.table
+            .register(churn, "churn")
+            .unwrap()
+            .deregister()
+            .unwrap();
+        churn += 1;
+        assert!(live(&temp.table, 7), "dropped while alive");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = temp.table.status().unwrap();
+    assert_eq!(
+        status.ended[&Reason::ProcessExited],
+        0,
+        "{:?}",
+        status.ended
+    );
+    assert_eq!(status.ended[&Reason::Timeout], 0, "{:?}", status.ended);
+}

@@ -141,6 +141,77 @@ fn kill_latency(namespace: bool, timeout_ms: u64) -> Vec<Duration> {
         .collect()
 }
 
+/// `unshare --pid --fork --kill-child livereg ARGS`: the program as pid 1 of
+/// a new PID namespace; returns `unshare` and the program's pid here.
+fn namespaced(args: &[&str]) -> (Child, libc::pid_t) {
+    let mut child = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", WORKER])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let children = format!("/proc/{0}/task/{0}/children", child.id());
+    let inner = loop {
+        if let Some(pid) = std::fs::read_to_string(&children)
+            .unwrap_or_default()
+            .split_whitespace()
+            .next()
+        {
+            break pid.parse().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    if args[0] == "worker" {
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("registered"), "{line}");
+    }
+    (child, inner)
+}
+
+/// The deployment of containers sharing `/dev/shm`: the reaper (`livereg
+/// reap`) in one PID namespace, each worker in a sibling one, so no pidfd
+/// can be opened. SIGKILL → the registration seen ended in the table
+/// (polled every 100 µs from here; its drop handler runs right after).
+fn sibling_kill_latency(timeout_ms: u64) -> Vec<Duration> {
+    let bench = BenchTable::new("kill-sibling", &options(timeout_ms));
+    let (mut reaper, _) = namespaced(&["reap", &bench.name]);
+    while !bench.table.reaper_alive() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let live = |id: u64| {
+        bench
+            .table
+            .status()
+            .unwrap()
+            .registrations
+            .iter()
+            .any(|r| r.instance_id == id && r.state == livereg::RegistrationState::Live)
+    };
+    let samples = (0..runs().max(if quick() { 3 } else { 30 }))
+        .map(|run| {
+            let id = (run + 1).to_string();
+            let (mut child, inner) = namespaced(&["worker", &bench.name, "--instance", &id]);
+            std::thread::sleep(Duration::from_millis(20));
+            let killed = Instant::now();
+            // SAFETY: `kill` has no memory effects; `inner` is unshare's live child.
+            unsafe { libc::kill(inner, libc::SIGKILL) };
+            while live(run as u64 + 1) {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            let took = killed.elapsed();
+            let _ = child.wait();
+            took
+        })
+        .collect();
+    let _ = reaper.kill();
+    let _ = reaper.wait();
+    samples
+}
+
 /// A reaper driven by this thread's own loop: SIGKILL of a pidfd-watched
 /// worker → its descriptor readable → the scan's drop handler.
 fn driven_kill_latency(timeout_ms: u64) -> Vec<Duration> {
@@ -298,9 +369,17 @@ fn main() {
         figures.insert(
             1,
             Figure {
-                what: "SIGKILL → drop handler, other PID namespace (lock only), timeout 400 ms",
-                samples: kill_latency(true, 400),
-                bound: "next scan: ≤ 100 ms".into(),
+                what: "SIGKILL → registration ended, reaper and worker in sibling PID namespaces (no pidfd), timeout 8 s",
+                samples: sibling_kill_latency(8_000),
+                bound: "goal: median ≤ 10 ms, max ≤ 100 ms (a scan would take up to 2 s)".into(),
+            },
+        );
+        figures.insert(
+            2,
+            Figure {
+                what: "SIGKILL → drop handler, worker in a child PID namespace (no pidfd), timeout 8 s",
+                samples: kill_latency(true, 8_000),
+                bound: "goal: median ≤ 10 ms".into(),
             },
         );
     } else {

@@ -1,6 +1,8 @@
 //! One reaper sweep over N live registrations: the heartbeat sweep alone (a
-//! heap table has no exit locks) and with the process-exit check per
-//! registration (a shared table: one F_OFD_GETLK each).
+//! heap table has no exit locks), with pidfd-watched registrations, and with
+//! registrations only their locks can judge (another PID namespace): steady,
+//! and in a lock round after a registrant let go; beside the two ways a
+//! round can test the locks.
 
 mod support;
 
@@ -34,6 +36,25 @@ fn fill(table: &Table, n: u32, pid: Option<u32>) -> Vec<livereg::Worker> {
             worker
         })
         .collect()
+}
+
+/// `F_OFD_GETLK` on the first `n` registration lock bytes (slot `i`,
+/// generation 0 or 1), as a round without a snapshot would.
+fn test_each_lock(file: &std::fs::File, n: u32) -> u32 {
+    use std::os::fd::AsRawFd;
+    let mut held = 0;
+    for index in 0..n {
+        // SAFETY: an all-zero `flock` is valid; fields are set below.
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_WRLCK as libc::c_short;
+        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        lock.l_start = ((1i64 << 40) + (i64::from(index) << 16)) as libc::off_t;
+        lock.l_len = 1;
+        // SAFETY: the descriptor is open; `lock` is a valid, writable flock.
+        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) };
+        held += u32::from(lock.l_type != libc::F_UNLCK as libc::c_short);
+    }
+    held
 }
 
 fn sizes(largest: u32) -> Vec<u32> {
@@ -126,18 +147,61 @@ fn sweep(c: &mut Criterion) {
         drop(workers);
     }
     // Registrations no pidfd can watch (another PID namespace; here forced
-    // by recording a pid that is not the registrant's): one F_OFD_GETLK each
-    // per scan, and the kernel walks the table's lock list for each.
+    // by recording a pid that is not the registrant's). Their locks are
+    // tested only in a round: after a descriptor on the table was closed (a
+    // registrant died or let go), or on the backstop every 16 scans.
     group.sample_size(10);
     for n in sizes(4_096) {
         group.throughput(Throughput::Elements(u64::from(n)));
         let bench = BenchTable::new(&format!("scan-lock-{n}"), &options(n));
-        let workers = fill(&bench.table, n, Some(1));
+        let mut workers = fill(&bench.table, n, Some(1));
         let mut reaper = bench.table.reaper().build().unwrap();
+        reaper.scan().unwrap(); // the first scan is a round
         group.bench_with_input(
-            BenchmarkId::new("sweep + exit check, lock only (other PID namespace)", n),
+            BenchmarkId::new(
+                "steady scan, lock only (other PID namespace; a round every 16)",
+                n,
+            ),
             &n,
             |b, _| b.iter(|| reaper.scan().unwrap()),
+        );
+        // A registrant lets go before each scan (its lock's descriptor
+        // closes): the scan is a lock round over all of them.
+        let mut next = u64::from(n) + 1;
+        group.bench_with_input(
+            BenchmarkId::new("scan after a registrant let go: lock round, lock only", n),
+            &n,
+            |b, _| {
+                b.iter_custom(|iterations| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iterations {
+                        workers.remove(0).deregister().unwrap();
+                        let worker = bench.table.registration(next).pid(1).register().unwrap();
+                        workers.push(worker);
+                        next += 1;
+                        std::thread::sleep(Duration::from_millis(2)); // the close is heard
+                        let started = std::time::Instant::now();
+                        reaper.scan().unwrap();
+                        total += started.elapsed();
+                    }
+                    total
+                })
+            },
+        );
+        // The two ways a round can test n held locks, on this very table.
+        let file = std::fs::File::open(format!("/dev/shm/{}", bench.name)).unwrap();
+        group.bench_with_input(
+            BenchmarkId::new("test every lock with F_OFD_GETLK (the alternative)", n),
+            &n,
+            |b, _| b.iter(|| test_each_lock(&file, n)),
+        );
+        group.bench_with_input(
+            BenchmarkId::new(
+                "read every held lock from /proc/locks (a round's choice)",
+                n,
+            ),
+            &n,
+            |b, _| b.iter(|| std::fs::read_to_string("/proc/locks").unwrap().len()),
         );
         drop(reaper);
         drop(workers);

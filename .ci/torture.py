@@ -1,10 +1,12 @@
 """The multi-process torture run behind .ci/torture SECONDS.
 
 Sixteen worker processes (`livereg worker --reregister`, a quarter of them in
-their own time namespace, behind or ahead of the reaper's clock) beat, get
-SIGKILLed and replaced, SIGSTOPped and resumed; the reaper (`livereg reap
---on-drop`, whose hook is every drop and is slow for one instance in ten) is
-itself killed and restarted; clears are requested. Some workers are busy
+their own time namespace, behind or ahead of the reaper's clock, and a quarter
+in their own PID namespace) beat, get SIGKILLed and replaced, SIGSTOPped and
+resumed; the reaper (`livereg reap --on-drop`, whose hook is every drop and is
+slow for one instance in ten; every other start, the first included, in its
+own PID namespace, so that it and those workers are siblings and no pidfd can
+reach them) is itself killed and restarted; clears are requested. Some workers are busy
 engines making progress at every beat, some hang their engine loop while
 beating on (they must end `stalled`, and only they), some fork a child that
 outlives them holding copies of their descriptors.
@@ -211,7 +213,9 @@ def describe(seconds, violations, summary):
         f"torture {seconds:.0f}s: registrations {summary['registrations']}, ended {summary['ended']} "
         f"({reasons}), kills {summary['kills']}, stops {summary['stops']}, clears {summary['clears']}, "
         f"reaper restarts {summary['reaper_restarts']}, repeated drops {summary['repeats']}, "
-        f"pid reuses {summary['pid_reuses']}, workers in other time namespaces {summary.get('time_namespaces', 0)}"
+        f"pid reuses {summary['pid_reuses']}, workers in other time namespaces {summary.get('time_namespaces', 0)}, "
+        f"workers in their own PID namespace {summary.get('pid_namespaces', 0)} "
+        f"(reaper starts in its own {summary.get('reaper_pid_namespaces', 0)})"
         f"{''.join(f', {what} {n}' for what, n in summary.get('shapes', {}).items())}; "
         f"worst latency: {worst}; violations: {len(violations)}"
     )
@@ -222,6 +226,68 @@ def run(*args, check=True):
     if check and result.returncode != 0:
         raise SystemExit(f"livereg {' '.join(args)} failed: {result.stderr.strip()}")
     return result
+
+
+def pid_namespaces():
+    """Whether workers and the reaper can run in PID namespaces of their own
+    (`unshare --pid` needs root or user namespaces)."""
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--kill-child", "true"], capture_output=True)
+    if probe.returncode != 0:
+        print(f"note: no PID namespaces here ({probe.stderr.decode().strip()}): every process shares the harness's")
+    return probe.returncode == 0
+
+
+def spawn(command, offset=None, own_pids=False, **popen):
+    """`command`, in new time and PID namespaces as asked: then `unshare` is
+    the process returned, its one child the program (killed if `unshare`
+    dies)."""
+    flags = (["--time", f"--monotonic={offset}"] if offset is not None else []) + (["--pid"] if own_pids else [])
+    if flags:
+        command = ["unshare", *flags, "--fork", "--kill-child", *command]
+    return subprocess.Popen(command, **popen)
+
+
+def program_pid(process, wrapped):
+    """The pid, in the harness's namespace, of the program `spawn` started:
+    the process itself, or the child `unshare` forked."""
+    if not wrapped:
+        return process.pid
+    for _ in range(100):
+        try:
+            with open(f"/proc/{process.pid}/task/{process.pid}/children") as children:
+                pids = children.read().split()
+            if pids:
+                return int(pids[0])
+        except OSError:
+            break
+        time.sleep(0.01)
+    return process.pid
+
+
+class Reaper:
+    """`livereg reap` with the drop hook; with `own_pids`, as pid 1 of a new
+    PID namespace."""
+
+    def __init__(self, table, hook, own_pids):
+        self.own_pids = own_pids
+        self.process = spawn([LIVEREG, "reap", table, "--on-drop", hook], own_pids=own_pids,
+                             stderr=subprocess.DEVNULL)
+
+    def kill(self):
+        try:
+            os.kill(program_pid(self.process, self.own_pids), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self):
+        """SIGTERM to the reaper itself (`unshare` would not pass it on)."""
+        try:
+            os.kill(program_pid(self.process, self.own_pids), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=10)
 
 
 def time_namespaces():
@@ -239,16 +305,15 @@ def time_namespaces():
 class Worker:
     """One worker process; its `life` is what the ledger judges. With an
     `offset`, it runs in a new time namespace whose monotonic clock is that
-    many seconds off the reaper's (`unshare` is its parent, and kills it if it
-    dies)."""
+    many seconds off the reaper's; with `own_pids`, in a new PID namespace
+    (`unshare` is then its parent, and kills it if it dies)."""
 
-    def __init__(self, table, instance, offset=None, shape=()):
+    def __init__(self, table, instance, offset=None, shape=(), own_pids=False):
         command = [LIVEREG, "worker", table, "--instance", str(instance), "--interval",
                    f"{int(BEAT_INTERVAL * 1000)}ms", "--reregister", *shape]
-        if offset is not None:
-            command = ["unshare", "--time", f"--monotonic={offset}", "--fork", "--kill-child", *command]
         self.offset = offset
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.own_pids = own_pids
+        self.process = spawn(command, offset, own_pids, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.shape = shape
         self.forked = []  # pids of children it forked, killed at the end
         self.life = Life(self.process.pid, may_stall="--stall-after" in shape)
@@ -260,23 +325,14 @@ class Worker:
             parts = line.split()
             if parts and parts[0] == "registered":
                 self.life.registrations.append((int(parts[1]), int(parts[2])))
-            elif parts and parts[0] == "forked":
+            elif parts and parts[0] == "forked" and not self.own_pids:
+                # (In its own PID namespace the pid is that namespace's, and
+                # the child dies with the namespace's first process anyway.)
                 self.forked.append(int(parts[1]))
 
     def target(self):
         """The worker itself: the process, or the child `unshare` forked."""
-        if self.offset is None:
-            return self.process.pid
-        for _ in range(100):
-            try:
-                with open(f"/proc/{self.process.pid}/task/{self.process.pid}/children") as children:
-                    pids = children.read().split()
-                if pids:
-                    return int(pids[0])
-            except OSError:
-                break
-            time.sleep(0.01)
-        return self.process.pid
+        return program_pid(self.process, self.offset is not None or self.own_pids)
 
     def signal(self, number):
         try:
@@ -319,9 +375,17 @@ def main():
     hook = (f'echo "$LIVEREG_INSTANCE_ID $LIVEREG_REASON $LIVEREG_PID $LIVEREG_SLOT $LIVEREG_GENERATION $(date +%s.%N)"'
             f' >> {drops_path}; case $LIVEREG_INSTANCE_ID in *7) sleep 1;; esac')
     offsets = time_namespaces()
+    own_pids = pid_namespaces()
+    reaper_starts = 0
+
+    def new_reaper():
+        nonlocal reaper_starts
+        reaper_starts += 1
+        return Reaper(name, hook, own_pids and reaper_starts % 2 == 1)
 
     def new_worker(instance):
         offset = rng.choice(offsets) if offsets and rng.random() < 0.25 else None
+        in_own_pids = own_pids and rng.random() < 0.25
         # Shapes: an engine that makes progress at every beat, one whose loop
         # hangs while it beats on (ends stalled), one that forks a child
         # holding copies of its descriptors (its death must still be seen).
@@ -334,7 +398,7 @@ def main():
             shape = ("--fork-child",)
         else:
             shape = ()
-        return Worker(name, instance, offset, shape)
+        return Worker(name, instance, offset, shape, in_own_pids)
 
     run("create", name, "--capacity", "64", "--timeout", f"{int(TIMEOUT * 1000)}ms", "--grace", "1s",
         "--progress-timeout", f"{int(PROGRESS_TIMEOUT * 1000)}ms")
@@ -342,7 +406,7 @@ def main():
     workers = []
     reaper = None
     try:
-        reaper = subprocess.Popen([LIVEREG, "reap", name, "--on-drop", hook], stderr=subprocess.DEVNULL)
+        reaper = new_reaper()
         time.sleep(0.3)
         workers = [new_worker(i + 1) for i in range(WORKERS)]
         ledger.lives.extend(w.life for w in workers)
@@ -369,11 +433,10 @@ def main():
                 if run("clear", name, "--wait", f"{int(CLEAR_WAIT)}s", check=False).returncode == 0:
                     ledger.clears.append(requested)
             elif action < 0.73:
-                reaper.send_signal(signal.SIGKILL)
-                reaper.wait()
+                reaper.kill()
                 down = time.time()
                 time.sleep(rng.uniform(0.05, 0.5))
-                reaper = subprocess.Popen([LIVEREG, "reap", name, "--on-drop", hook], stderr=subprocess.DEVNULL)
+                reaper = new_reaper()
                 ledger.reaper_downtime.append((down, time.time()))
         # Wind down: resume and kill every worker, let the reaper drain.
         for worker in workers:
@@ -384,13 +447,14 @@ def main():
         for worker in retired + workers:
             worker.lines.join(timeout=5)
         status = json.loads(run("status", name, "--json").stdout)
-        reaper.send_signal(signal.SIGTERM)
-        reaper.wait(timeout=10)
+        reaper.stop()
         time.sleep(0.2)
 
         violations, summary = ledger.judge(read_drops(drops_path), status["registrations"])
         everyone = retired + workers
         summary["time_namespaces"] = sum(1 for w in everyone if w.offset is not None)
+        summary["pid_namespaces"] = sum(1 for w in everyone if w.own_pids)
+        summary["reaper_pid_namespaces"] = (reaper_starts + 1) // 2 if own_pids else 0
         summary["shapes"] = {
             "busy": sum(1 for w in everyone if w.shape == ("--busy",)),
             "stalling": sum(1 for w in everyone if w.life.may_stall),

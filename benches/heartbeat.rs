@@ -5,7 +5,7 @@
 mod support;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use livereg::{monotonic_ns, TableOptions, Worker};
+use livereg::{monotonic_coarse_ns, monotonic_ns, StampClock, TableOptions, Worker};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -19,15 +19,7 @@ fn clock(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
     group.bench_function("clock_gettime(MONOTONIC)", |b| b.iter(monotonic_ns));
     group.bench_function("clock_gettime(MONOTONIC_COARSE)", |b| {
-        b.iter(|| {
-            let mut ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            };
-            // SAFETY: `ts` is a valid, writable timespec.
-            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-            black_box(ts.tv_nsec)
-        })
+        b.iter(monotonic_coarse_ns)
     });
     #[cfg(target_arch = "x86_64")]
     group.bench_function("rdtsc", |b| {
@@ -52,10 +44,35 @@ fn single_thread(c: &mut Criterion) {
             ))
         })
     });
+    group.bench_function("bare limit: coarse clock + CAS on a private line", |b| {
+        b.iter(|| {
+            let now = monotonic_coarse_ns();
+            let current = line.0.load(Ordering::Relaxed);
+            black_box(line.0.compare_exchange(
+                current,
+                now.max(current),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ))
+        })
+    });
+    // The default table (10 s timeout): `StampClock::Auto` stamps coarsely.
     let bench = BenchTable::new("heartbeat", &TableOptions::default());
+    assert_eq!(bench.table.stamp_clock(), StampClock::Coarse);
     let worker = bench.table.register(1, "bench").unwrap();
-    group.bench_function("Worker::heartbeat", |b| {
+    group.bench_function("Worker::heartbeat (coarse stamps, the default)", |b| {
         b.iter(|| worker.heartbeat().unwrap())
+    });
+    let precise = BenchTable::new(
+        "heartbeat-precise",
+        &TableOptions {
+            stamp_clock: StampClock::Precise,
+            ..TableOptions::default()
+        },
+    );
+    let precise_worker = precise.table.register(1, "bench").unwrap();
+    group.bench_function("Worker::heartbeat (table forced to precise stamps)", |b| {
+        b.iter(|| precise_worker.heartbeat().unwrap())
     });
     c_ping(&mut group, &bench.name);
     group.finish();
@@ -103,7 +120,7 @@ fn c_ping(
         let (mut handle, mut worker) = (std::ptr::null_mut(), std::ptr::null_mut());
         assert_eq!(open(name.as_ptr(), &mut handle), 0);
         assert_eq!(register(handle, 2, c"c-bench".as_ptr(), &mut worker), 0);
-        group.bench_function("livereg_ping (C ABI)", |b| {
+        group.bench_function("livereg_ping (C ABI, coarse stamps)", |b| {
             b.iter(|| assert_eq!(ping(worker), 0))
         });
     }

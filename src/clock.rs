@@ -1,5 +1,6 @@
-//! The monotonic clock every timestamp in a table is read from, and a manual
-//! clock that tests move by hand.
+//! The monotonic clock every timestamp in a table is read from, the coarse
+//! reading of it that heartbeats may stamp with, and a manual clock that
+//! tests move by hand.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,8 +29,88 @@ pub struct Clock(Source);
 enum Source {
     #[default]
     Monotonic,
-    /// A manual clock's time and identity.
-    Manual(Arc<AtomicU64>, u64),
+    /// A manual clock's time and identity, and whether its stamps tick (see
+    /// [`ManualClock::ticking_clock`]).
+    Manual(Arc<AtomicU64>, u64, Ticks),
+}
+
+/// Whether a manual clock's stamps follow a table's coarse resolution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ticks {
+    /// Stamps are the exact time, whatever the table says.
+    Exact,
+    /// On a table whose heartbeats stamp coarsely, stamps are the start of
+    /// the current tick of the table's resolution, as `CLOCK_MONOTONIC_COARSE`.
+    Coarse,
+}
+
+/// Which clock a new table's registrants stamp their heartbeats with
+/// ([`TableOptions::stamp_clock`](crate::TableOptions::stamp_clock)).
+///
+/// The coarse clock costs a few nanoseconds where the precise one costs tens
+/// (see BENCHMARKS.md), but a coarse stamp is older than the heartbeat, by up
+/// to a tick of the kernel (its resolution, 4 ms at `HZ=250`) plus the tick's
+/// own delay. The reaper adds [`STAMP_LAG_TICKS`] resolutions before judging,
+/// so a registration is still never evicted before `reap_timeout` of real
+/// silence; it may be up to that much later than on the precise clock.
+///
+/// # Examples
+///
+/// ```
+/// use livereg::{StampClock, Table, TableOptions};
+/// use std::time::Duration;
+///
+/// let options = TableOptions {
+///     reap_timeout: Duration::from_millis(10),
+///     registration_grace: Duration::from_secs(1),
+///     ..TableOptions::default()
+/// };
+/// // A 10 ms timeout is too short for 4 ms ticks: `Auto` stamps precisely.
+/// let table = Table::in_memory(&options)?;
+/// assert_eq!(table.stamp_resolution(), Duration::ZERO);
+/// # Ok::<(), livereg::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StampClock {
+    /// The coarse clock where the reap timeout is at least
+    /// [`MIN_TIMEOUT_TICKS`] of its ticks, else the precise one.
+    #[default]
+    Auto,
+    /// `CLOCK_MONOTONIC`: stamps are exact, as before layout 1.4.
+    Precise,
+    /// `CLOCK_MONOTONIC_COARSE`; refused where the reap timeout is shorter
+    /// than [`MIN_TIMEOUT_TICKS`] of its ticks.
+    Coarse,
+}
+
+/// The coarse clock stamps a table's heartbeats only where the reap timeout
+/// is at least this many of its ticks (800 ms at `HZ=250`): the
+/// [`STAMP_LAG_TICKS`] it adds to the eviction bound then stay within 2% of
+/// the timeout.
+pub const MIN_TIMEOUT_TICKS: u32 = 200;
+
+/// How many of its ticks (its resolution) a coarse stamp may lag the
+/// heartbeat, as the reaper reckons: `CLOCK_MONOTONIC_COARSE` is the time the
+/// kernel's timekeeping last advanced, which happens once a tick *when the
+/// tick handler of the CPU keeping time runs*, so it lags by a tick plus that
+/// handler's delay. Measured on this project's 2-vCPU VM (`clock_getres`
+/// 4 ms): 4.4 ms idle, 4.6 ms with every CPU busy, 9.4 ms (2.35 ticks) while
+/// CI ran beside; one tick would have judged a worker early. The kernel
+/// promises no bound (a CPU stalled by a long VM exit lags longer), so this
+/// is a margin over what was seen, checked by a test on every CI run.
+pub const STAMP_LAG_TICKS: u32 = 4;
+
+/// How a table's registrants stamp their heartbeats, recorded in its header
+/// (layout 1.4) and followed by every process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stamps {
+    /// `CLOCK_MONOTONIC`: a stamp is the time of the heartbeat.
+    Precise,
+    /// `CLOCK_MONOTONIC_COARSE`: a stamp is the time at the last tick before
+    /// the heartbeat, so the reaper judges it as `stamp + STAMP_LAG_TICKS ×
+    /// resolution_ns`.
+    Coarse { resolution_ns: u64 },
 }
 
 /// Identities of manual clocks: far above any inode number, one per
@@ -56,8 +137,36 @@ impl Clock {
     pub fn now_ns(&self) -> u64 {
         match &self.0 {
             Source::Monotonic => monotonic_ns(),
-            Source::Manual(now, _) => now.load(Ordering::SeqCst),
+            Source::Manual(now, ..) => now.load(Ordering::SeqCst),
         }
+    }
+
+    /// A heartbeat's stamp on a table whose registrants stamp as `stamps`
+    /// say: the coarse reading where the table asks for it (a few
+    /// nanoseconds, no system call), else [`Clock::now_ns`].
+    #[inline]
+    pub(crate) fn stamp_ns(&self, stamps: Stamps) -> u64 {
+        match (&self.0, stamps) {
+            (Source::Monotonic, Stamps::Coarse { .. }) => monotonic_coarse_ns(),
+            (Source::Manual(now, _, Ticks::Coarse), Stamps::Coarse { resolution_ns }) => {
+                let now = now.load(Ordering::SeqCst);
+                now - now % resolution_ns.max(1)
+            }
+            _ => self.now_ns(),
+        }
+    }
+
+    /// Whether [`Clock::stamp_ns`] lags the time on such a table: then each
+    /// registration says so (a slot flag), and the reaper adds the table's
+    /// resolution to its stamps.
+    pub(crate) fn stamps_lag(&self, stamps: Stamps) -> bool {
+        matches!(
+            (&self.0, stamps),
+            (
+                Source::Monotonic | Source::Manual(_, _, Ticks::Coarse),
+                Stamps::Coarse { .. }
+            )
+        )
     }
 
     /// Which clock this is: readings of two clocks compare only when their
@@ -78,7 +187,7 @@ impl Clock {
     pub fn identity(&self) -> u64 {
         match &self.0 {
             Source::Monotonic => crate::os::process::time_namespace(),
-            Source::Manual(_, identity) => *identity,
+            Source::Manual(_, identity, _) => *identity,
         }
     }
 
@@ -94,7 +203,16 @@ pub struct ManualClock(Arc<AtomicU64>, u64);
 impl ManualClock {
     /// A [`Clock`] reading this handle's time.
     pub fn clock(&self) -> Clock {
-        Clock(Source::Manual(self.0.clone(), self.1))
+        Clock(Source::Manual(self.0.clone(), self.1, Ticks::Exact))
+    }
+
+    /// A [`Clock`] reading this handle's time whose heartbeat stamps, on a
+    /// table that stamps coarsely, lag it as `CLOCK_MONOTONIC_COARSE` lags
+    /// `CLOCK_MONOTONIC`: each is the start of the current tick of the
+    /// table's resolution. The same [`identity`](Clock::identity) as
+    /// [`ManualClock::clock`], as the two system clocks share theirs.
+    pub fn ticking_clock(&self) -> Clock {
+        Clock(Source::Manual(self.0.clone(), self.1, Ticks::Coarse))
     }
 
     /// Moves the time forward by `by`.
@@ -125,6 +243,40 @@ pub fn monotonic_ns() -> u64 {
     // - CLOCK_MONOTONIC is supported on every Linux, so the call cannot fail;
     //   were it to, `ts` keeps its zero value and we return 0.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `clock_gettime(CLOCK_MONOTONIC_COARSE)` in nanoseconds: the time at the
+/// kernel's last tick, a vDSO read without the hardware counter, so several
+/// times cheaper than [`monotonic_ns`] and up to
+/// [`coarse_resolution_ns`] behind it.
+#[inline]
+pub fn monotonic_coarse_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY:
+    // - `ts` is a valid, writable `timespec` for the duration of the call.
+    // - CLOCK_MONOTONIC_COARSE exists since Linux 2.6.32, so the call cannot
+    //   fail; were it to, `ts` keeps its zero value and we return 0 (a stamp
+    //   in the past: the registration looks older, never younger).
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// How far `CLOCK_MONOTONIC_COARSE` may lag `CLOCK_MONOTONIC`: its
+/// resolution (`clock_getres`), the kernel's tick (4 ms at `HZ=250`).
+pub fn coarse_resolution_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY:
+    // - `ts` is a valid, writable `timespec` for the duration of the call;
+    //   on failure (never on Linux) it stays zero, and a zero resolution
+    //   makes a new table stamp precisely.
+    unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -22,8 +22,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"LIVEREG\0");
 pub const VERSION_MAJOR: u32 = 1;
 /// Layout minor version: additions that older readers may ignore (1: each
 /// slot records its registrant's clock identity; 2: the info area after the
-/// slots; 3: progress beside liveness).
-pub const VERSION_MINOR: u32 = 3;
+/// slots; 3: progress beside liveness; 4: the clock heartbeats stamp with).
+pub const VERSION_MINOR: u32 = 4;
+/// The first minor version that records the clock heartbeats stamp with.
+pub(crate) const STAMP_CLOCK_SINCE_MINOR: u32 = 4;
 /// The first minor version with an info area.
 pub(crate) const INFO_SINCE_MINOR: u32 = 2;
 /// Most bytes the info area holds.
@@ -74,7 +76,9 @@ pub(crate) struct Header {
     /// Futex word: bumped by the reaper after releasing slots or finishing a
     /// clear, for those waiting on either.
     pub settled: AtomicU32,
-    reserved_u32: AtomicU32,
+    /// Which clock registrants stamp heartbeats with: [`STAMPS_PRECISE`]
+    /// (and before layout 1.4) or [`STAMPS_COARSE`].
+    pub stamp_clock: AtomicU32,
     /// The reaper's clock at its last scan.
     pub reaper_heartbeat_ns: AtomicU64,
     /// Changes whenever a reaper (re)starts.
@@ -99,7 +103,10 @@ pub(crate) struct Header {
     pub progress_timeout_ns: AtomicU64,
     /// Registrations ended as `Stalled` (layout 1.3).
     pub ended_stalled: AtomicU64,
-    reserved: [AtomicU64; 36],
+    /// With [`STAMPS_COARSE`]: how far a stamp may lag its heartbeat, in
+    /// nanoseconds (layout 1.4).
+    pub stamp_resolution_ns: AtomicU64,
+    reserved: [AtomicU64; 35],
 }
 
 /// Byte offsets of header fields, named for tools and tests that read or
@@ -174,6 +181,14 @@ pub(crate) const FLAG_PIDFD: u32 = 1;
 /// registering process (a wrapper registered on its behalf), so its exit says
 /// nothing about the registration's lock; only the lock counts.
 pub(crate) const FLAG_PROXY: u32 = 2;
+/// Bit of [`Slot::flags`], set by the registrant: it stamps heartbeats with
+/// the table's coarse clock, so the reaper adds the table's resolution to
+/// its stamps (layout 1.4).
+pub(crate) const FLAG_COARSE_STAMPS: u32 = 4;
+/// [`Header::stamp_clock`]: heartbeats stamp `CLOCK_MONOTONIC`.
+pub(crate) const STAMPS_PRECISE: u32 = 0;
+/// [`Header::stamp_clock`]: heartbeats stamp `CLOCK_MONOTONIC_COARSE`.
+pub(crate) const STAMPS_COARSE: u32 = 1;
 /// Bit of [`Slot::progress`]: the engine has work in flight.
 pub(crate) const BUSY: u64 = 1;
 /// Bit of [`Slot::progress`]: the reaper judged the registration stalled on

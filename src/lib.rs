@@ -66,7 +66,10 @@ outside_loom! {
     mod wake;
     mod worker;
 
-    pub use clock::{monotonic_ns, Clock, ManualClock};
+    pub use clock::{
+        coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns, Clock, ManualClock, StampClock,
+        MIN_TIMEOUT_TICKS, STAMP_LAG_TICKS,
+    };
     pub use dropper::{HandlerError, HANDLER_DEADLINE};
     pub use error::{Error, Result, ResultCode, RESULT_CODES};
     pub use reaper::{Reaper, ReaperBuilder, ScanReport};

@@ -2,14 +2,14 @@
 //! exited, and hands the ended registrations to their drop handlers
 //! ([`crate::dropper`]), which free the slots.
 
-use crate::clock::{monotonic_ns, Clock};
+use crate::clock::{monotonic_ns, Clock, Stamps, STAMP_LAG_TICKS};
 use crate::dropper::{
     ClearHandler, DropHandler, HandlerError, HandlerPool, Handlers, Job, Running, HANDLER_DEADLINE,
 };
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
 use crate::exit_watch::{ExitWatcher, LockCheck};
-use crate::layout::{Slot, BUSY, SCANS_PER_TIMEOUT};
+use crate::layout::{Slot, BUSY, FLAG_COARSE_STAMPS, SCANS_PER_TIMEOUT};
 use crate::locks::ReaperRole;
 use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
@@ -501,7 +501,11 @@ impl Reaper {
                 self.grace_ns,
                 Reason::Grace,
             ),
-            Beat::At(stamp) => (stamp.ns_near(now_ns), self.timeout_ns, Reason::Timeout),
+            Beat::At(stamp) => (
+                stamp.ns_near(now_ns).saturating_add(self.stamp_lag_ns(slot)),
+                self.timeout_ns,
+                Reason::Timeout,
+            ),
         };
         if clearing {
             return match protocol::end(slot, generation, Reason::Cleared) {
@@ -544,6 +548,21 @@ impl Reaper {
                 // A heartbeat landed between our read and our CAS: it counts.
                 _ => Verdict::Keep,
             },
+        }
+    }
+
+    /// How far the slot's stamps may lag its heartbeats: [`STAMP_LAG_TICKS`]
+    /// of the table's coarse resolution where the registrant says it stamps
+    /// coarsely, so that `stamp + lag` is never before the heartbeat (and the
+    /// eviction never early); zero for precise stamps.
+    fn stamp_lag_ns(&self, slot: &Slot) -> u64 {
+        match self.table.memory.stamps {
+            Stamps::Coarse { resolution_ns }
+                if slot.flags.load(Relaxed) & FLAG_COARSE_STAMPS != 0 =>
+            {
+                resolution_ns.saturating_mul(u64::from(STAMP_LAG_TICKS))
+            }
+            _ => 0,
         }
     }
 

@@ -1,6 +1,6 @@
 //! A snapshot of a table for operators and dashboards, serialisable with serde.
 
-use crate::clock::Clock;
+use crate::clock::{Clock, StampClock};
 use crate::event::Reason;
 
 use crate::layout::{BUSY, FLAG_PIDFD, SCANS_PER_TIMEOUT, STALL_MARK};
@@ -27,6 +27,11 @@ pub struct Status {
     pub scan_interval_seconds: f64,
     /// How long a busy registration may make no progress (0: not judged).
     pub progress_timeout_seconds: f64,
+    /// The clock heartbeats stamp with (`"precise"` or `"coarse"`).
+    pub stamp_clock: StampClock,
+    /// How far a stamp may lag its heartbeat (the coarse clock's resolution;
+    /// 0 for precise stamps): evictions come up to this much later.
+    pub stamp_resolution_seconds: f64,
     /// Live (not ended) registrations.
     pub tracked_instances: usize,
     /// Number of slots.
@@ -249,6 +254,8 @@ impl Table {
             registration_grace_seconds: seconds(header.registration_grace_ns.load(Relaxed)),
             scan_interval_seconds: seconds(timeout_ns / u64::from(SCANS_PER_TIMEOUT)),
             progress_timeout_seconds: seconds(header.progress_timeout_ns.load(Relaxed)),
+            stamp_clock: self.stamp_clock(),
+            stamp_resolution_seconds: self.stamp_resolution().as_secs_f64(),
             tracked_instances: registrations.iter().filter(|r| r.state == RegistrationState::Live).count(),
             capacity: inner.capacity,
             reaper_alive: self.reaper_alive(),

@@ -4,7 +4,7 @@
 //!
 //! | methods | file |
 //! |---|---|
-//! | `create`, `in_memory`, `open`, `unlink`, `with_clock`, `clock`, `name`, `capacity`, the timeouts, `scan_interval`, `reaper_alive`, `reaper_stalled`, `probe`, `clear` | `table.rs` |
+//! | `create`, `in_memory`, `open`, `unlink`, `with_clock`, `clock`, `stamp_clock`, `stamp_resolution`, `name`, `capacity`, the timeouts, `scan_interval`, `reaper_alive`, `reaper_stalled`, `probe`, `clear` | `table.rs` |
 //! | `registration`, `register` | `worker.rs` |
 //! | `reaper` (the builder) | `reaper.rs` |
 //! | `status` | `status.rs` |
@@ -15,12 +15,12 @@
 //! lock) are in `locks.rs`; the futex words that wake the reaper and the
 //! waiters of a clear are in `wake.rs`.
 
-use crate::clock::{duration_ns, Clock};
+use crate::clock::{coarse_resolution_ns, duration_ns, Clock, StampClock, Stamps, MIN_TIMEOUT_TICKS};
 use crate::error::{Error, Result};
 use crate::layout::{
     object_size, observations_start, slots_end, table_size, Header, InfoArea, Slot, HEADER_SIZE,
     INFO_AREA_SIZE, INFO_SINCE_MINOR, MAGIC, MAX_CAPACITY, OBSERVATIONS_SINCE_MINOR, READY,
-    SCANS_PER_TIMEOUT, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
+    SCANS_PER_TIMEOUT, SLOT_SIZE, STAMP_CLOCK_SINCE_MINOR, STAMPS_COARSE, STAMPS_PRECISE, VERSION_MAJOR, VERSION_MINOR,
 };
 use crate::location;
 use crate::sync::AtomicU64;
@@ -77,6 +77,9 @@ pub struct TableOptions {
     /// `Stalled` (SPEC 1.19); zero (the default) turns the check off.
     /// At least one scan interval.
     pub progress_timeout: Duration,
+    /// Which clock registrants stamp heartbeats with (default
+    /// [`StampClock::Auto`]: the coarse one where the timeout allows).
+    pub stamp_clock: StampClock,
 }
 
 impl Default for TableOptions {
@@ -87,6 +90,7 @@ impl Default for TableOptions {
             reap_timeout: Duration::from_secs(10),
             registration_grace: DEFAULT_REGISTRATION_GRACE,
             progress_timeout: Duration::ZERO,
+            stamp_clock: StampClock::Auto,
         }
     }
 }
@@ -121,7 +125,28 @@ impl TableOptions {
                 self.registration_grace, self.reap_timeout
             ));
         }
+        if self.stamp_clock == StampClock::Coarse && self.stamps() == Stamps::Precise {
+            return invalid(format!(
+                "the coarse clock's resolution {:?} is more than 1/{MIN_TIMEOUT_TICKS} of the reap timeout {:?}, \
+                 expected a timeout of at least {:?} (or the precise clock)",
+                Duration::from_nanos(coarse_resolution_ns()),
+                self.reap_timeout,
+                Duration::from_nanos(coarse_resolution_ns()) * MIN_TIMEOUT_TICKS
+            ));
+        }
         Ok(())
+    }
+
+    /// How registrants of a table made with these options stamp.
+    fn stamps(&self) -> Stamps {
+        let resolution_ns = coarse_resolution_ns();
+        let fits = resolution_ns > 0
+            && resolution_ns.saturating_mul(u64::from(MIN_TIMEOUT_TICKS))
+                <= duration_ns(self.reap_timeout);
+        match self.stamp_clock {
+            StampClock::Auto | StampClock::Coarse if fits => Stamps::Coarse { resolution_ns },
+            _ => Stamps::Precise,
+        }
     }
 }
 
@@ -156,6 +181,9 @@ pub(crate) struct TableMemory {
     pub capacity: u32,
     /// The layout's minor version (what the table holds beyond 1.0).
     pub minor: u32,
+    /// How registrants stamp heartbeats: read once from the header, so a
+    /// writer changing it later changes nothing.
+    pub stamps: Stamps,
     backing: Backing,
     /// Serialises registrations of this process; the kernel lock orders them
     /// against other processes.
@@ -233,6 +261,7 @@ impl Table {
             name,
             options.capacity,
             VERSION_MINOR,
+            options.stamps(),
             Backing::Mapped { file, map },
         );
         table.write_header(options);
@@ -259,16 +288,29 @@ impl Table {
             layout,
             reaper_taken: AtomicBool::new(false),
         };
-        let table = Table::from_memory("(in memory)", options.capacity, VERSION_MINOR, memory);
+        let table = Table::from_memory(
+            "(in memory)",
+            options.capacity,
+            VERSION_MINOR,
+            options.stamps(),
+            memory,
+        );
         table.write_header(options);
         Ok(table)
     }
 
-    fn from_memory(name: &str, capacity: u32, minor: u32, backing: Backing) -> Table {
+    fn from_memory(
+        name: &str,
+        capacity: u32,
+        minor: u32,
+        stamps: Stamps,
+        backing: Backing,
+    ) -> Table {
         let memory = TableMemory {
             name: name.to_owned(),
             capacity,
             minor,
+            stamps,
             backing,
             registrations: Mutex::new(()),
         };
@@ -295,6 +337,12 @@ impl Table {
         header
             .progress_timeout_ns
             .store(duration_ns(options.progress_timeout), Relaxed);
+        let (clock, resolution_ns) = match self.memory.stamps {
+            Stamps::Precise => (STAMPS_PRECISE, 0),
+            Stamps::Coarse { resolution_ns } => (STAMPS_COARSE, resolution_ns),
+        };
+        header.stamp_clock.store(clock, Relaxed);
+        header.stamp_resolution_ns.store(resolution_ns, Relaxed);
         // Release: an opener that reads READY sees every field above.
         header.ready.store(READY, Release);
     }
@@ -332,11 +380,12 @@ impl Table {
         //   `wait_until_ready`) and page-aligned, so it holds a `Header`;
         // - `Header` is made of atomics, so shared access is race-free.
         let header = unsafe { &*map.as_ptr().cast::<Header>() };
-        let (capacity, minor) = validate(name, header, size)?;
+        let (capacity, minor, stamps) = validate(name, header, size)?;
         Ok(Table::from_memory(
             name,
             capacity,
             minor,
+            stamps,
             Backing::Mapped { file, map },
         ))
     }
@@ -365,6 +414,28 @@ impl Table {
     /// The clock this handle reads.
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// The clock this table's registrants stamp heartbeats with:
+    /// [`StampClock::Precise`] or [`StampClock::Coarse`] (never `Auto`: the
+    /// creator decided).
+    pub fn stamp_clock(&self) -> StampClock {
+        match self.memory.stamps {
+            Stamps::Precise => StampClock::Precise,
+            Stamps::Coarse { .. } => StampClock::Coarse,
+        }
+    }
+
+    /// The resolution of the clock heartbeats stamp with: the coarse
+    /// clock's tick, or zero for precise stamps. A silent registration is
+    /// evicted between `reap_timeout` and `reap_timeout + scan_interval +`
+    /// [`STAMP_LAG_TICKS`](crate::STAMP_LAG_TICKS)` × stamp_resolution` after
+    /// its last heartbeat.
+    pub fn stamp_resolution(&self) -> Duration {
+        match self.memory.stamps {
+            Stamps::Precise => Duration::ZERO,
+            Stamps::Coarse { resolution_ns } => Duration::from_nanos(resolution_ns),
+        }
     }
 
     /// The name the table was opened by.
@@ -538,7 +609,7 @@ fn wait_until_ready(name: &str, file: &File) -> Result<u64> {
 /// Checks a ready header against the object's size; returns the capacity.
 /// Checks a ready header against the object's size; returns the capacity and
 /// the layout's minor version.
-fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32)> {
+fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32, Stamps)> {
     let incompatible =
         |detail: String| Err(Error::Incompatible(format!("table '{name}': {detail}")));
     let corrupt = |detail: String| Err(Error::Corrupt(format!("table '{name}': {detail}")));
@@ -590,7 +661,31 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32)> {
             "registration grace {grace} ns is shorter than the reap timeout {timeout} ns"
         ));
     }
-    Ok((capacity, minor))
+    let stamps = if minor < STAMP_CLOCK_SINCE_MINOR {
+        Stamps::Precise
+    } else {
+        match header.stamp_clock.load(Relaxed) {
+            STAMPS_PRECISE => Stamps::Precise,
+            STAMPS_COARSE => {
+                let resolution_ns = header.stamp_resolution_ns.load(Relaxed);
+                let most = timeout / u64::from(MIN_TIMEOUT_TICKS);
+                if resolution_ns == 0 || resolution_ns > most {
+                    return corrupt(format!(
+                        "coarse stamp resolution {resolution_ns} ns, expected 1 to {most} ns \
+                         (1/{MIN_TIMEOUT_TICKS} of the reap timeout {timeout} ns)"
+                    ));
+                }
+                Stamps::Coarse { resolution_ns }
+            }
+            other => {
+                return incompatible(format!(
+                    "stamp clock {other}, this build knows {STAMPS_PRECISE} (CLOCK_MONOTONIC) \
+                     and {STAMPS_COARSE} (CLOCK_MONOTONIC_COARSE)"
+                ))
+            }
+        }
+    };
+    Ok((capacity, minor, stamps))
 }
 
 impl TableMemory {

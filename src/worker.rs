@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::event::Reason;
 
 use crate::fork::{self, LockDescriptor};
-use crate::layout::{FLAG_PROXY, LABEL_MAX};
+use crate::layout::{FLAG_COARSE_STAMPS, FLAG_PROXY, LABEL_MAX};
 use crate::os::{lock, process};
 use crate::protocol::{self, Beat, Gone, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
@@ -256,6 +256,10 @@ impl<'t> Registration<'t> {
                     0
                 } else {
                     FLAG_PROXY
+                } | if table.clock.stamps_lag(inner.stamps) {
+                    FLAG_COARSE_STAMPS
+                } else {
+                    0
                 },
             };
             protocol::publish(slot, generation, &fields);
@@ -305,8 +309,9 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Proves this worker alive: one clock read and one compare-and-swap on
-    /// its own slot, no system call, no allocation.
+    /// Proves this worker alive: one clock read (the coarse clock where the
+    /// table stamps with it, see [`StampClock`](crate::StampClock)) and one
+    /// compare-and-swap on its own slot, no system call, no allocation.
     ///
     /// # Errors
     ///
@@ -318,7 +323,8 @@ impl Worker {
             return Err(self.inherited());
         }
         let slot = self.table.memory.slot(self.index);
-        match protocol::beat(slot, self.generation, self.table.clock.now_ns()) {
+        let stamp_ns = self.table.clock.stamp_ns(self.table.memory.stamps);
+        match protocol::beat(slot, self.generation, stamp_ns) {
             Ok(()) => {
                 // Advisory count for status; a plain store on a line the
                 // CAS just made ours.

@@ -5,7 +5,7 @@
 //! Regenerate it only for a deliberate format change (and say so in the
 //! changelog): `LIVEREG_WRITE_FIXTURE=1 cargo test --test status_json`.
 
-use livereg::{Clock, Table, TableOptions};
+use livereg::{Clock, StampClock, Table, TableOptions};
 use std::time::Duration;
 
 fn fixture_table() -> (Table, livereg::ManualClock) {
@@ -15,6 +15,8 @@ fn fixture_table() -> (Table, livereg::ManualClock) {
         reap_timeout: Duration::from_secs(2),
         registration_grace: Duration::from_secs(4),
         progress_timeout: Duration::from_secs(1),
+        // Fixed, not `Auto`: the coarse clock's resolution is the machine's.
+        stamp_clock: StampClock::Precise,
         ..TableOptions::default()
     };
     let table = Table::in_memory(&options)

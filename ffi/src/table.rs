@@ -73,6 +73,9 @@ pub unsafe extern "C" fn livereg_create(
                 reap_timeout: Duration::from_millis(o.reap_timeout_ms),
                 registration_grace: Duration::from_millis(o.registration_grace_ms),
                 progress_timeout: Duration::from_millis(o.progress_timeout_ms),
+                // The C options keep their layout; a C creator stamps as
+                // `StampClock::Auto` decides.
+                ..TableOptions::default()
             },
             None => TableOptions::default(),
         };

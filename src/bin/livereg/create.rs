@@ -1,7 +1,7 @@
 //! `livereg create NAME`
 
 use crate::{duration, Outcome};
-use livereg::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
+use livereg::{StampClock, Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,6 +25,29 @@ pub struct Args {
     /// Permission bits, octal.
     #[arg(long, default_value = "600", value_parser = parse_mode)]
     mode: u32,
+    /// The clock heartbeats stamp with: `coarse` (CLOCK_MONOTONIC_COARSE, a
+    /// few ns; the reaper adds 4 of its ticks before judging, so evictions
+    /// may come up to 16ms later at HZ=250), `precise` (CLOCK_MONOTONIC), or
+    /// `auto`: coarse where the timeout is at least 200 ticks (800ms).
+    #[arg(long, value_enum, default_value = "auto")]
+    clock: ClockChoice,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ClockChoice {
+    Auto,
+    Precise,
+    Coarse,
+}
+
+impl From<ClockChoice> for StampClock {
+    fn from(choice: ClockChoice) -> StampClock {
+        match choice {
+            ClockChoice::Auto => StampClock::Auto,
+            ClockChoice::Precise => StampClock::Precise,
+            ClockChoice::Coarse => StampClock::Coarse,
+        }
+    }
 }
 
 fn parse_mode(text: &str) -> Result<u32, String> {
@@ -41,6 +64,7 @@ pub fn run(args: Args) -> Outcome {
             .grace
             .unwrap_or(args.timeout.max(DEFAULT_REGISTRATION_GRACE)),
         progress_timeout: args.progress_timeout,
+        stamp_clock: args.clock.into(),
     };
     let table = Table::create(&args.name, &options)?;
     let progress = if table.progress_timeout().is_zero() {
@@ -51,8 +75,15 @@ pub fn run(args: Args) -> Outcome {
             duration::show(table.progress_timeout())
         )
     };
+    let stamps = match table.stamp_clock() {
+        StampClock::Coarse => format!(
+            "coarse clock ({} ticks)",
+            duration::show(table.stamp_resolution())
+        ),
+        _ => "precise clock".to_owned(),
+    };
     out!(
-        "created table '{}': {} slots, timeout {}, grace {}{progress}, mode {:o}",
+        "created table '{}': {} slots, timeout {}, grace {}{progress}, mode {:o}, heartbeats on the {stamps}",
         args.name,
         table.capacity(),
         duration::show(table.reap_timeout()),

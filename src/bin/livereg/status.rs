@@ -59,8 +59,17 @@ pub fn render(status: &Status) -> String {
     } else {
         String::new()
     };
+    let stamps = if status.stamp_resolution_seconds > 0.0 {
+        format!(
+            ", beats on the coarse clock ({} ticks: evictions up to {} later)",
+            age(status.stamp_resolution_seconds),
+            age(status.stamp_resolution_seconds * f64::from(livereg::STAMP_LAG_TICKS))
+        )
+    } else {
+        String::new()
+    };
     let mut out = format!(
-        "table '{}': {}/{} slots live, timeout {}, grace {}{progress}, scan every {}\n\
+        "table '{}': {}/{} slots live, timeout {}, grace {}{progress}, scan every {}{stamps}\n\
          reaper: {reaper}\n\
          ended: {} (total {}), handler failures {}, handlers overdue {}, corrupt slots {}\n\n",
         status.table,

@@ -4,7 +4,7 @@ use crate::callbacks;
 use crate::errors::{self, OrRaise, INVALID_ARGUMENT};
 use crate::reaper::{DrivenReaper, Reaper};
 use crate::worker::Worker;
-use livereg::TableOptions;
+use livereg::{StampClock, TableOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use std::sync::Mutex;
@@ -226,9 +226,11 @@ impl Table {
 
 /// Creates table `name` exclusively. `registration_grace` defaults to the
 /// larger of 30 s and `reap_timeout`; `progress_timeout` (0: off) is how long
-/// a busy worker may make no progress before it ends `STALLED`.
+/// a busy worker may make no progress before it ends `STALLED`; `clock`
+/// ("auto", "precise" or "coarse") is the clock heartbeats stamp with.
 #[pyfunction]
-#[pyo3(signature = (name, capacity=256, reap_timeout=10.0, registration_grace=None, mode=0o600, progress_timeout=0.0))]
+#[pyo3(signature = (name, capacity=256, reap_timeout=10.0, registration_grace=None, mode=0o600, progress_timeout=0.0, clock="auto"))]
+#[allow(clippy::too_many_arguments)] // Python keyword arguments, each with a default
 pub fn create(
     py: Python<'_>,
     name: &str,
@@ -237,7 +239,19 @@ pub fn create(
     registration_grace: Option<f64>,
     mode: u32,
     progress_timeout: f64,
+    clock: &str,
 ) -> PyResult<Table> {
+    let stamp_clock = match clock {
+        "auto" => StampClock::Auto,
+        "precise" => StampClock::Precise,
+        "coarse" => StampClock::Coarse,
+        other => {
+            return Err(errors::new(
+                INVALID_ARGUMENT,
+                format!("clock {other:?}, expected \"auto\", \"precise\" or \"coarse\""),
+            ))
+        }
+    };
     let options = TableOptions {
         capacity,
         mode,
@@ -248,6 +262,7 @@ pub fn create(
             "registration_grace",
         )?,
         progress_timeout: seconds(progress_timeout, "progress_timeout")?,
+        stamp_clock,
     };
     py.detach(|| livereg::Table::create(name, &options))
         .map(Table::new)

@@ -138,3 +138,18 @@ def test_the_stubs_list_every_reason_and_every_error_class() -> None:
     classes = re.findall(r"^class (\w+Error)\(Error\)", (here / "_native.pyi").read_text(), re.M)
     assert sorted(classes) == sorted(cls.__name__ for cls in livereg.Error.__subclasses__())
     assert all(getattr(livereg, name).code > 0 for name in classes)
+
+
+def test_the_stamp_clock_is_chosen_at_creation_and_shown_in_status(make_table: MakeTable) -> None:
+    # A 10 s timeout is hundreds of coarse ticks: "auto" stamps coarsely.
+    coarse = make_table(reap_timeout=10.0).status()
+    assert coarse["stamp_clock"] == "coarse"
+    assert 0 < coarse["stamp_resolution_seconds"] <= 10.0 / 200
+    precise = make_table(reap_timeout=10.0, clock="precise").status()
+    assert precise["stamp_clock"] == "precise"
+    assert precise["stamp_resolution_seconds"] == 0.0
+    # Too short a timeout for the coarse clock's ticks, and a bad name.
+    with pytest.raises(livereg.InvalidArgumentError, match="expected a timeout of at least"):
+        make_table(reap_timeout=0.01, clock="coarse")
+    with pytest.raises(livereg.InvalidArgumentError, match="expected \"auto\""):
+        make_table(clock="sundial")

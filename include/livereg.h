@@ -37,7 +37,11 @@
  *            refused with LIVEREG_INCOMPATIBLE; a table whose contents are
  *            impossible with LIVEREG_CORRUPT. Result and reason values below
  *            are stable.
- * Time:      times are CLOCK_MONOTONIC nanoseconds.
+ * Time:      times are CLOCK_MONOTONIC nanoseconds. On a table that stamps
+ *            heartbeats coarsely (the default where the timeout is at least
+ *            200 kernel ticks), a heartbeat time is CLOCK_MONOTONIC_COARSE:
+ *            up to a few ticks before the ping. The reaper allows for it
+ *            (never early; up to 4 ticks late).
  */
 #ifndef LIVEREG_H
 #define LIVEREG_H

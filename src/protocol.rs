@@ -193,7 +193,7 @@ pub(crate) fn publish(slot: &Slot, generation: u32, registration: &SlotFields<'_
 
 /// Checks that the handle's generation still owns the slot, then replaces
 /// the current beat word with `next(current)` by a CAS, retrying (with a new
-/// `next`) if the word moved.
+/// `next`) if the word moved; no CAS when `next` keeps the word.
 fn update_beat(slot: &Slot, generation: u32, next: impl Fn(u64) -> u64) -> Result<(), Gone> {
     owned(slot, generation)?;
     let mut current = slot.beat.load(Relaxed);
@@ -204,10 +204,18 @@ fn update_beat(slot: &Slot, generation: u32, next: impl Fn(u64) -> u64) -> Resul
         if let Beat::Ended(reason) = decode_beat(current) {
             return Err(Gone::Ended(reason));
         }
+        let wanted = next(current);
+        if wanted == current {
+            // Nothing to write (a beat within the stamp the word already
+            // holds, as coarse stamps are for a tick): the load above is the
+            // heartbeat, live at that moment, and an eviction after it judged
+            // this very stamp.
+            return Ok(());
+        }
         // Release on success: pairs with the reaper's acquire of `beat`.
         match slot
             .beat
-            .compare_exchange_weak(current, next(current), AcqRel, Relaxed)
+            .compare_exchange_weak(current, wanted, AcqRel, Relaxed)
         {
             Ok(_) => return Ok(()),
             Err(actual) => current = actual,

@@ -310,8 +310,10 @@ pub struct Worker {
 
 impl Worker {
     /// Proves this worker alive: one clock read (the coarse clock where the
-    /// table stamps with it, see [`StampClock`](crate::StampClock)) and one
-    /// compare-and-swap on its own slot, no system call, no allocation.
+    /// table stamps with it, see [`StampClock`](crate::StampClock)) and at
+    /// most one compare-and-swap on its own slot (none when the slot already
+    /// holds this stamp, as for every beat within a coarse tick), no system
+    /// call, no allocation.
     ///
     /// # Errors
     ///

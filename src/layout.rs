@@ -185,6 +185,11 @@ pub(crate) const FLAG_PROXY: u32 = 2;
 /// the table's coarse clock, so the reaper adds the table's resolution to
 /// its stamps (layout 1.4).
 pub(crate) const FLAG_COARSE_STAMPS: u32 = 4;
+/// Bits 16..32 of [`Slot::flags`], set by the registrant: a random tag of its
+/// process (layout 1.4), so that two processes with the same pid and start
+/// tick in different PID namespaces (two containers' first processes, started
+/// together) are told apart when the reaper tests one lock per process.
+pub(crate) const PROCESS_TAG_SHIFT: u32 = 16;
 /// [`Header::stamp_clock`]: heartbeats stamp `CLOCK_MONOTONIC`.
 pub(crate) const STAMPS_PRECISE: u32 = 0;
 /// [`Header::stamp_clock`]: heartbeats stamp `CLOCK_MONOTONIC_COARSE`.

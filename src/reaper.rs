@@ -9,7 +9,9 @@ use crate::dropper::{
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
 use crate::exit_watch::{ExitWatcher, LockCheck};
-use crate::layout::{Slot, BUSY, FLAG_COARSE_STAMPS, SCANS_PER_TIMEOUT};
+use crate::layout::{
+    Slot, BUSY, FLAG_COARSE_STAMPS, FLAG_PROXY, PROCESS_TAG_SHIFT, SCANS_PER_TIMEOUT,
+};
 use crate::locks::ReaperRole;
 use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
@@ -279,13 +281,27 @@ const LOCK_BACKSTOP_SCANS: u32 = 4 * SCANS_PER_TIMEOUT;
 /// the object's whole lock list per test). Measured in BENCHMARKS.md.
 const LOCK_SNAPSHOT_FROM: usize = 64;
 
+/// The registering process of a registration, as its slot names it: pid and
+/// start time in its own PID namespace, its clock's identity (its time
+/// namespace) and its random tag (the upper bits of the slot's flags). A
+/// process's death drops all its locks at once, so in a round one held lock
+/// speaks for every registration of its process.
+type Registrant = (u32, u64, u64, u32);
+
 /// The lock tests of registrations no pidfd watches, round by round: a round
 /// runs in a scan after a descriptor on the table was closed (a registrant
-/// died, or let go), on the first scan, and on the backstop.
+/// died, or let go), on the first scan, and on the backstop. In a round
+/// after a close, each registering process has one registration tested (its
+/// first); the others are tested only if that one's lock is gone. The
+/// backstop tests every lock, should two processes ever look alike.
 #[derive(Debug)]
 struct LockTests {
     /// Whether this scan is a round.
     round: bool,
+    /// Whether this round tests one lock per registering process.
+    by_process: bool,
+    /// This round's registering processes whose tested lock is held.
+    alive: std::collections::HashSet<Registrant>,
     /// Scans since the last round (`u32::MAX` before the first).
     scans_since_round: u32,
     /// Tests made in this round.
@@ -301,6 +317,8 @@ impl Default for LockTests {
     fn default() -> Self {
         LockTests {
             round: false,
+            by_process: false,
+            alive: std::collections::HashSet::new(),
             scans_since_round: u32::MAX,
             tested: 0,
             use_snapshot: false,
@@ -311,7 +329,10 @@ impl Default for LockTests {
 
 impl LockTests {
     fn start_scan(&mut self, locks_moved: bool) {
-        self.round = locks_moved || self.scans_since_round >= LOCK_BACKSTOP_SCANS;
+        let backstop = self.scans_since_round >= LOCK_BACKSTOP_SCANS;
+        self.round = locks_moved || backstop;
+        self.by_process = !backstop;
+        self.alive.clear();
         if self.round {
             self.use_snapshot = self.tested >= LOCK_SNAPSHOT_FROM;
             self.tested = 0;
@@ -531,7 +552,9 @@ impl Reaper {
         let exited = match test {
             LockCheck::Never => false,
             LockCheck::Now => self.process_exited(index, generation),
-            LockCheck::WhenLocksMoved => self.locks.round && self.lock_dropped(index, generation),
+            LockCheck::WhenLocksMoved => {
+                self.locks.round && self.lock_dropped(index, generation, slot)
+            }
         };
         let reason = if exited {
             Reason::ProcessExited
@@ -621,11 +644,35 @@ impl Reaper {
         }
     }
 
+    /// In a round, whether a registration seen before this scan has lost its
+    /// lock: not if another registration of its process was found holding
+    /// its lock in this round; else tested (see [`Reaper::test_lock`]).
+    /// Registrations on another's behalf, or whose process start is unknown,
+    /// are always tested on their own.
+    fn lock_dropped(&mut self, index: u32, generation: u32, slot: &Slot) -> bool {
+        let flags = slot.flags.load(Relaxed);
+        let registrant: Registrant = (
+            slot.pid.load(Relaxed),
+            slot.process_start.load(Relaxed),
+            slot.clock_id.load(Relaxed),
+            flags >> PROCESS_TAG_SHIFT,
+        );
+        let grouped = self.locks.by_process && flags & FLAG_PROXY == 0 && registrant.1 != 0;
+        if grouped && self.locks.alive.contains(&registrant) {
+            return false;
+        }
+        let dropped = self.test_lock(index, generation);
+        if grouped && !dropped {
+            self.locks.alive.insert(registrant);
+        }
+        dropped
+    }
+
     /// [`Reaper::process_exited`] for a registration seen before this scan,
     /// from the scan's snapshot of every held lock when it has one (a lock
     /// taken after the snapshot belongs to a registration first seen later,
     /// which is tested on its own).
-    fn lock_dropped(&mut self, index: u32, generation: u32) -> bool {
+    fn test_lock(&mut self, index: u32, generation: u32) -> bool {
         self.locks.tested += 1;
         if self.locks.snapshot.is_none() && self.locks.use_snapshot {
             self.locks.use_snapshot = false;

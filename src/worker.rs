@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::event::Reason;
 
 use crate::fork::{self, LockDescriptor};
-use crate::layout::{FLAG_COARSE_STAMPS, FLAG_PROXY, LABEL_MAX};
+use crate::layout::{FLAG_COARSE_STAMPS, FLAG_PROXY, LABEL_MAX, PROCESS_TAG_SHIFT};
 use crate::os::{lock, process};
 use crate::protocol::{self, Beat, Gone, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
@@ -260,7 +260,7 @@ impl<'t> Registration<'t> {
                     FLAG_COARSE_STAMPS
                 } else {
                     0
-                },
+                } | process_tag() << PROCESS_TAG_SHIFT,
             };
             protocol::publish(slot, generation, &fields);
             inner.header().registrations_total.fetch_add(1, Relaxed);
@@ -481,6 +481,18 @@ impl Worker {
     pub fn table(&self) -> &Table {
         &self.table
     }
+}
+
+/// This process's random 16-bit tag (see [`PROCESS_TAG_SHIFT`]), drawn once
+/// from the standard library's OS-seeded hasher keys. A forked child keeps it
+/// and is told apart by its pid.
+fn process_tag() -> u32 {
+    static TAG: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *TAG.get_or_init(|| {
+        use std::hash::BuildHasher;
+        let random = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        (random & 0xFFFF) as u32
+    })
 }
 
 impl Drop for Worker {

@@ -187,3 +187,67 @@ fn a_live_worker_in_a_sibling_pid_namespace_is_never_dropped() {
     );
     assert_eq!(status.ended[&Reason::Timeout], 0, "{:?}", status.ended);
 }
+
+#[test]
+fn a_process_with_several_registrations_loses_them_all_at_once_and_only_its_own() {
+    if !namespaces_available() {
+        return;
+    }
+    // Two processes, each pid 1 of its own namespace and each holding four
+    // registrations: a round tests one lock per process, so it must tell
+    // them apart (pid, start time, clock and the process's random tag).
+    let options = TableOptions {
+        reap_timeout: Duration::from_secs(8),
+        registration_grace: Duration::from_secs(8),
+        ..TableOptions::default()
+    };
+    let temp = TempTable::new("sibling-several", &options);
+    let _reaper = reaper_in_its_own_namespace(&temp);
+    let mut doomed = Namespaced::spawn(&["worker", &temp.name, "--instance", "10", "--also", "3"]);
+    let mut kept = Namespaced::spawn(&["worker", &temp.name, "--instance", "20", "--also", "3"]);
+    assert!(doomed.first_line().starts_with("registered"));
+    assert!(kept.first_line().starts_with("registered"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while temp.table.status().unwrap().tracked_instances < 8 {
+        assert!(Instant::now() < deadline, "never registered all eight");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let killed = Instant::now();
+    // SAFETY: `kill` has no memory effects; the pid is unshare's live child.
+    unsafe { libc::kill(doomed.inner_pid(), libc::SIGKILL) };
+    while (10..=13).any(|id| live(&temp.table, id)) {
+        assert!(
+            killed.elapsed() < Duration::from_millis(500),
+            "still live {:?} after SIGKILL: {:?}",
+            killed.elapsed(),
+            (10..=13)
+                .filter(|id| live(&temp.table, *id))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // More rounds (registrations coming and going), and the other process's
+    // four stay.
+    for churn in 100..110 {
+        temp.table
+            .register(churn, "churn")
+            .unwrap()
+            .deregister()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for id in 20..=23 {
+        assert!(
+            live(&temp.table, id),
+            "instance {id} of the live process dropped"
+        );
+    }
+    let status = temp.table.status().unwrap();
+    assert_eq!(
+        status.ended[&Reason::ProcessExited],
+        4,
+        "{:?}",
+        status.ended
+    );
+}

@@ -41,6 +41,12 @@ pub struct Args {
     /// registration must still end when this worker dies.
     #[arg(long)]
     fork_child: bool,
+    /// Also hold this many more registrations from this process (instances
+    /// ID+1 to ID+N, beating with the first; each prints `also SLOT
+    /// GENERATION`): one process, several locks, as an engine serving
+    /// several GPUs from one process.
+    #[arg(long, default_value_t = 0)]
+    also: u64,
 }
 
 fn say(line: &str) {
@@ -69,6 +75,12 @@ pub fn run(args: Args) -> Outcome {
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let table = Table::open(&args.who.name)?;
     let mut worker = register(&table, &args)?;
+    let mut others = Vec::new();
+    for n in 1..=args.also {
+        let other = table.register(args.who.instance + n, &args.who.label)?;
+        say(&format!("also {} {}", other.slot(), other.generation()));
+        others.push(other);
+    }
     if args.never_beat {
         std::mem::forget(worker);
         loop {
@@ -126,6 +138,9 @@ pub fn run(args: Args) -> Outcome {
         } else if args.busy && !said_hung {
             say("hung");
             said_hung = true;
+        }
+        for other in &others {
+            let _ = other.heartbeat();
         }
         match worker.heartbeat() {
             Ok(()) => {}

@@ -2,7 +2,8 @@
 //! heap table has no exit locks), with pidfd-watched registrations, and with
 //! registrations only their locks can judge (another PID namespace): steady,
 //! and in a lock round after a registrant let go; beside the two ways a
-//! round can test the locks.
+//! round can test the locks; and one process in another PID namespace holding
+//! every registration, as an engine in a sibling container does.
 
 mod support;
 
@@ -206,7 +207,85 @@ fn sweep(c: &mut Criterion) {
         drop(reaper);
         drop(workers);
     }
+    // The deployment: one engine process in a sibling container (here: pid 1
+    // of a new PID namespace, `livereg worker --also`) holding n
+    // registrations. A round tests one lock per registering process.
+    for n in sizes(4_096) {
+        group.throughput(Throughput::Elements(u64::from(n)));
+        let bench = BenchTable::new(&format!("scan-process-{n}"), &options(n + 1));
+        let Some(_engine) = Engine::spawn(&bench, n) else {
+            break;
+        };
+        let mut reaper = bench.table.reaper().build().unwrap();
+        reaper.scan().unwrap(); // the first scan tests every lock it first sees
+        group.bench_with_input(
+            BenchmarkId::new(
+                "lock round after a close, one process in another PID namespace",
+                n,
+            ),
+            &n,
+            |b, _| {
+                b.iter_custom(|iterations| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iterations {
+                        let own = bench.table.register(u64::from(n) + 1, "closer").unwrap();
+                        own.deregister().unwrap(); // closes a descriptor on the table
+                        std::thread::sleep(Duration::from_millis(2)); // the close is heard
+                        let started = std::time::Instant::now();
+                        reaper.scan().unwrap();
+                        total += started.elapsed();
+                    }
+                    total
+                })
+            },
+        );
+        let status = bench.table.status().unwrap();
+        assert_eq!(
+            status.tracked_instances, n as usize,
+            "a live registration was dropped"
+        );
+        drop(reaper);
+    }
     group.finish();
+}
+
+/// `livereg worker` as pid 1 of a new PID namespace, holding `n`
+/// registrations; killed on drop. `None` (and a note) where PID namespaces
+/// cannot be made.
+struct Engine(std::process::Child);
+
+impl Engine {
+    fn spawn(bench: &BenchTable, n: u32) -> Option<Engine> {
+        use std::io::BufRead;
+        let child = std::process::Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child"])
+            .arg(env!("CARGO_BIN_EXE_livereg"))
+            .args(["worker", &bench.name, "--instance", "1", "--interval", "1s"])
+            .args(["--also", &(n - 1).to_string()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let Ok(mut child) = child else {
+            println!("LIMITATION: no unshare here; the one-process bench is skipped");
+            return None;
+        };
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        if lines.take(n as usize).filter(|l| l.is_ok()).count() < n as usize {
+            println!(
+                "LIMITATION: cannot create a PID namespace here; the one-process bench is skipped"
+            );
+            let _ = child.kill();
+            return None;
+        }
+        Some(Engine(child))
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 criterion_group! {

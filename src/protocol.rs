@@ -194,6 +194,7 @@ pub(crate) fn publish(slot: &Slot, generation: u32, registration: &SlotFields<'_
 /// Checks that the handle's generation still owns the slot, then replaces
 /// the current beat word with `next(current)` by a CAS, retrying (with a new
 /// `next`) if the word moved; no CAS when `next` keeps the word.
+#[inline]
 fn update_beat(slot: &Slot, generation: u32, next: impl Fn(u64) -> u64) -> Result<(), Gone> {
     owned(slot, generation)?;
     let mut current = slot.beat.load(Relaxed);
@@ -243,6 +244,7 @@ fn released(slot: &Slot, generation: u32, state: u64) -> Gone {
 }
 
 /// A heartbeat at `now_ns` through a handle of generation `generation`.
+#[inline]
 pub(crate) fn beat(slot: &Slot, generation: u32, now_ns: u64) -> Result<(), Gone> {
     let stamp = Stamp::of(now_ns);
     update_beat(slot, generation, |current| match decode_beat(current) {

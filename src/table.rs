@@ -689,6 +689,7 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32, Stamps)
 }
 
 impl TableMemory {
+    #[inline]
     fn base(&self) -> *const u8 {
         match &self.backing {
             Backing::Mapped { map, .. } => map.as_ptr(),
@@ -711,6 +712,7 @@ impl TableMemory {
     ///
     /// If `index >= capacity`: indexes come from this handle's own counting
     /// or from handles it made, never from the table.
+    #[inline]
     pub fn slot(&self, index: u32) -> &Slot {
         assert!(
             index < self.capacity,

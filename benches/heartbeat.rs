@@ -242,7 +242,30 @@ fn false_sharing(c: &mut Criterion) {
             b.iter_custom(|iters| stamp_at_distance(distance, iters))
         });
     }
+    // The machine's own 2-thread cost at the heartbeat's size: a coarse
+    // clock read and a CAS on a private line per thread, nothing shared.
+    for threads in [1, 2] {
+        group.bench_function(
+            format!("{threads} thread(s), coarse clock + CAS on private lines"),
+            |b| b.iter_custom(|iters| coarse_stamps(threads, iters)),
+        );
+    }
     group.finish();
+}
+
+/// `threads` threads each CAS-ing coarse clock stamps into a line of its own.
+fn coarse_stamps(threads: usize, iters: u64) -> Duration {
+    let lines = [Line(AtomicU64::new(0)), Line(AtomicU64::new(0))];
+    in_parallel(&lines[..threads], iters, |line| {
+        let now = monotonic_coarse_ns();
+        let current = line.0.load(Ordering::Relaxed);
+        let _ = line.0.compare_exchange(
+            current,
+            now.max(current),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    })
 }
 
 /// `Worker::progress` (SPEC 1.19: one atomic add, no clock) against a bare

@@ -109,6 +109,7 @@ pub(crate) enum Beat {
 }
 
 /// Decodes a beat word.
+#[inline]
 pub(crate) fn decode_beat(word: u64) -> Beat {
     match word & TIME_MASK {
         0 => Beat::Never,

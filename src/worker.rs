@@ -4,12 +4,14 @@ use crate::error::{Error, Result};
 use crate::event::Reason;
 
 use crate::fork::{self, LockDescriptor};
-use crate::layout::{FLAG_COARSE_STAMPS, FLAG_PROXY, LABEL_MAX, PROCESS_TAG_SHIFT};
+use crate::clock::Stamps;
+use crate::layout::{Slot, FLAG_COARSE_STAMPS, FLAG_PROXY, LABEL_MAX, PROCESS_TAG_SHIFT};
 use crate::os::{lock, process};
 use crate::protocol::{self, Beat, Gone, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
 use std::fs::File;
+use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -279,6 +281,8 @@ impl Registration<'_> {
     /// The handle of a registration just published in `(index, generation)`.
     fn worker(&self, (index, generation): (u32, u32), lock_file: Option<LockDescriptor>) -> Worker {
         Worker {
+            slot: NonNull::from(self.table.memory.slot(index)),
+            stamps: self.table.memory.stamps,
             table: self.table.clone(),
             index,
             generation,
@@ -295,6 +299,11 @@ impl Registration<'_> {
 ///
 /// The handle is `Send` and `Sync`; heartbeats from several threads are safe.
 pub struct Worker {
+    /// The slot, resolved once: the heartbeat's only memory besides the
+    /// clock. Valid while `table` keeps the mapping.
+    slot: NonNull<Slot>,
+    /// How heartbeats stamp on this table (its header's choice).
+    stamps: Stamps,
     table: Table,
     index: u32,
     generation: u32,
@@ -308,7 +317,25 @@ pub struct Worker {
     finished: bool,
 }
 
+// SAFETY:
+// - `slot` points into the mapping (or heap block) that `table` keeps alive
+//   for as long as the handle exists, and `Slot` is made only of atomics, so
+//   reading and writing it from any thread is data-race free; every other
+//   field is `Send` and `Sync`.
+unsafe impl Send for Worker {}
+// SAFETY: as above.
+unsafe impl Sync for Worker {}
+
 impl Worker {
+    /// The registration's slot.
+    #[inline]
+    fn own_slot(&self) -> &Slot {
+        // SAFETY:
+        // - `slot` came from `TableMemory::slot` of the memory `self.table`
+        //   holds, which outlives `self`; `Slot` is all atomics.
+        unsafe { self.slot.as_ref() }
+    }
+
     /// Proves this worker alive: one clock read (the coarse clock where the
     /// table stamps with it, see [`StampClock`](crate::StampClock)) and at
     /// most one compare-and-swap on its own slot (none when the slot already
@@ -324,8 +351,8 @@ impl Worker {
         if self.fork_epoch != fork::epoch() {
             return Err(self.inherited());
         }
-        let slot = self.table.memory.slot(self.index);
-        let stamp_ns = self.table.clock.stamp_ns(self.table.memory.stamps);
+        let slot = self.own_slot();
+        let stamp_ns = self.table.clock.stamp_ns(self.stamps);
         match protocol::beat(slot, self.generation, stamp_ns) {
             Ok(()) => {
                 // Advisory count for status; a plain store on a line the
@@ -350,7 +377,7 @@ impl Worker {
         if self.fork_epoch != fork::epoch() {
             return Err(self.inherited());
         }
-        protocol::set_busy(self.table.memory.slot(self.index), self.generation, busy)
+        protocol::set_busy(self.own_slot(), self.generation, busy)
             .map_err(|gone| self.gone(gone))
     }
 
@@ -394,7 +421,7 @@ impl Worker {
         if self.fork_epoch != fork::epoch() {
             return Err(self.inherited());
         }
-        protocol::progress(self.table.memory.slot(self.index), self.generation)
+        protocol::progress(self.own_slot(), self.generation)
             .map_err(|gone| self.gone(gone))
     }
 

@@ -419,9 +419,9 @@ impl Reaper {
                 Verdict::Keep => {}
                 Verdict::Corrupt => report.corrupt_slots += 1,
                 Verdict::Ended { reason, silent_ns } => {
-                    report
-                        .ended
-                        .push(drop_event(slot, index, generation, reason, silent_ns));
+                    let event = drop_event(slot, index, generation, reason, silent_ns);
+                    log_ended(&inner.name, &event);
+                    report.ended.push(event);
                 }
             }
         }
@@ -740,6 +740,24 @@ enum Verdict {
     /// It ended for `reason` after `silent_ns` of silence (0 for explicit
     /// endings).
     Ended { reason: Reason, silent_ns: u64 },
+}
+
+/// One line per ended registration, at info: what ended, whose, why, and
+/// after how much silence (for the operator reading the reaper's log).
+fn log_ended(table: &str, event: &DropEvent) {
+    let label = if event.label.is_empty() {
+        String::new()
+    } else {
+        format!("{}, ", event.label)
+    };
+    log::info!(
+        "table '{table}': instance {} ({label}pid {}, slot {}) ended: {} after {:.3}s silent",
+        event.instance_id,
+        event.pid,
+        event.slot,
+        event.reason,
+        event.silent_for.as_secs_f64()
+    );
 }
 
 fn drop_event(

@@ -4,7 +4,7 @@
 //!
 //! | methods | file |
 //! |---|---|
-//! | `create`, `in_memory`, `open`, `unlink`, `with_clock`, `clock`, `stamp_clock`, `stamp_resolution`, `name`, `capacity`, the timeouts, `scan_interval`, `reaper_alive`, `reaper_stalled`, `probe`, `clear` | `table.rs` |
+//! | `create`, `in_memory`, `open`, `unlink`, `with_clock`, `clock`, `stamp_clock`, `stamp_resolution`, `name`, `capacity`, the timeouts, `scan_interval`, `scans`, `reaper_alive`, `reaper_stalled`, `probe`, `clear` | `table.rs` |
 //! | `registration`, `register` | `worker.rs` |
 //! | `reaper` (the builder) | `reaper.rs` |
 //! | `status` | `status.rs` |
@@ -466,6 +466,13 @@ impl Table {
     /// How often a reaper scans: a quarter of the reap timeout.
     pub fn scan_interval(&self) -> Duration {
         self.reap_timeout() / SCANS_PER_TIMEOUT
+    }
+
+    /// Scans done by every reaper of this table since its creation: one
+    /// atomic load, for a supervisor that watches the reaper make progress
+    /// (`status` reads the same counter with everything else).
+    pub fn scans(&self) -> u64 {
+        self.memory.header().scans.load(Relaxed)
     }
 
     /// Whether a reaper holds the table: decided by the kernel's reaper lock,

@@ -809,3 +809,122 @@ fn demo_exits_zero() {
     );
     assert!(stdout(&output).contains("0 failed"), "{}", stdout(&output));
 }
+
+#[test]
+fn reap_logs_each_ending_through_the_installed_logger_as_text_or_json() {
+    let (name, _guard) = created("logfmt", &["--timeout", "400ms", "--grace", "800ms"]);
+    for (format, level) in [("json", "info"), ("text", "warn")] {
+        let reaper =
+            Background::spawn(&["reap", &name, "--log-format", format, "--log-level", level]);
+        wait_until("the reaper", || reaper_alive(&name));
+        let worker = Background::spawn(&["worker", &name, "--instance", "12", "--label", "gpu12"]);
+        wait_until("the worker", || {
+            status_json(&name)["tracked_instances"] == 1
+        });
+        worker.signal(libc::SIGKILL);
+        wait_until("its drop", || status_json(&name)["tracked_instances"] == 0);
+        reaper.signal(libc::SIGTERM);
+        let log = stderr(&reaper.finish());
+        if format == "json" {
+            let records: Vec<serde_json::Value> = log
+                .lines()
+                .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+                .collect();
+            let ended: Vec<_> = records
+                .iter()
+                .filter(|r| {
+                    r["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("instance 12 (gpu12")
+                })
+                .collect();
+            assert_eq!(ended.len(), 1, "logged once: {log}");
+            assert_eq!(ended[0]["level"], "INFO");
+            let message = ended[0]["message"].as_str().unwrap();
+            assert!(
+                message.contains("process_exited") && message.contains("silent"),
+                "{message}"
+            );
+            assert!(ended[0]["ts"].as_f64().unwrap() > 1.7e9);
+        } else {
+            // At warn, an ending (info) is not shown.
+            assert!(!log.contains("instance 12"), "{log}");
+        }
+    }
+}
+
+/// Every datagram that arrives on `socket` within `wait`.
+fn datagrams(socket: &std::os::unix::net::UnixDatagram, wait: Duration) -> Vec<String> {
+    let deadline = Instant::now() + wait;
+    let mut got = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        socket
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        match socket.recv(&mut buffer) {
+            Ok(n) => got.push(String::from_utf8_lossy(&buffer[..n]).into_owned()),
+            Err(_) => break,
+        }
+    }
+    got
+}
+
+#[test]
+fn reap_notify_tells_systemd_ready_watchdog_and_stopping_and_a_hung_reaper_goes_silent() {
+    // Scans every 100 ms.
+    let (name, _guard) = created("notify", &["--timeout", "400ms", "--grace", "800ms"]);
+    let dir = std::env::temp_dir().join(format!("{name}.notify"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("socket");
+    let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    let reaper = Background(
+        Command::new(env!("CARGO_BIN_EXE_livereg"))
+            .args(["reap", &name, "--notify"])
+            .env("NOTIFY_SOCKET", &path)
+            .env("WATCHDOG_USEC", "2000000")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let first = datagrams(&socket, Duration::from_secs(2));
+    assert!(!first.is_empty(), "nothing arrived");
+    assert!(first[0].lines().any(|l| l == "READY=1"), "{first:?}");
+    assert!(
+        first[0].lines().any(|l| l.starts_with("STATUS=0/256 live")),
+        "{first:?}"
+    );
+    let watchdogs = first
+        .iter()
+        .filter(|d| d.lines().any(|l| l == "WATCHDOG=1"))
+        .count();
+    assert!(watchdogs >= 5, "a WATCHDOG=1 per scan: {first:?}");
+    assert_eq!(
+        first.iter().filter(|d| d.contains("READY=1")).count(),
+        1,
+        "READY once"
+    );
+
+    // A hung reaper (stopped) sends nothing, so systemd's watchdog fires.
+    reaper.signal(libc::SIGSTOP);
+    let _ = datagrams(&socket, Duration::from_millis(100)); // in flight
+    assert_eq!(
+        datagrams(&socket, Duration::from_millis(700)),
+        Vec::<String>::new()
+    );
+    reaper.signal(libc::SIGCONT);
+    let resumed = datagrams(&socket, Duration::from_millis(700));
+    assert!(
+        resumed.iter().any(|d| d.contains("WATCHDOG=1")),
+        "{resumed:?}"
+    );
+
+    reaper.signal(libc::SIGTERM);
+    let output = reaper.finish();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let last = datagrams(&socket, Duration::from_millis(200));
+    assert!(last.iter().any(|d| d == "STOPPING=1"), "{last:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

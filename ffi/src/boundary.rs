@@ -24,6 +24,7 @@ fn remember(message: String) {
 
 /// Runs `body` behind the boundary: `Ok` is `LIVEREG_OK`, an error its code
 /// (and message), a panic `LIVEREG_PANIC`.
+#[inline]
 pub(crate) fn guard(body: impl FnOnce() -> Result<(), Error>) -> livereg_result {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => LIVEREG_OK,

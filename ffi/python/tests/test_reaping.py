@@ -82,6 +82,21 @@ def test_a_silent_worker_is_evicted_and_told(make_table: MakeTable) -> None:
             worker.ping()
 
 
+def test_an_eviction_is_logged_once_at_info_through_python_logging(
+    make_table: MakeTable, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="livereg")
+    table, reaper, drops, _ = reaped(make_table)
+    with reaper:
+        worker = table.register(14, "gpu14")
+        worker.ping()
+        drops.get(timeout=5)
+    ended = [r for r in caplog.records if r.name == "livereg" and "instance 14 (gpu14" in r.getMessage()]
+    assert len(ended) == 1, [r.getMessage() for r in caplog.records]
+    assert ended[0].levelno == logging.INFO
+    assert "timeout" in ended[0].getMessage() and "silent" in ended[0].getMessage()
+
+
 def test_a_raising_callback_is_counted_and_logged_and_the_reaper_goes_on(
     make_table: MakeTable, caplog: pytest.LogCaptureFixture
 ) -> None:

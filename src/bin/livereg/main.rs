@@ -21,23 +21,6 @@ mod output {
             let _ = writeln!(std::io::stderr().lock(), $($arg)*);
         }};
     }
-
-    /// The library's log records, as `livereg: MESSAGE` lines on stderr.
-    pub struct Stderr;
-
-    impl log::Log for Stderr {
-        fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-            metadata.level() <= log::Level::Info
-        }
-
-        fn log(&self, record: &log::Record<'_>) {
-            if self.enabled(record.metadata()) {
-                note!("livereg: {}", record.args());
-            }
-        }
-
-        fn flush(&self) {}
-    }
 }
 
 /// Who registers: the table, the instance id and its label (`run`, `worker`).
@@ -58,6 +41,8 @@ mod create;
 mod demo;
 mod duration;
 mod info;
+mod logging;
+mod notify;
 mod probe;
 mod reap;
 mod rm;
@@ -75,6 +60,8 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    logging: logging::LogArgs,
 }
 
 #[derive(Subcommand)]
@@ -104,9 +91,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if log::set_logger(&output::Stderr).is_ok() {
-        log::set_max_level(log::LevelFilter::Info);
-    }
+    logging::install(&cli.logging);
     let result = match cli.command {
         Command::Create(args) => create::run(args),
         Command::Reap(args) => reap::run(args),

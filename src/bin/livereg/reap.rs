@@ -5,8 +5,9 @@
 //! cannot come back before the hook ran, and a daemon killed mid-hook leaves
 //! the drop for the next reaper to run again (at least once).
 
+use crate::notify::{self, Notifier};
 use crate::{duration, signals, Outcome};
-use livereg::{DropEvent, Error, HandlerError, ReaperThread, Table};
+use livereg::{DropEvent, Error, HandlerError, ReaperThread, Reason, Table};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -34,6 +35,12 @@ pub struct Args {
     /// If another reaper holds the table, wait and take over when it dies.
     #[arg(long)]
     standby: bool,
+    /// Tell systemd (`Type=notify`, through NOTIFY_SOCKET): READY=1 after the
+    /// first scan, a STATUS= summary and (when WatchdogSec= is set)
+    /// WATCHDOG=1 at every scan, STOPPING=1 on shutdown. A reaper that stops
+    /// scanning stops sending WATCHDOG=1, and systemd restarts it.
+    #[arg(long)]
+    notify: bool,
 }
 
 pub fn run(args: Args) -> Outcome {
@@ -47,48 +54,114 @@ pub fn run(args: Args) -> Outcome {
         )
         .into());
     }
-    let Some(mut reaper) = take_role(&table, &args)? else {
+    let Some((mut reaper, scans_before)) = take_role(&table, &args)? else {
         return Ok(ExitCode::SUCCESS);
     };
-    note!(
-        "livereg: table '{}': reaping (timeout {}, grace {}, scan every {}, boot token {:#018x})",
+    log::info!(
+        "table '{}': reaping (timeout {}, grace {}, scan every {}, boot token {:#018x})",
         args.name,
         duration::show(table.reap_timeout()),
         duration::show(table.registration_grace()),
         duration::show(table.scan_interval()),
         table.probe()?
     );
+    let mut systemd = Supervisor::new(args.notify, scans_before)?;
     while signals::take().is_none() {
         reaper.check()?;
+        systemd.after_poll(&table);
         std::thread::sleep(SIGNAL_POLL);
     }
+    systemd.stopping();
     reaper.stop()?;
-    note!("livereg: table '{}': reaper stopped", args.name);
+    log::info!("table '{}': reaper stopped", args.name);
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `--notify` tells systemd, scan by scan.
+struct Supervisor {
+    notifier: Option<Notifier>,
+    watchdog: bool,
+    ready: bool,
+    /// The table's scan count when last looked at.
+    scans: u64,
+}
+
+impl Supervisor {
+    /// `scans`: the table's count before this reaper started.
+    fn new(notify: bool, scans: u64) -> Result<Supervisor, String> {
+        let notifier = if notify { Notifier::from_env()? } else { None };
+        if notify && notifier.is_none() {
+            log::warn!("--notify: NOTIFY_SOCKET is not set (not run by systemd with Type=notify); not notifying");
+        }
+        Ok(Supervisor {
+            watchdog: notifier.is_some() && notify::watchdog_interval().is_some(),
+            notifier,
+            ready: false,
+            scans,
+        })
+    }
+
+    /// After each look at the reaper: if it scanned since the last look,
+    /// READY=1 (the first time), WATCHDOG=1 and the status line.
+    fn after_poll(&mut self, table: &Table) {
+        let Some(notifier) = &self.notifier else {
+            return;
+        };
+        let scans = table.scans();
+        if scans == self.scans {
+            return;
+        }
+        self.scans = scans;
+        let mut state = String::new();
+        if !self.ready {
+            state += "READY=1\n";
+            self.ready = true;
+        }
+        if self.watchdog {
+            state += "WATCHDOG=1\n";
+        }
+        if let Ok(status) = table.status() {
+            state += &format!(
+                "STATUS={}/{} live, ended {} ({} process_exited, {} timeout), {} handler failures",
+                status.tracked_instances,
+                status.capacity,
+                status.ended_total,
+                status.ended[&Reason::ProcessExited],
+                status.ended[&Reason::Timeout],
+                status.handler_failures
+            );
+        }
+        notifier.send(&state);
+    }
+
+    fn stopping(&self) {
+        if let Some(notifier) = &self.notifier {
+            notifier.send("STOPPING=1");
+        }
+    }
+}
+
 /// Starts the reaper, or (with `--standby`) waits for the role until a
-/// termination signal. `None` means a signal came first.
-fn take_role(table: &Table, args: &Args) -> Result<Option<ReaperThread>, Error> {
+/// termination signal. `None` means a signal came first. With the reaper,
+/// the table's scan count just before it started.
+fn take_role(table: &Table, args: &Args) -> Result<Option<(ReaperThread, u64)>, Error> {
     let mut announced = false;
     loop {
-        let name = args.name.clone();
         let hook = args.on_drop.clone();
         let hook_timeout = args.hook_timeout;
+        let scans_before = table.scans();
         let attempt = table
             .reaper()
-            .on_drop(move |event| {
-                log(&name, event);
-                match &hook {
-                    Some(command) => run_hook(command, event, hook_timeout),
-                    None => Ok(()),
-                }
+            // (The library logs every ended registration at info.)
+            .on_drop(move |event| match &hook {
+                Some(command) => run_hook(command, event, hook_timeout),
+                None => Ok(()),
             })
             .spawn();
         match attempt {
             Err(Error::Busy(message)) if args.standby => {
                 if !announced {
-                    note!("livereg: {message}; standing by to take over");
+                    log::info!("{message}; standing by to take over");
                     announced = true;
                 }
                 if signals::take().is_some() {
@@ -101,25 +174,9 @@ fn take_role(table: &Table, args: &Args) -> Result<Option<ReaperThread>, Error> 
                     "{message} (use --standby to wait and take over)"
                 )))
             }
-            other => return other.map(Some),
+            other => return other.map(|reaper| Some((reaper, scans_before))),
         }
     }
-}
-
-fn log(table: &str, event: &DropEvent) {
-    note!(
-        "livereg: table '{table}': instance {} ({}pid {}, slot {}) ended: {} after {} silent",
-        event.instance_id,
-        if event.label.is_empty() {
-            String::new()
-        } else {
-            format!("{}, ", event.label)
-        },
-        event.pid,
-        event.slot,
-        event.reason,
-        duration::show(event.silent_for)
-    );
 }
 
 /// Runs the hook for one ended registration and waits for it, up to

@@ -928,3 +928,42 @@ fn reap_notify_tells_systemd_ready_watchdog_and_stopping_and_a_hung_reaper_goes_
     assert!(last.iter().any(|d| d == "STOPPING=1"), "{last:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn status_watch_redraws_in_a_terminal_and_marks_what_ended_since_the_last_frame() {
+    let (name, _guard) = created("watch", &["--timeout", "400ms", "--grace", "800ms"]);
+    let _reaper = Background::spawn(&["reap", &name]);
+    wait_until("the reaper", || reaper_alive(&name));
+    let worker = Background::spawn(&["worker", &name, "--instance", "4", "--label", "gpu4"]);
+    wait_until("the worker", || {
+        status_json(&name)["tracked_instances"] == 1
+    });
+    // `script` gives the watcher a pseudo-terminal, as an operator's.
+    let command = format!(
+        "{} status {name} --watch 100ms",
+        env!("CARGO_BIN_EXE_livereg")
+    );
+    let watcher = Command::new("script")
+        .args(["-qfc", &command, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs the watcher in a pty");
+    let watcher = Background(watcher);
+    std::thread::sleep(Duration::from_millis(400));
+    worker.signal(libc::SIGKILL);
+    wait_until("the drop", || status_json(&name)["tracked_instances"] == 0);
+    std::thread::sleep(Duration::from_millis(400));
+    watcher.signal(libc::SIGTERM);
+    let output = watcher.finish();
+    let screen = stdout(&output);
+    let frames = screen.matches("\u{1b}[H\u{1b}[2J").count();
+    assert!(frames >= 2, "{frames} frames: {screen}");
+    assert!(screen.contains("every 100ms"), "{screen}");
+    assert!(
+        screen.contains("ENDED  instance 4 (gpu4, pid"),
+        "the ending is marked: {screen}"
+    );
+    assert!(screen.contains("process_exited +1"), "{screen}");
+}

@@ -77,6 +77,11 @@ pub fn take() -> Option<i32> {
     }
 }
 
+/// Whether a termination signal is waiting for [`take`] (left for it).
+pub fn pending() -> bool {
+    RECEIVED.load(Ordering::SeqCst) != 0
+}
+
 /// The signals received for forwarding since the previous call.
 pub fn take_to_forward() -> impl Iterator<Item = libc::c_int> {
     let pending = TO_FORWARD.swap(0, Ordering::SeqCst);

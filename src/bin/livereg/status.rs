@@ -1,27 +1,121 @@
-//! `livereg status NAME [--json]`
+//! `livereg status NAME [--json | --watch [D]]`
 
-use crate::{duration, Outcome};
-use livereg::{Status, Table};
+use crate::{duration, signals, Outcome};
+use livereg::{Reason, RegistrationState, Status, Table};
+use std::collections::BTreeMap;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Table name.
     name: String,
     /// Print one JSON object instead of the table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "watch")]
     json: bool,
+    /// Redraw every D (default: the table's scan interval) until
+    /// interrupted, marking registrations that ended since the last frame.
+    #[arg(long, value_name = "D", num_args = 0..=1, value_parser = duration::parse)]
+    watch: Option<Option<Duration>>,
 }
 
 pub fn run(args: Args) -> Outcome {
-    let status = Table::open(&args.name)?.status()?;
+    let table = Table::open(&args.name)?;
+    if let Some(every) = args.watch {
+        return watch(&table, every.unwrap_or_else(|| table.scan_interval()));
+    }
+    let status = table.status()?;
     if args.json {
         out!("{}", serde_json::to_string_pretty(&status)?);
     } else {
         out!("{}", render(&status).trim_end());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a frame remembers of a registration to tell, in the next frame,
+/// that it ended: its line's fields.
+type Seen = BTreeMap<(u32, u32), (u64, String, u32)>;
+
+/// Redraws the view every `every` until SIGINT or SIGTERM: the screen is
+/// cleared, the frame's time and each reason's count since the last frame
+/// head it, and registrations that ended since then are listed in bold red.
+fn watch(table: &Table, every: Duration) -> Outcome {
+    signals::catch_termination();
+    let every = every.max(Duration::from_millis(10));
+    let mut seen = Seen::new();
+    let mut ended_before: Option<BTreeMap<Reason, u64>> = None;
+    while signals::take().is_none() {
+        let status = table.status()?;
+        let live: Seen = status
+            .registrations
+            .iter()
+            .filter(|r| r.state == RegistrationState::Live)
+            .map(|r| {
+                (
+                    (r.slot, r.generation),
+                    (r.instance_id, r.label.clone(), r.pid),
+                )
+            })
+            .collect();
+        let mut frame = format!(
+            "\x1b[H\x1b[2J{}  every {}  (Ctrl-C to stop)\n",
+            wall_clock(),
+            duration::show(every)
+        );
+        let counts: Vec<String> = status
+            .ended
+            .iter()
+            .filter_map(|(reason, n)| {
+                let before = ended_before.as_ref().map_or(*n, |b| b[reason]);
+                (*n > before).then(|| format!("{reason} +{}", n - before))
+            })
+            .collect();
+        if !counts.is_empty() {
+            frame += &format!(
+                "\x1b[1;31mended since the last frame: {}\x1b[0m\n",
+                counts.join(", ")
+            );
+        }
+        for (key, (instance, label, pid)) in &seen {
+            if !live.contains_key(key) {
+                frame += &format!(
+                    "\x1b[1;31mENDED  instance {instance} ({label}{}pid {pid}, slot {})\x1b[0m\n",
+                    if label.is_empty() { "" } else { ", " },
+                    key.0
+                );
+            }
+        }
+        frame += "\n";
+        frame += &render(&status);
+        out!("{}", frame.trim_end());
+        seen = live;
+        ended_before = Some(status.ended);
+        let next = Instant::now() + every;
+        while let Some(left) = next.checked_duration_since(Instant::now()) {
+            if signals::pending() {
+                break;
+            }
+            std::thread::sleep(left.min(SIGNAL_POLL));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How often `--watch` looks for Ctrl-C between frames.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// The wall-clock time of day, UTC, `HH:MM:SS`.
+fn wall_clock() -> String {
+    let seconds = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        seconds / 3600 % 24,
+        seconds / 60 % 60,
+        seconds % 60
+    )
 }
 
 fn age(seconds: f64) -> String {

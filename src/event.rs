@@ -39,6 +39,16 @@ impl Reason {
         Reason::Stalled,
     ];
 
+    /// Whether the reaper ended the registration against its registrant's
+    /// will (silence, exit, stall), rather than the registrant or a
+    /// requester (deregistration, clear, replacement).
+    pub fn is_eviction(self) -> bool {
+        matches!(
+            self,
+            Reason::Timeout | Reason::Grace | Reason::ProcessExited | Reason::Stalled
+        )
+    }
+
     /// The reason with numeric value `code`, if there is one.
     pub fn from_code(code: u8) -> Option<Reason> {
         Reason::ALL.into_iter().find(|r| *r as u8 == code)

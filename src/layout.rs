@@ -48,6 +48,14 @@ pub const BEATS_PER_TIMEOUT: u32 = 3;
 /// Largest capacity a table may have (128 MiB of slots).
 pub const MAX_CAPACITY: u32 = 1 << 20;
 
+/// Upper bounds, in seconds, of the scan-duration histogram's buckets: a
+/// heartbeat sweep of 1,024 slots takes ~5 µs, an exit-checked scan of 4,096
+/// registrations up to a few milliseconds.
+pub const SCAN_BUCKETS: [f64; 5] = [0.000_1, 0.001, 0.01, 0.1, 1.0];
+/// Upper bounds, in seconds, of the eviction-silence histogram's buckets:
+/// exits seen in milliseconds, timeouts of seconds to minutes.
+pub const SILENCE_BUCKETS: [f64; 7] = [0.001, 0.01, 0.1, 1.0, 10.0, 60.0, 600.0];
+
 /// Value of [`Header::ready`] once the creator finished writing the header.
 pub(crate) const READY: u32 = 0x5245_4459; // "READY" truncated: never a zero page's value
 
@@ -106,7 +114,18 @@ pub(crate) struct Header {
     /// With [`STAMPS_COARSE`]: how far a stamp may lag its heartbeat, in
     /// nanoseconds (layout 1.4).
     pub stamp_resolution_ns: AtomicU64,
-    reserved: [AtomicU64; 35],
+    /// Scan durations (layout 1.4): observations per bucket of
+    /// [`SCAN_BUCKETS`] (not cumulative), the last for larger ones.
+    pub scan_histogram: [AtomicU64; SCAN_BUCKETS.len() + 1],
+    /// The sum of the scan durations observed, in nanoseconds.
+    pub scan_sum_ns: AtomicU64,
+    /// Silence at eviction (timeout, grace, process exit, stall; layout
+    /// 1.4): observations per bucket of [`SILENCE_BUCKETS`], the last for
+    /// larger ones.
+    pub silence_histogram: [AtomicU64; SILENCE_BUCKETS.len() + 1],
+    /// The sum of the silences observed, in nanoseconds.
+    pub silence_sum_ns: AtomicU64,
+    reserved: [AtomicU64; 19],
 }
 
 /// Byte offsets of header fields, named for tools and tests that read or

@@ -58,6 +58,7 @@ outside_loom! {
     mod fork;
     mod location;
     mod locks;
+    mod metrics;
     mod os;
     mod reaper;
     mod reaper_thread;

@@ -13,6 +13,7 @@ use crate::layout::{
     Slot, BUSY, FLAG_COARSE_STAMPS, FLAG_PROXY, PROCESS_TAG_SHIFT, SCANS_PER_TIMEOUT,
 };
 use crate::locks::ReaperRole;
+use crate::metrics;
 use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -421,6 +422,9 @@ impl Reaper {
                 Verdict::Ended { reason, silent_ns } => {
                     let event = drop_event(slot, index, generation, reason, silent_ns);
                     log_ended(&inner.name, &event);
+                    if reason.is_eviction() {
+                        metrics::observe_eviction(inner.header(), silent_ns);
+                    }
                     report.ended.push(event);
                 }
             }
@@ -458,9 +462,9 @@ impl Reaper {
         header
             .corrupt_slots
             .store(u64::from(report.corrupt_slots), Relaxed);
-        header
-            .last_scan_duration_ns
-            .store(monotonic_ns().saturating_sub(started), Relaxed);
+        let duration_ns = monotonic_ns().saturating_sub(started);
+        header.last_scan_duration_ns.store(duration_ns, Relaxed);
+        metrics::observe_scan(header, duration_ns);
         Ok(report)
     }
 

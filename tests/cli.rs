@@ -967,3 +967,59 @@ fn status_watch_redraws_in_a_terminal_and_marks_what_ended_since_the_last_frame(
     );
     assert!(screen.contains("process_exited +1"), "{screen}");
 }
+
+#[test]
+fn status_renders_openmetrics_and_reap_serves_it_over_http() {
+    let (name, _guard) = created("metrics", &["--timeout", "400ms", "--grace", "800ms"]);
+    let text = stdout(&livereg(&["status", &name, "--format", "openmetrics"]));
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert!(
+        text.contains(&format!("livereg_reaper_up{{table=\"{name}\"}} 0\n")),
+        "{text}"
+    );
+
+    let mut reaper = Background::spawn(&["reap", &name, "--metrics-addr", "127.0.0.1:0"]);
+    let mut line = String::new();
+    BufReader::new(reaper.0.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in: {line}"))
+        .to_owned();
+    let get = |path: &str| {
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = String::new();
+        std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+        response
+    };
+    wait_until("the reaper", || reaper_alive(&name));
+    let response = get("/metrics");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(
+        response.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
+        "{response}"
+    );
+    assert!(
+        response.contains(&format!("livereg_reaper_up{{table=\"{name}\"}} 1\r\n"))
+            || response.contains(&format!("livereg_reaper_up{{table=\"{name}\"}} 1\n")),
+        "{response}"
+    );
+    assert!(response.ends_with("# EOF\n"), "{response}");
+    assert!(get("/nothing").starts_with("HTTP/1.1 404"));
+
+    // The port is taken: one clear line, exit 1.
+    fails_with(
+        &livereg(&["reap", &name, "--metrics-addr", &address]),
+        &format!("cannot serve metrics on {address}"),
+    );
+    reaper.signal(libc::SIGTERM);
+    assert_eq!(reaper.finish().status.code(), Some(0));
+}

@@ -14,6 +14,7 @@ mod boundary;
 #[cfg(test)]
 mod header_check;
 mod info;
+mod metrics;
 mod reaper;
 mod table;
 mod types;

@@ -108,6 +108,13 @@ impl Table {
         py.import("json")?.call_method1("loads", (json,))
     }
 
+    /// The table's metrics in the OpenMetrics text format (ending in
+    /// `# EOF`), for a server's own `/metrics` endpoint.
+    fn metrics_text(&self, py: Python<'_>) -> PyResult<String> {
+        let table = self.live()?;
+        py.detach(move || table.metrics_text()).or_raise()
+    }
+
     /// `status()` without the per-registration list: what a health endpoint
     /// reports.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

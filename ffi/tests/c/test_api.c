@@ -491,6 +491,34 @@ static void test_info_area(void) {
     EXPECT(livereg_unlink(name), LIVEREG_OK);
 }
 
+/* The metrics text: its size asked for first, then written whole. */
+static void test_metrics_text(void) {
+    char name[128];
+    char expected[256];
+    livereg_table *table;
+    livereg_worker *worker = NULL;
+    size_t len = 0;
+    char *text;
+    name_for(name, sizeof name, "metrics");
+    table = create(name, 1000, 2000, 2);
+    EXPECT(livereg_register(table, 5, "gpu5", &worker), LIVEREG_OK);
+    EXPECT(livereg_metrics_text(table, NULL, 0, &len), LIVEREG_INVALID_ARGUMENT);
+    CHECK(len > 0);
+    text = (char *)malloc(len + 1);
+    EXPECT(livereg_metrics_text(table, text, len + 1, &len), LIVEREG_OK);
+    CHECK(strlen(text) == len);
+    snprintf(expected, sizeof expected, "livereg_registrations{table=\"%s\"} 1\n", name);
+    CHECK(strstr(text, expected) != NULL);
+    CHECK(len >= 6 && strcmp(text + len - 6, "# EOF\n") == 0);
+    EXPECT(livereg_metrics_text(table, text, 4, &len), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_metrics_text(NULL, text, len + 1, &len), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_metrics_text(table, text, len + 1, NULL), LIVEREG_INVALID_ARGUMENT);
+    free(text);
+    EXPECT(livereg_deregister(worker), LIVEREG_OK);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
 int main(void) {
     test_defaults_and_names();
     test_null_arguments();
@@ -502,6 +530,7 @@ int main(void) {
     test_reentrant_callbacks_fail_at_once();
     test_info_area();
     test_progress();
+    test_metrics_text();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);
         return 1;

@@ -47,6 +47,7 @@ mod probe;
 mod reap;
 mod rm;
 mod run;
+mod serve;
 mod signals;
 mod status;
 mod worker;

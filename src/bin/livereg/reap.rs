@@ -6,6 +6,7 @@
 //! the drop for the next reaper to run again (at least once).
 
 use crate::notify::{self, Notifier};
+use crate::serve::MetricsServer;
 use crate::{duration, signals, Outcome};
 use livereg::{DropEvent, Error, HandlerError, ReaperThread, Reason, Table};
 use std::os::unix::process::CommandExt;
@@ -41,6 +42,10 @@ pub struct Args {
     /// scanning stops sending WATCHDOG=1, and systemd restarts it.
     #[arg(long)]
     notify: bool,
+    /// Serve the table's metrics (OpenMetrics text) on HTTP `GET /metrics`
+    /// at this address, e.g. 0.0.0.0:9464 (port 0: any free port, logged).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
 }
 
 pub fn run(args: Args) -> Outcome {
@@ -54,6 +59,10 @@ pub fn run(args: Args) -> Outcome {
         )
         .into());
     }
+    let metrics = match &args.metrics_addr {
+        Some(address) => Some(MetricsServer::start(address, table.clone())?),
+        None => None,
+    };
     let Some((mut reaper, scans_before)) = take_role(&table, &args)? else {
         return Ok(ExitCode::SUCCESS);
     };
@@ -72,6 +81,9 @@ pub fn run(args: Args) -> Outcome {
         std::thread::sleep(SIGNAL_POLL);
     }
     systemd.stopping();
+    if let Some(metrics) = metrics {
+        metrics.stop();
+    }
     reaper.stop()?;
     log::info!("table '{}': reaper stopped", args.name);
     Ok(ExitCode::SUCCESS)

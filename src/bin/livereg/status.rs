@@ -10,9 +10,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub struct Args {
     /// Table name.
     name: String,
-    /// Print one JSON object instead of the table.
-    #[arg(long, conflicts_with = "watch")]
+    /// Print one JSON object instead of the table (as `--format json`).
+    #[arg(long, conflicts_with_all = ["watch", "format"])]
     json: bool,
+    /// `text` (the table), `json`, or `openmetrics` (for node_exporter's
+    /// textfile collector; ends in `# EOF`).
+    #[arg(long, value_enum, default_value = "text", conflicts_with = "watch")]
+    format: Format,
     /// Redraw every D (default: the table's scan interval) until
     /// interrupted, marking registrations that ended since the last frame.
     #[arg(long, value_name = "D", num_args = 0..=1, value_parser = duration::parse)]
@@ -24,13 +28,21 @@ pub fn run(args: Args) -> Outcome {
     if let Some(every) = args.watch {
         return watch(&table, every.unwrap_or_else(|| table.scan_interval()));
     }
-    let status = table.status()?;
-    if args.json {
-        out!("{}", serde_json::to_string_pretty(&status)?);
-    } else {
-        out!("{}", render(&status).trim_end());
+    match (args.json, args.format) {
+        (true, _) | (false, Format::Json) => {
+            out!("{}", serde_json::to_string_pretty(&table.status()?)?)
+        }
+        (false, Format::Text) => out!("{}", render(&table.status()?).trim_end()),
+        (false, Format::Openmetrics) => out!("{}", table.metrics_text()?.trim_end()),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Text,
+    Json,
+    Openmetrics,
 }
 
 /// What a frame remembers of a registration to tell, in the next frame,

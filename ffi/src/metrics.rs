@@ -1,0 +1,51 @@
+//! The table's metrics (OpenMetrics text) from C, for a server that serves
+//! its own `/metrics`.
+
+use crate::boundary::{guard, null, output};
+use crate::table::{borrow, livereg_table};
+use crate::types::livereg_result;
+use std::ffi::c_char;
+
+/// `livereg_metrics_text(table, buf, cap, len)`: writes the metrics text and
+/// a terminating NUL into `buf`, its length (without the NUL) into `*len`.
+/// With `cap` under `*len + 1`, writes nothing, sets `*len` and returns
+/// `LIVEREG_INVALID_ARGUMENT` (so a first call with `cap` 0 asks the size).
+///
+/// # Safety
+///
+/// `table` is a live handle; `buf` is writable for `cap` bytes (or NULL with
+/// `cap` 0); `len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_metrics_text(
+    table: *const livereg_table,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: `table` is NULL or an open handle (this function's `#
+        // Safety`), as `borrow` requires.
+        let table = unsafe { borrow(table) }?;
+        // SAFETY: `len` is NULL or writable for one value for the call (this
+        // function's `# Safety`), as `output` requires.
+        let len = unsafe { output(len, "len") }?;
+        let text = table.metrics_text()?;
+        *len = text.len();
+        if text.len() >= cap {
+            return Err(livereg::Error::InvalidArgument(format!(
+                "the metrics text needs {} bytes with its NUL, the buffer has room for {cap}",
+                text.len() + 1
+            )));
+        }
+        if buf.is_null() {
+            return Err(null("buf"));
+        }
+        // SAFETY: `buf` is writable for `cap > text.len()` bytes by this
+        // function's `# Safety`, and does not overlap our own string.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
+            *buf.add(text.len()) = 0;
+        }
+        Ok(())
+    })
+}

@@ -132,3 +132,16 @@ def test_the_daemon_serves_metrics_over_http_and_they_move_after_a_kill(daemon: 
     with pytest.raises(urllib.error.HTTPError) as missing:
         scrape(url.replace("/metrics", "/other"))
     assert missing.value.code == 404
+
+
+def test_status_format_openmetrics_parses(make_table: MakeTable) -> None:
+    table = make_table(reap_timeout=2.0, registration_grace=4.0)
+    name = str(table.status()["table"])
+    worker = table.register(5, "gpu5")
+    text = subprocess.run(
+        [livereg_bin(), "status", name, "--format", "openmetrics"], capture_output=True, text=True, check=True
+    ).stdout
+    found = samples(text)
+    assert value(found, "livereg_registrations", name) == 1
+    assert value(found, "livereg_registrations_ended_total", name, reason="deregistered") == 0
+    worker.deregister()

@@ -234,16 +234,7 @@ impl ManualClock {
 /// `clock_gettime(CLOCK_MONOTONIC)` in nanoseconds: a vDSO read, no system call.
 #[inline]
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY:
-    // - `ts` is a valid, writable `timespec` for the duration of the call.
-    // - CLOCK_MONOTONIC is supported on every Linux, so the call cannot fail;
-    //   were it to, `ts` keeps its zero value and we return 0.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    read(libc::CLOCK_MONOTONIC)
 }
 
 /// `clock_gettime(CLOCK_MONOTONIC_COARSE)` in nanoseconds: the time at the
@@ -252,16 +243,22 @@ pub fn monotonic_ns() -> u64 {
 /// [`coarse_resolution_ns`] behind it.
 #[inline]
 pub fn monotonic_coarse_ns() -> u64 {
+    read(libc::CLOCK_MONOTONIC_COARSE)
+}
+
+/// `clock_gettime(clock)` in nanoseconds.
+#[inline]
+fn read(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY:
     // - `ts` is a valid, writable `timespec` for the duration of the call.
-    // - CLOCK_MONOTONIC_COARSE exists since Linux 2.6.32, so the call cannot
-    //   fail; were it to, `ts` keeps its zero value and we return 0 (a stamp
-    //   in the past: the registration looks older, never younger).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    // - both clocks read here exist on every Linux since 2.6.32, so the call
+    //   cannot fail; were it to, `ts` keeps its zero value and we return 0
+    //   (a stamp in the past: a registration looks older, never younger).
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -83,6 +83,19 @@ fn live(table: &Table, instance_id: u64) -> bool {
         .any(|r| r.instance_id == instance_id && r.state == RegistrationState::Live)
 }
 
+/// A table whose scans are 2 s apart (so a drop within half a second came by
+/// the wake-up), and its reaper in a PID namespace of its own.
+fn table_with_a_namespaced_reaper(tag: &str) -> (TempTable, Namespaced) {
+    let options = TableOptions {
+        reap_timeout: Duration::from_secs(8),
+        registration_grace: Duration::from_secs(8),
+        ..TableOptions::default()
+    };
+    let temp = TempTable::new(tag, &options);
+    let reaper = reaper_in_its_own_namespace(&temp);
+    (temp, reaper)
+}
+
 fn reaper_in_its_own_namespace(temp: &TempTable) -> Namespaced {
     let reaper = Namespaced::spawn(&["reap", &temp.name]);
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -98,14 +111,7 @@ fn a_sigkilled_worker_in_a_sibling_pid_namespace_is_dropped_at_once() {
     if !namespaces_available() {
         return;
     }
-    // Scans are 2 s apart: a drop within half a second came by the wake-up.
-    let options = TableOptions {
-        reap_timeout: Duration::from_secs(8),
-        registration_grace: Duration::from_secs(8),
-        ..TableOptions::default()
-    };
-    let temp = TempTable::new("sibling-kill", &options);
-    let _reaper = reaper_in_its_own_namespace(&temp);
+    let (temp, _reaper) = table_with_a_namespaced_reaper("sibling-kill");
     for instance in 1..=3u64 {
         let id = instance.to_string();
         let mut worker = Namespaced::spawn(&["worker", &temp.name, "--instance", &id]);
@@ -196,13 +202,7 @@ fn a_process_with_several_registrations_loses_them_all_at_once_and_only_its_own(
     // Two processes, each pid 1 of its own namespace and each holding four
     // registrations: a round tests one lock per process, so it must tell
     // them apart (pid, start time, clock and the process's random tag).
-    let options = TableOptions {
-        reap_timeout: Duration::from_secs(8),
-        registration_grace: Duration::from_secs(8),
-        ..TableOptions::default()
-    };
-    let temp = TempTable::new("sibling-several", &options);
-    let _reaper = reaper_in_its_own_namespace(&temp);
+    let (temp, _reaper) = table_with_a_namespaced_reaper("sibling-several");
     let mut doomed = Namespaced::spawn(&["worker", &temp.name, "--instance", "10", "--also", "3"]);
     let mut kept = Namespaced::spawn(&["worker", &temp.name, "--instance", "20", "--also", "3"]);
     assert!(doomed.first_line().starts_with("registered"));

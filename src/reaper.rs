@@ -291,16 +291,13 @@ type Registrant = (u32, u64, u64, u32);
 
 /// The lock tests of registrations no pidfd watches, round by round: a round
 /// runs in a scan after a descriptor on the table was closed (a registrant
-/// died, or let go), on the first scan, and on the backstop. In a round
-/// after a close, each registering process has one registration tested (its
-/// first); the others are tested only if that one's lock is gone. The
-/// backstop tests every lock, should two processes ever look alike.
+/// died, or let go), on the first scan, and on the backstop. In a round,
+/// each registering process has one registration tested (its first); the
+/// others are tested only if that one's lock is gone.
 #[derive(Debug)]
 struct LockTests {
     /// Whether this scan is a round.
     round: bool,
-    /// Whether this round tests one lock per registering process.
-    by_process: bool,
     /// This round's registering processes whose tested lock is held.
     alive: std::collections::HashSet<Registrant>,
     /// Scans since the last round (`u32::MAX` before the first).
@@ -318,7 +315,6 @@ impl Default for LockTests {
     fn default() -> Self {
         LockTests {
             round: false,
-            by_process: false,
             alive: std::collections::HashSet::new(),
             scans_since_round: u32::MAX,
             tested: 0,
@@ -330,9 +326,7 @@ impl Default for LockTests {
 
 impl LockTests {
     fn start_scan(&mut self, locks_moved: bool) {
-        let backstop = self.scans_since_round >= LOCK_BACKSTOP_SCANS;
-        self.round = locks_moved || backstop;
-        self.by_process = !backstop;
+        self.round = locks_moved || self.scans_since_round >= LOCK_BACKSTOP_SCANS;
         self.alive.clear();
         if self.round {
             self.use_snapshot = self.tested >= LOCK_SNAPSHOT_FROM;
@@ -661,7 +655,7 @@ impl Reaper {
             slot.clock_id.load(Relaxed),
             flags >> PROCESS_TAG_SHIFT,
         );
-        let grouped = self.locks.by_process && flags & FLAG_PROXY == 0 && registrant.1 != 0;
+        let grouped = flags & FLAG_PROXY == 0 && registrant.1 != 0;
         if grouped && self.locks.alive.contains(&registrant) {
             return false;
         }

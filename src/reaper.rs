@@ -298,6 +298,11 @@ type Registrant = (u32, u64, u64, u32);
 struct LockTests {
     /// Whether this scan is a round.
     round: bool,
+    /// Rounds still owed to the last close heard: the kernel tells of a
+    /// close (`fsnotify_close`) just *before* it drops the file's locks
+    /// (`locks_remove_file`), so the round at once may find a dying
+    /// process's lock still held; the next scan's round does not.
+    owed: u8,
     /// This round's registering processes whose tested lock is held.
     alive: std::collections::HashSet<Registrant>,
     /// Scans since the last round (`u32::MAX` before the first).
@@ -315,6 +320,7 @@ impl Default for LockTests {
     fn default() -> Self {
         LockTests {
             round: false,
+            owed: 0,
             alive: std::collections::HashSet::new(),
             scans_since_round: u32::MAX,
             tested: 0,
@@ -326,7 +332,11 @@ impl Default for LockTests {
 
 impl LockTests {
     fn start_scan(&mut self, locks_moved: bool) {
-        self.round = locks_moved || self.scans_since_round >= LOCK_BACKSTOP_SCANS;
+        if locks_moved {
+            self.owed = 2;
+        }
+        self.round = self.owed > 0 || self.scans_since_round >= LOCK_BACKSTOP_SCANS;
+        self.owed = self.owed.saturating_sub(1);
         self.alive.clear();
         if self.round {
             self.use_snapshot = self.tested >= LOCK_SNAPSHOT_FROM;

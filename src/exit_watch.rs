@@ -92,6 +92,56 @@ pub(crate) struct ExitWatcher {
     closed: Option<Arc<AtomicBool>>,
 }
 
+/// The watcher thread: waits on the pidfds, the close watch and the stop
+/// descriptor; records what fired and wakes the reaper. After a close, it
+/// wakes the reaper once more [`CLOSE_RECHECK`] later, for the second lock
+/// round the close is owed.
+fn watch_loop(
+    epoll: &pidfd::Epoll,
+    fired: &Mutex<Vec<u64>>,
+    watch: Option<CloseWatch>,
+    closed: Option<Arc<AtomicBool>>,
+    inner: &TableMemory,
+) {
+    let mut recheck = false;
+    loop {
+        let keys = match epoll.wait(recheck.then_some(CLOSE_RECHECK)) {
+            Ok(keys) => keys,
+            Err(_) => return,
+        };
+        if keys.contains(&STOP) {
+            return;
+        }
+        if keys.is_empty() {
+            if recheck {
+                // The reaper owes the close a second round (see
+                // `LockTests::owed`): have it now rather than at the next scan.
+                recheck = false;
+                inner.wake_reaper();
+            }
+            continue;
+        }
+        let mut exited = keys;
+        if exited.contains(&CLOSED) {
+            exited.retain(|key| *key != CLOSED);
+            if let (Some(watch), Some(closed)) = (&watch, &closed) {
+                watch.drain();
+                closed.store(true, Ordering::Release);
+                recheck = true;
+            }
+        }
+        fired
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .extend(exited);
+        inner.wake_reaper();
+    }
+}
+
+/// How long after a close the watcher wakes the reaper for a second lock
+/// round: time for the closing process to drop the file's locks.
+const CLOSE_RECHECK: std::time::Duration = std::time::Duration::from_millis(5);
+
 impl ExitWatcher {
     /// Starts the watcher thread for the table behind `inner`.
     pub(crate) fn start(inner: Arc<TableMemory>) -> std::io::Result<ExitWatcher> {
@@ -107,28 +157,7 @@ impl ExitWatcher {
         let (waiting, report, closing) = (epoll.clone(), fired.clone(), closed.clone());
         let thread = std::thread::Builder::new()
             .name("livereg-exit-watch".into())
-            .spawn(move || loop {
-                match waiting.wait() {
-                    Ok(keys) if keys.contains(&STOP) => return,
-                    Ok(mut keys) if !keys.is_empty() => {
-                        if keys.contains(&CLOSED) {
-                            keys.retain(|key| *key != CLOSED);
-                            if let (Some(watch), Some(closing)) = (&watch, &closing) {
-                                watch.drain();
-                                closing.store(true, Ordering::Release);
-                            }
-                        }
-                        let mut fired = report
-                            .lock()
-                            .unwrap_or_else(|poisoned| poisoned.into_inner());
-                        fired.extend(keys);
-                        drop(fired);
-                        inner.wake_reaper();
-                    }
-                    Ok(_) => {}
-                    Err(_) => return,
-                }
-            })?;
+            .spawn(move || watch_loop(&waiting, &report, watch, closing, &inner))?;
         Ok(ExitWatcher {
             epoll,
             stop,

@@ -301,7 +301,8 @@ struct LockTests {
     /// Rounds still owed to the last close heard: the kernel tells of a
     /// close (`fsnotify_close`) just *before* it drops the file's locks
     /// (`locks_remove_file`), so the round at once may find a dying
-    /// process's lock still held; the next scan's round does not.
+    /// process's lock still held; the exit watcher wakes the reaper again a
+    /// few milliseconds later for the second.
     owed: u8,
     /// This round's registering processes whose tested lock is held.
     alive: std::collections::HashSet<Registrant>,

@@ -80,16 +80,18 @@ impl Epoll {
         .map(drop)
     }
 
-    /// `epoll_wait(-1)`: blocks until an entry fires; returns the keys that did.
-    pub(crate) fn wait(&self) -> io::Result<Vec<u64>> {
+    /// `epoll_wait`: blocks until an entry fires, or `timeout` (if any)
+    /// passes; returns the keys that fired (none on a timeout).
+    pub(crate) fn wait(&self, timeout: Option<std::time::Duration>) -> io::Result<Vec<u64>> {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        let timeout_ms = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
         // SAFETY: `events` is a writable array of the length passed.
         let n = unsafe {
             libc::epoll_wait(
                 self.0.as_raw_fd(),
                 events.as_mut_ptr(),
                 events.len() as i32,
-                -1,
+                timeout_ms,
             )
         };
         match check(n.into()) {

@@ -156,6 +156,18 @@ impl Clock {
         }
     }
 
+    /// [`Clock::stamp_ns`] in microseconds, rounded up (what a beat word
+    /// holds): from the system clocks' seconds and nanoseconds directly,
+    /// without the 64-bit multiply and divide of going through nanoseconds.
+    #[inline]
+    pub(crate) fn stamp_micros(&self, stamps: Stamps) -> u64 {
+        match (&self.0, stamps) {
+            (Source::Monotonic, Stamps::Coarse { .. }) => read_micros(libc::CLOCK_MONOTONIC_COARSE),
+            (Source::Monotonic, Stamps::Precise) => read_micros(libc::CLOCK_MONOTONIC),
+            _ => self.stamp_ns(stamps).div_ceil(1_000),
+        }
+    }
+
     /// Whether [`Clock::stamp_ns`] lags the time on such a table: then each
     /// registration says so (a slot flag), and the reaper adds the table's
     /// resolution to its stamps.
@@ -249,6 +261,26 @@ pub fn monotonic_coarse_ns() -> u64 {
 /// `clock_gettime(clock)` in nanoseconds.
 #[inline]
 fn read(clock: libc::clockid_t) -> u64 {
+    let ts = timespec(clock);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `clock_gettime(clock)` in microseconds, rounded up: equal to
+/// `read(clock).div_ceil(1_000)`.
+#[inline]
+fn read_micros(clock: libc::clockid_t) -> u64 {
+    micros_ceil(&timespec(clock))
+}
+
+/// A `timespec` in microseconds, rounded up; `tv_nsec` is below 10^9, so
+/// its part is 32-bit arithmetic.
+#[inline]
+fn micros_ceil(ts: &libc::timespec) -> u64 {
+    ts.tv_sec as u64 * 1_000_000 + u64::from((ts.tv_nsec as u32).div_ceil(1_000))
+}
+
+#[inline]
+fn timespec(clock: libc::clockid_t) -> libc::timespec {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -259,7 +291,7 @@ fn read(clock: libc::clockid_t) -> u64 {
     //   cannot fail; were it to, `ts` keeps its zero value and we return 0
     //   (a stamp in the past: a registration looks older, never younger).
     unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    ts
 }
 
 /// How far `CLOCK_MONOTONIC_COARSE` may lag `CLOCK_MONOTONIC`: its
@@ -285,4 +317,29 @@ pub fn coarse_resolution_ns() -> u64 {
 /// A duration in nanoseconds, saturating at `u64::MAX`.
 pub(crate) fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn microseconds_from_a_timespec_round_up_as_from_nanoseconds() {
+        for (sec, nsec) in [
+            (0, 0),
+            (0, 1),
+            (0, 999),
+            (0, 1_000),
+            (0, 1_001),
+            (7, 999_999_999),
+            (1 << 30, 123_456_789),
+        ] {
+            let ts = libc::timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            };
+            let ns = sec as u64 * 1_000_000_000 + nsec as u64;
+            assert_eq!(micros_ceil(&ts), ns.div_ceil(1_000), "{sec} s {nsec} ns");
+        }
+    }
 }

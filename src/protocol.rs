@@ -69,9 +69,15 @@ pub(crate) struct Stamp(u64);
 
 impl Stamp {
     /// The stamp of clock reading `now_ns`, rounded up to the microsecond.
-    #[inline]
+    #[cfg(any(test, loom))]
     pub(crate) fn of(now_ns: u64) -> Stamp {
-        Stamp((now_ns.div_ceil(1_000) & STAMP_MASK) + 1)
+        Stamp::of_micros(now_ns.div_ceil(1_000))
+    }
+
+    /// The stamp of a clock reading already in (rounded-up) microseconds.
+    #[inline]
+    pub(crate) fn of_micros(micros: u64) -> Stamp {
+        Stamp((micros & STAMP_MASK) + 1)
     }
 
     /// The clock reading, in nanoseconds, that this stamp stands for among
@@ -245,9 +251,14 @@ fn released(slot: &Slot, generation: u32, state: u64) -> Gone {
 }
 
 /// A heartbeat at `now_ns` through a handle of generation `generation`.
-#[inline]
+#[cfg(any(test, loom))]
 pub(crate) fn beat(slot: &Slot, generation: u32, now_ns: u64) -> Result<(), Gone> {
-    let stamp = Stamp::of(now_ns);
+    beat_at(slot, generation, Stamp::of(now_ns))
+}
+
+/// [`beat`] with the stamp already made.
+#[inline]
+pub(crate) fn beat_at(slot: &Slot, generation: u32, stamp: Stamp) -> Result<(), Gone> {
     update_beat(slot, generation, |current| match decode_beat(current) {
         Beat::At(last) if !stamp.is_after(last) => current,
         _ => beat_word(generation, stamp),

@@ -7,7 +7,7 @@ use crate::fork::{self, LockDescriptor};
 use crate::clock::Stamps;
 use crate::layout::{Slot, FLAG_COARSE_STAMPS, FLAG_PROXY, LABEL_MAX, PROCESS_TAG_SHIFT};
 use crate::os::{lock, process};
-use crate::protocol::{self, Beat, Gone, LIVE};
+use crate::protocol::{self, Beat, Gone, Stamp, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
 use std::fs::File;
@@ -352,8 +352,8 @@ impl Worker {
             return Err(self.inherited());
         }
         let slot = self.own_slot();
-        let stamp_ns = self.table.clock.stamp_ns(self.stamps);
-        match protocol::beat(slot, self.generation, stamp_ns) {
+        let stamp = Stamp::of_micros(self.table.clock.stamp_micros(self.stamps));
+        match protocol::beat_at(slot, self.generation, stamp) {
             Ok(()) => {
                 // Advisory count for status; a plain store on a line the
                 // CAS just made ours.

@@ -141,36 +141,27 @@ impl Clock {
         }
     }
 
-    /// A heartbeat's stamp on a table whose registrants stamp as `stamps`
-    /// say: the coarse reading where the table asks for it (a few
-    /// nanoseconds, no system call), else [`Clock::now_ns`].
-    #[inline]
-    pub(crate) fn stamp_ns(&self, stamps: Stamps) -> u64 {
-        match (&self.0, stamps) {
-            (Source::Monotonic, Stamps::Coarse { .. }) => monotonic_coarse_ns(),
-            (Source::Manual(now, _, Ticks::Coarse), Stamps::Coarse { resolution_ns }) => {
-                let now = now.load(Ordering::SeqCst);
-                now - now % resolution_ns.max(1)
-            }
-            _ => self.now_ns(),
-        }
-    }
-
-    /// [`Clock::stamp_ns`] in microseconds, rounded up (what a beat word
-    /// holds): from the system clocks' seconds and nanoseconds directly,
-    /// without the 64-bit multiply and divide of going through nanoseconds.
+    /// A heartbeat's stamp, in microseconds rounded up (what a beat word
+    /// holds), on a table whose registrants stamp as `stamps` say: the coarse
+    /// reading where the table asks for it (a few nanoseconds, no system
+    /// call). The system clocks' seconds and nanoseconds are converted
+    /// directly, without a 64-bit multiply and divide.
     #[inline]
     pub(crate) fn stamp_micros(&self, stamps: Stamps) -> u64 {
         match (&self.0, stamps) {
             (Source::Monotonic, Stamps::Coarse { .. }) => read_micros(libc::CLOCK_MONOTONIC_COARSE),
             (Source::Monotonic, Stamps::Precise) => read_micros(libc::CLOCK_MONOTONIC),
-            _ => self.stamp_ns(stamps).div_ceil(1_000),
+            (Source::Manual(now, _, Ticks::Coarse), Stamps::Coarse { resolution_ns }) => {
+                let now = now.load(Ordering::SeqCst);
+                (now - now % resolution_ns.max(1)).div_ceil(1_000)
+            }
+            (Source::Manual(now, ..), _) => now.load(Ordering::SeqCst).div_ceil(1_000),
         }
     }
 
-    /// Whether [`Clock::stamp_ns`] lags the time on such a table: then each
-    /// registration says so (a slot flag), and the reaper adds the table's
-    /// resolution to its stamps.
+    /// Whether [`Clock::stamp_micros`] lags the time on such a table: then
+    /// each registration says so (a slot flag), and the reaper adds
+    /// [`STAMP_LAG_TICKS`] of the table's resolution to its stamps.
     pub(crate) fn stamps_lag(&self, stamps: Stamps) -> bool {
         matches!(
             (&self.0, stamps),
@@ -261,7 +252,12 @@ pub fn monotonic_coarse_ns() -> u64 {
 /// `clock_gettime(clock)` in nanoseconds.
 #[inline]
 fn read(clock: libc::clockid_t) -> u64 {
-    let ts = timespec(clock);
+    nanos(&timespec(clock))
+}
+
+/// A `timespec` in nanoseconds.
+#[inline]
+fn nanos(ts: &libc::timespec) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -311,7 +307,7 @@ pub fn coarse_resolution_ns() -> u64 {
     //   on failure (never on Linux) it stays zero, and a zero resolution
     //   makes a new table stamp precisely.
     unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    nanos(&ts)
 }
 
 /// A duration in nanoseconds, saturating at `u64::MAX`.

@@ -111,8 +111,9 @@ pub(crate) struct Header {
     pub progress_timeout_ns: AtomicU64,
     /// Registrations ended as `Stalled` (layout 1.3).
     pub ended_stalled: AtomicU64,
-    /// With [`STAMPS_COARSE`]: how far a stamp may lag its heartbeat, in
-    /// nanoseconds (layout 1.4).
+    /// With [`STAMPS_COARSE`]: the coarse clock's resolution (its tick), in
+    /// nanoseconds; the reaper allows a stamp `STAMP_LAG_TICKS` of them
+    /// behind its heartbeat (layout 1.4).
     pub stamp_resolution_ns: AtomicU64,
     /// Scan durations (layout 1.4): observations per bucket of
     /// [`SCAN_BUCKETS`] (not cumulative), the last for larger ones.
@@ -201,8 +202,8 @@ pub(crate) const FLAG_PIDFD: u32 = 1;
 /// nothing about the registration's lock; only the lock counts.
 pub(crate) const FLAG_PROXY: u32 = 2;
 /// Bit of [`Slot::flags`], set by the registrant: it stamps heartbeats with
-/// the table's coarse clock, so the reaper adds the table's resolution to
-/// its stamps (layout 1.4).
+/// the table's coarse clock, so the reaper adds `STAMP_LAG_TICKS` of the
+/// table's resolution to its stamps (layout 1.4).
 pub(crate) const FLAG_COARSE_STAMPS: u32 = 4;
 /// Bits 16..32 of [`Slot::flags`], set by the registrant: a random tag of its
 /// process (layout 1.4), so that two processes with the same pid and start

@@ -29,8 +29,9 @@ pub struct Status {
     pub progress_timeout_seconds: f64,
     /// The clock heartbeats stamp with (`"precise"` or `"coarse"`).
     pub stamp_clock: StampClock,
-    /// How far a stamp may lag its heartbeat (the coarse clock's resolution;
-    /// 0 for precise stamps): evictions come up to this much later.
+    /// The coarse clock's resolution (0 for precise stamps): evictions come
+    /// up to `STAMP_LAG_TICKS` times this much later than on the precise
+    /// clock.
     pub stamp_resolution_seconds: f64,
     /// Live (not ended) registrations.
     pub tracked_instances: usize,

@@ -613,9 +613,8 @@ fn wait_until_ready(name: &str, file: &File) -> Result<u64> {
     }
 }
 
-/// Checks a ready header against the object's size; returns the capacity.
-/// Checks a ready header against the object's size; returns the capacity and
-/// the layout's minor version.
+/// Checks a ready header against the object's size; returns the capacity,
+/// the layout's minor version and how its registrants stamp heartbeats.
 fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32, Stamps)> {
     let incompatible =
         |detail: String| Err(Error::Incompatible(format!("table '{name}': {detail}")));

@@ -355,8 +355,8 @@ impl Worker {
         let stamp = Stamp::of_micros(self.table.clock.stamp_micros(self.stamps));
         match protocol::beat_at(slot, self.generation, stamp) {
             Ok(()) => {
-                // Advisory count for status; a plain store on a line the
-                // CAS just made ours.
+                // Advisory count for status; a plain store on the owner's
+                // own line (only the owner writes it).
                 slot.beats
                     .store(slot.beats.load(Relaxed).wrapping_add(1), Relaxed);
                 Ok(())

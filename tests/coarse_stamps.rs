@@ -186,7 +186,20 @@ fn real_coarse_stamps_are_evicted_after_the_timeout_never_before() {
     assert_eq!(table.stamp_clock(), StampClock::Coarse, "Auto chose");
     let timeout = table.reap_timeout();
     let recorder = Recorder::default();
-    let reaper = table.reaper().on_drop(recorder.handler()).spawn().unwrap();
+    let record = recorder.handler();
+    let dropped_at = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let dropping = dropped_at.clone();
+    let reaper = table
+        .reaper()
+        .on_drop(move |event| {
+            dropping
+                .lock()
+                .unwrap()
+                .push((event.instance_id, Instant::now()));
+            record(event)
+        })
+        .spawn()
+        .unwrap();
     let mut rng = Rng::seeded();
     let resolution = coarse_resolution_ns().max(1_000_000);
     let mut last_beats = Vec::new();
@@ -201,7 +214,6 @@ fn real_coarse_stamps_are_evicted_after_the_timeout_never_before() {
     while recorder.events().len() < last_beats.len() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    let dropped_at = Instant::now();
     let events = recorder.events();
     assert_eq!(
         events.len(),
@@ -219,8 +231,17 @@ fn real_coarse_stamps_are_evicted_after_the_timeout_never_before() {
             event.silent_for
         );
     }
-    let (_, first_beat) = last_beats[0];
-    assert!(dropped_at.duration_since(first_beat) >= timeout);
+    // Measured by this test, not the reaper: from the return of each last
+    // beat (after the beat itself) to its drop handler (after its eviction).
+    let dropped_at = dropped_at.lock().unwrap().clone();
+    for (id, beat_returned) in &last_beats {
+        let (_, dropped) = dropped_at.iter().find(|(i, _)| i == id).unwrap();
+        assert!(
+            dropped.duration_since(*beat_returned) >= timeout,
+            "instance {id} dropped {:?} after its last beat returned, before the timeout {timeout:?}",
+            dropped.duration_since(*beat_returned)
+        );
+    }
     reaper.stop().unwrap();
 }
 
@@ -242,12 +263,23 @@ fn a_table_forced_to_the_precise_clock_stamps_exactly() {
     let before = monotonic_ns();
     worker.heartbeat().unwrap();
     let after = monotonic_ns();
-    let beat = opened.status().unwrap().registrations[0]
+    let read_from = monotonic_ns();
+    let age_ns = opened.status().unwrap().registrations[0]
         .last_heartbeat_age_seconds
-        .expect("same clock");
-    // Precise: the stamp is within the call (rounded up to a microsecond).
-    assert!(beat * 1e9 <= (monotonic_ns() - before) as f64 + 1_000.0);
-    assert!(after >= before);
+        .expect("same clock")
+        * 1e9;
+    let read_until = monotonic_ns();
+    // Precise: the stamp lies within the call (rounded up to a microsecond,
+    // and within the float's rounding); a coarse one would lie up to a tick
+    // before it.
+    let stamp_earliest = read_from as f64 - age_ns;
+    let stamp_latest = read_until as f64 - age_ns;
+    assert!(
+        stamp_latest + 1.0 >= before as f64,
+        "stamped {} ns before the call",
+        before as f64 - stamp_latest
+    );
+    assert!(stamp_earliest <= (after + 1_000) as f64 + 1.0);
     worker.deregister().unwrap();
 }
 

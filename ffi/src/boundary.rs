@@ -73,6 +73,37 @@ pub(crate) unsafe fn output<'a, T>(out: *mut T, argument: &str) -> Result<&'a mu
     unsafe { out.as_mut() }.ok_or_else(|| null(argument))
 }
 
+/// Copies `bytes` whole into the caller's buffer `buf` of `cap` bytes; with
+/// `cap` too small, copies nothing and fails naming `what` and the bytes it
+/// needs. `buf` may be NULL when `bytes` is empty.
+///
+/// # Safety
+///
+/// `buf` is NULL or writable for `cap` bytes for the duration of the call.
+pub(crate) unsafe fn copy_out(
+    bytes: &[u8],
+    buf: *mut u8,
+    cap: usize,
+    what: &str,
+) -> Result<(), Error> {
+    if bytes.len() > cap {
+        return Err(Error::InvalidArgument(format!(
+            "{what} needs {} bytes, the buffer has room for {cap}",
+            bytes.len()
+        )));
+    }
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    if buf.is_null() {
+        return Err(null("buf"));
+    }
+    // SAFETY: `buf` is not NULL and, by this function's `# Safety`, writable
+    // for `cap >= bytes.len()` bytes; it cannot overlap our own `bytes`.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf, bytes.len()) };
+    Ok(())
+}
+
 /// Moves `value` to the heap and writes the new handle through `out` (as
 /// rustls-ffi's `set_boxed_mut_ptr`): the C caller owns it until it gives it
 /// back to the matching free function.

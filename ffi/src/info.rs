@@ -1,6 +1,6 @@
 //! The server-published info area from C.
 
-use crate::boundary::{guard, null, output};
+use crate::boundary::{copy_out, guard, null, output};
 use crate::table::{borrow, livereg_table};
 use crate::types::livereg_result;
 use std::ffi::c_void;
@@ -58,20 +58,8 @@ pub unsafe extern "C" fn livereg_get_info(
         let len = unsafe { output(len, "len") }?;
         let info = table.info()?;
         *len = info.len();
-        if info.len() > cap {
-            return Err(livereg::Error::InvalidArgument(format!(
-                "the info is {} bytes, the buffer has room for {cap}",
-                info.len()
-            )));
-        }
-        if !info.is_empty() {
-            if buf.is_null() {
-                return Err(null("buf"));
-            }
-            // SAFETY: `buf` is writable for `cap >= info.len()` bytes, by
-            // contract, and does not overlap our own vector.
-            unsafe { std::ptr::copy_nonoverlapping(info.as_ptr(), buf.cast::<u8>(), info.len()) };
-        }
-        Ok(())
+        // SAFETY: `buf` is NULL or writable for `cap` bytes (this function's
+        // `# Safety`), as `copy_out` requires.
+        unsafe { copy_out(&info, buf.cast::<u8>(), cap, "the info") }
     })
 }

@@ -1,7 +1,7 @@
 //! The table's metrics (OpenMetrics text) from C, for a server that serves
 //! its own `/metrics`.
 
-use crate::boundary::{guard, null, output};
+use crate::boundary::{copy_out, guard, output};
 use crate::table::{borrow, livereg_table};
 use crate::types::livereg_result;
 use std::ffi::c_char;
@@ -29,23 +29,18 @@ pub unsafe extern "C" fn livereg_metrics_text(
         // SAFETY: `len` is NULL or writable for one value for the call (this
         // function's `# Safety`), as `output` requires.
         let len = unsafe { output(len, "len") }?;
-        let text = table.metrics_text()?;
+        let mut text = table.metrics_text()?.into_bytes();
         *len = text.len();
-        if text.len() >= cap {
-            return Err(livereg::Error::InvalidArgument(format!(
-                "the metrics text needs {} bytes with its NUL, the buffer has room for {cap}",
-                text.len() + 1
-            )));
-        }
-        if buf.is_null() {
-            return Err(null("buf"));
-        }
-        // SAFETY: `buf` is writable for `cap > text.len()` bytes by this
-        // function's `# Safety`, and does not overlap our own string.
+        text.push(0);
+        // SAFETY: `buf` is NULL or writable for `cap` bytes (this function's
+        // `# Safety`), as `copy_out` requires.
         unsafe {
-            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
-            *buf.add(text.len()) = 0;
+            copy_out(
+                &text,
+                buf.cast::<u8>(),
+                cap,
+                "the metrics text with its NUL",
+            )
         }
-        Ok(())
     })
 }

@@ -66,6 +66,8 @@ outside_loom! {
     mod table;
     mod wake;
     mod worker;
+    #[cfg(feature = "etcd")]
+    pub mod etcd;
 
     pub use clock::{
         coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns, Clock, ManualClock, StampClock,

@@ -37,6 +37,7 @@ pub struct Registrant {
 }
 
 mod clear;
+mod cluster;
 mod create;
 mod demo;
 mod duration;

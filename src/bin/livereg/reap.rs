@@ -1,10 +1,12 @@
-//! `livereg reap NAME [--on-drop CMD] [--hook-timeout D] [--standby]`
+//! `livereg reap NAME [--on-drop CMD] [--hook-timeout D] [--standby]
+//! [--notify] [--metrics-addr A] [--etcd ENDPOINTS …]`
 //!
 //! The hook is the drop: it runs (on the reaper's handler thread, never
 //! holding up scans) before the registration's slot is freed, so its id
 //! cannot come back before the hook ran, and a daemon killed mid-hook leaves
 //! the drop for the next reaper to run again (at least once).
 
+use crate::cluster::{Ends, PublishArgs};
 use crate::notify::{self, Notifier};
 use crate::serve::MetricsServer;
 use crate::{duration, signals, Outcome};
@@ -46,6 +48,8 @@ pub struct Args {
     /// at this address, e.g. 0.0.0.0:9464 (port 0: any free port, logged).
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
+    #[command(flatten)]
+    etcd: PublishArgs,
 }
 
 pub fn run(args: Args) -> Outcome {
@@ -63,9 +67,12 @@ pub fn run(args: Args) -> Outcome {
         Some(address) => Some(MetricsServer::start(address, table.clone())?),
         None => None,
     };
-    let Some((mut reaper, scans_before)) = take_role(&table, &args)? else {
+    let ends = Ends::default();
+    let Some((mut reaper, scans_before)) = take_role(&table, &args, &ends)? else {
         return Ok(ExitCode::SUCCESS);
     };
+    // Only the reaper that holds the table publishes it.
+    let publisher = args.etcd.start(&table, &ends)?;
     log::info!(
         "table '{}': reaping (timeout {}, grace {}, scan every {}, boot token {:#018x})",
         args.name,
@@ -85,6 +92,9 @@ pub fn run(args: Args) -> Outcome {
         metrics.stop();
     }
     reaper.stop()?;
+    if let Some(publisher) = publisher {
+        publisher.stop();
+    }
     log::info!("table '{}': reaper stopped", args.name);
     Ok(ExitCode::SUCCESS)
 }
@@ -156,18 +166,28 @@ impl Supervisor {
 /// Starts the reaper, or (with `--standby`) waits for the role until a
 /// termination signal. `None` means a signal came first. With the reaper,
 /// the table's scan count just before it started.
-fn take_role(table: &Table, args: &Args) -> Result<Option<(ReaperThread, u64)>, Error> {
+fn take_role(
+    table: &Table,
+    args: &Args,
+    ends: &Ends,
+) -> Result<Option<(ReaperThread, u64)>, Error> {
     let mut announced = false;
     loop {
         let hook = args.on_drop.clone();
+        let ends = ends.clone();
         let hook_timeout = args.hook_timeout;
         let scans_before = table.scans();
         let attempt = table
             .reaper()
             // (The library logs every ended registration at info.)
-            .on_drop(move |event| match &hook {
-                Some(command) => run_hook(command, event, hook_timeout),
-                None => Ok(()),
+            .on_drop(move |event| {
+                // Published first: a watcher learns of the end before a slow
+                // hook finishes.
+                ends.ended(event);
+                match &hook {
+                    Some(command) => run_hook(command, event, hook_timeout),
+                    None => Ok(()),
+                }
             })
             .spawn();
         match attempt {

@@ -1,5 +1,7 @@
-//! `livereg status NAME [--json | --watch [D]]`
+//! `livereg status NAME [--json | --format F | --watch [D]]`, or
+//! `livereg status --cluster --etcd ENDPOINTS [--json]`
 
+use crate::cluster::ClusterArgs;
 use crate::{duration, signals, Outcome};
 use livereg::{Reason, RegistrationState, Status, Table};
 use std::collections::BTreeMap;
@@ -9,7 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 #[derive(clap::Args)]
 pub struct Args {
     /// Table name.
-    name: String,
+    #[arg(required_unless_present = "cluster")]
+    name: Option<String>,
     /// Print one JSON object instead of the table (as `--format json`).
     #[arg(long, conflicts_with_all = ["watch", "format"])]
     json: bool,
@@ -21,10 +24,15 @@ pub struct Args {
     /// interrupted, marking registrations that ended since the last frame.
     #[arg(long, value_name = "D", num_args = 0..=1, value_parser = duration::parse)]
     watch: Option<Option<Duration>>,
+    #[command(flatten)]
+    cluster: ClusterArgs,
 }
 
 pub fn run(args: Args) -> Outcome {
-    let table = Table::open(&args.name)?;
+    if args.cluster.wanted() {
+        return args.cluster.show(args.json || args.format == Format::Json);
+    }
+    let table = Table::open(args.name.as_deref().unwrap_or_default())?;
     if let Some(every) = args.watch {
         return watch(&table, every.unwrap_or_else(|| table.scan_interval()));
     }

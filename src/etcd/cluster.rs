@@ -1,0 +1,158 @@
+//! Every host's registrations, read back from etcd (`livereg status
+//! --cluster`).
+
+use super::record::{self, ClusterRecord};
+use super::EtcdError;
+use etcd_client::{Client, ConnectOptions, GetOptions};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// How long the read may take, connection included.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What etcd holds under a prefix, grouped by host.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterStatus {
+    /// The prefix read.
+    pub prefix: String,
+    /// Hosts by name.
+    pub hosts: Vec<HostStatus>,
+    /// Keys under the prefix that are not `<host>/<table>/<instance_id>`
+    /// with a record as value.
+    pub foreign_keys: usize,
+}
+
+/// One host's published tables.
+#[derive(Clone, Debug, Serialize)]
+pub struct HostStatus {
+    /// The host's name.
+    pub host: String,
+    /// Seconds until its first lease expires if its reaper stops keeping it
+    /// alive (`None`: no lease of its is still held).
+    pub lease_ttl_seconds: Option<i64>,
+    /// Its live registrations, over all its tables.
+    pub live: usize,
+    /// Its tables by name.
+    pub tables: Vec<ClusterTable>,
+}
+
+/// One table of one host.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterTable {
+    /// The table's name.
+    pub table: String,
+    /// The lease its keys are under (hex, as `etcdctl lease` prints it).
+    pub lease: String,
+    /// Seconds left on that lease (`None`: it just expired).
+    pub lease_ttl_seconds: Option<i64>,
+    /// Its live registrations by instance id.
+    pub registrations: Vec<ClusterRecord>,
+}
+
+impl ClusterStatus {
+    /// Reads every key under `prefix` and the TTL left on each lease.
+    ///
+    /// # Errors
+    ///
+    /// [`EtcdError::Etcd`] or [`EtcdError::Timeout`] if etcd cannot be
+    /// read; [`EtcdError::InvalidOptions`] for an empty endpoint list.
+    pub fn fetch(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdError> {
+        if endpoints.is_empty() {
+            return Err(EtcdError::InvalidOptions(
+                "etcd endpoints: expected at least one (host:port), found none".into(),
+            ));
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let read = runtime.block_on(async {
+            tokio::time::timeout(READ_TIMEOUT, read(endpoints, prefix)).await
+        });
+        read.unwrap_or_else(|_| {
+            Err(EtcdError::Timeout {
+                endpoints: endpoints.join(","),
+                context: format!("read {prefix}"),
+                timeout: READ_TIMEOUT,
+            })
+        })
+    }
+}
+
+async fn read(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdError> {
+    let failed = |context: &str| {
+        let context = context.to_owned();
+        move |source| EtcdError::Etcd {
+            endpoints: endpoints.join(","),
+            context,
+            source,
+        }
+    };
+    let options = ConnectOptions::new().with_connect_timeout(READ_TIMEOUT);
+    let mut client = Client::connect(endpoints, Some(options))
+        .await
+        .map_err(failed("connect"))?;
+    let under = format!("{}/", record::trim_prefix(prefix));
+    let keys = client
+        .get(under.as_str(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(failed(&format!("read {under}")))?;
+    // host → table → (lease, records)
+    let mut hosts: BTreeMap<String, BTreeMap<String, (i64, Vec<ClusterRecord>)>> =
+        BTreeMap::new();
+    let mut foreign_keys = 0;
+    for kv in keys.kvs() {
+        let key = String::from_utf8_lossy(kv.key());
+        let parsed = record::parse_key(prefix, &key);
+        let value = serde_json::from_slice::<ClusterRecord>(kv.value());
+        let (Some((host, table, _)), Ok(value)) = (parsed, value) else {
+            foreign_keys += 1;
+            continue;
+        };
+        let entry = hosts
+            .entry(host.to_owned())
+            .or_default()
+            .entry(table.to_owned())
+            .or_insert((kv.lease(), Vec::new()));
+        entry.1.push(value);
+    }
+    let mut ttl_left: HashMap<i64, Option<i64>> = HashMap::new();
+    for lease in hosts.values().flat_map(|tables| tables.values().map(|t| t.0)) {
+        if ttl_left.contains_key(&lease) || lease == 0 {
+            continue;
+        }
+        let left = client
+            .lease_time_to_live(lease, None)
+            .await
+            .map_err(failed("read a lease"))?;
+        ttl_left.insert(lease, (left.ttl() >= 0).then_some(left.ttl()));
+    }
+    let hosts = hosts
+        .into_iter()
+        .map(|(host, tables)| {
+            let tables: Vec<ClusterTable> = tables
+                .into_iter()
+                .map(|(table, (lease, mut registrations))| {
+                    registrations.sort_by_key(|r| r.instance_id);
+                    ClusterTable {
+                        table,
+                        lease: format!("{lease:x}"),
+                        lease_ttl_seconds: ttl_left.get(&lease).copied().flatten(),
+                        registrations,
+                    }
+                })
+                .collect();
+            HostStatus {
+                host,
+                lease_ttl_seconds: tables.iter().filter_map(|t| t.lease_ttl_seconds).min(),
+                live: tables.iter().map(|t| t.registrations.len()).sum(),
+                tables,
+            }
+        })
+        .collect();
+    Ok(ClusterStatus {
+        prefix: record::trim_prefix(prefix).to_owned(),
+        hosts,
+        foreign_keys,
+    })
+}

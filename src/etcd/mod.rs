@@ -1,0 +1,153 @@
+//! Beyond one host: a table's live registrations published to etcd, and
+//! every host's read back (feature `etcd`).
+//!
+//! A [`Publisher`] runs beside a reaper on its own thread. It holds **one**
+//! etcd lease (kept alive at a third of its TTL) and keeps one key per live
+//! registration under it:
+//!
+//! ```text
+//! <prefix>/<host>/<table>/<instance_id>  →  {"host": …, "table": …, "instance_id": …,
+//!     "label": …, "pid": …, "slot": …, "generation": …,
+//!     "registered_unix_seconds": …, "boot_token": …, "ended": null}
+//! ```
+//!
+//! When a registration ends, its key is written once more with `"ended"` set
+//! to the reason and then deleted: a watcher sees why in the delete's
+//! previous value (`etcdctl watch --prefix --prev-kv`). When the host (its
+//! reaper) dies, the lease expires and etcd deletes its keys.
+//!
+//! etcd is never on the heartbeat path and never holds up the reaper: the
+//! publisher works from snapshots of the table (newest state wins), so an
+//! outage costs only publishing. It retries with backoff and, once back,
+//! rewrites the host's keys from the table.
+//!
+//! [`ClusterStatus::fetch`] reads every host's keys and lease TTLs back.
+
+mod cluster;
+mod publisher;
+mod record;
+
+pub use cluster::{ClusterStatus, ClusterTable, HostStatus};
+pub use publisher::{EndSink, Publisher};
+pub use record::ClusterRecord;
+
+use std::time::Duration;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "/livereg";
+
+/// The default lease TTL: a dead host's keys vanish this long after its last
+/// keep-alive.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// Where and as whom to publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdOptions {
+    /// etcd client endpoints, e.g. `http://10.0.0.5:2379` (a bare
+    /// `host:port` means `http://`).
+    pub endpoints: Vec<String>,
+    /// The key prefix (default `/livereg`); a trailing `/` is ignored.
+    pub prefix: String,
+    /// This host's name in the keys (default: the hostname). Must be unique
+    /// in the cluster.
+    pub host: String,
+    /// The lease TTL, in whole seconds (rounded up; etcd may raise it to its
+    /// minimum, 2 s by default).
+    pub ttl: Duration,
+}
+
+/// What can go wrong talking to etcd.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EtcdError {
+    /// An option broke the contract (empty endpoint list, a host with `/`).
+    #[error("{0}")]
+    InvalidOptions(String),
+    /// etcd refused or did not answer.
+    #[error("etcd at {endpoints}: {context}: {source}")]
+    Etcd {
+        /// The endpoints asked.
+        endpoints: String,
+        /// What was being done.
+        context: String,
+        /// The client's error.
+        #[source]
+        source: etcd_client::Error,
+    },
+    /// etcd did not answer in time.
+    #[error("etcd at {endpoints}: {context}: no answer within {timeout:?}")]
+    Timeout {
+        /// The endpoints asked.
+        endpoints: String,
+        /// What was being done.
+        context: String,
+        /// How long it waited.
+        timeout: Duration,
+    },
+    /// The table could not be read.
+    #[error(transparent)]
+    Table(#[from] crate::Error),
+    /// The publisher's thread or runtime could not start.
+    #[error("etcd publisher: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl EtcdOptions {
+    /// Options for `endpoints` with the default prefix, this machine's
+    /// hostname and a 10 s TTL.
+    pub fn new<S: Into<String>>(endpoints: impl IntoIterator<Item = S>) -> EtcdOptions {
+        EtcdOptions {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            host: hostname(),
+            ttl: DEFAULT_TTL,
+        }
+    }
+
+    /// Splits a comma-separated endpoint list (`--etcd a:2379,b:2379`).
+    pub fn split_endpoints(list: &str) -> Vec<String> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Checks the options.
+    ///
+    /// # Errors
+    ///
+    /// [`EtcdError::InvalidOptions`] naming the option and what it held.
+    pub fn validate(&self) -> Result<(), EtcdError> {
+        if self.endpoints.is_empty() {
+            return Err(EtcdError::InvalidOptions(
+                "etcd endpoints: expected at least one (host:port), found none".into(),
+            ));
+        }
+        record::check_component("host", &self.host)?;
+        if self.ttl.is_zero() {
+            return Err(EtcdError::InvalidOptions(
+                "etcd lease TTL: expected at least 1s, found 0".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The endpoints as one string, for messages.
+    pub(crate) fn endpoint_list(&self) -> String {
+        self.endpoints.join(",")
+    }
+}
+
+/// This machine's hostname (`localhost` if it has none).
+pub fn hostname() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length; gethostname writes
+    // at most that many bytes.
+    let rc = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    match std::str::from_utf8(&buffer[..end]) {
+        Ok(name) if rc == 0 && !name.is_empty() => name.to_owned(),
+        _ => "localhost".to_owned(),
+    }
+}

@@ -1,0 +1,583 @@
+//! The publisher: one lease, and one key per live registration, kept in
+//! step with the table from a thread beside the reaper.
+//!
+//! It never queues writes: each round compares a snapshot of the table with
+//! what etcd holds and writes the difference, so the newest state wins and
+//! an outage leaves nothing to replay. The only queue is the end reasons the
+//! reaper's drop handler passes on ([`EndSink`]), bounded, oldest dropped.
+
+use super::record::{self, ClusterRecord};
+use super::{EtcdError, EtcdOptions};
+use crate::event::{DropEvent, Reason};
+use crate::fork;
+use crate::status::RegistrationState;
+use crate::table::Table;
+use crate::wake::WakeFd;
+use etcd_client::{
+    Client, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
+};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::sync::Notify;
+
+/// How long one etcd request (or the connection) may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// The first retry after a failure; doubled per failure up to `LAST_RETRY`.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+/// The longest wait between attempts while etcd is away.
+const LAST_RETRY: Duration = Duration::from_secs(5);
+/// End reasons held for publishing; past this the oldest is dropped (its key
+/// is still deleted, without a reason).
+const ENDS_QUEUE: usize = 4096;
+/// A look at the table even when nothing woke the publisher.
+const BACKSTOP: Duration = Duration::from_secs(1);
+
+/// Publishes a table's live registrations to etcd until stopped (see the
+/// [module](super)). Stopping revokes the lease: the keys go at once.
+///
+/// ```no_run
+/// use livereg::etcd::{EtcdOptions, Publisher};
+/// use livereg::Table;
+///
+/// let table = Table::open("kv-workers")?;
+/// let publisher = Publisher::start(&table, EtcdOptions::new(["127.0.0.1:2379"]))?;
+/// let ends = publisher.sink();
+/// let reaper = table
+///     .reaper()
+///     .on_drop(move |event| {
+///         ends.ended(event); // publish why it ended
+///         Ok(())
+///     })
+///     .spawn()?;
+/// // … serve …
+/// reaper.stop()?;
+/// publisher.stop();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Publisher {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    fork_epoch: u64,
+}
+
+/// Passes end reasons from a drop handler to the publisher: cheap, never
+/// blocks on etcd.
+#[derive(Clone)]
+pub struct EndSink(Arc<Shared>);
+
+/// What the publisher's thread shares with its handles.
+struct Shared {
+    ends: Mutex<VecDeque<Ended>>,
+    notify: Notify,
+    stop: AtomicBool,
+    connected: AtomicBool,
+}
+
+/// One ended registration, as the drop handler saw it.
+struct Ended {
+    instance_id: u64,
+    slot: u32,
+    generation: u32,
+    reason: Reason,
+}
+
+impl Publisher {
+    /// Starts publishing `table` on a thread of its own. It connects in the
+    /// background: an unreachable etcd is logged and retried, never fatal.
+    ///
+    /// # Errors
+    ///
+    /// - [`EtcdError::InvalidOptions`]: see [`EtcdOptions::validate`].
+    /// - [`EtcdError::Table`]: the table was truncated.
+    /// - [`EtcdError::Io`]: the thread, its runtime or its wake-up descriptor
+    ///   could not be made.
+    pub fn start(table: &Table, options: EtcdOptions) -> Result<Publisher, EtcdError> {
+        options.validate()?;
+        table.memory.check_size()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let wake = WakeFd::start(table.memory.clone())?;
+        let wake = {
+            let _inside = runtime.enter();
+            // SAFETY: a `WakeFd` owns its eventfd for its whole life and
+            // always answers `as_raw_fd` with it; the `AsyncFd` owns the
+            // `WakeFd`, so the descriptor outlives the registration.
+            unsafe { AsyncFd::register_with_interest(wake, Interest::READABLE) }
+                .map_err(std::io::Error::from)?
+        };
+        let shared = Arc::new(Shared {
+            ends: Mutex::new(VecDeque::new()),
+            notify: Notify::new(),
+            stop: AtomicBool::new(false),
+            connected: AtomicBool::new(false),
+        });
+        let mirror = Mirror {
+            table: table.clone(),
+            options,
+            shared: shared.clone(),
+            published: BTreeMap::new(),
+            records: HashMap::new(),
+            reasons: HashMap::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("livereg-etcd".into())
+            .spawn(move || runtime.block_on(mirror.run(wake)))?;
+        Ok(Publisher {
+            shared,
+            thread: Some(thread),
+            fork_epoch: fork::install(),
+        })
+    }
+
+    /// A handle for the reaper's drop handler.
+    pub fn sink(&self) -> EndSink {
+        EndSink(self.shared.clone())
+    }
+
+    /// Whether it holds a lease on a reachable etcd now.
+    pub fn is_connected(&self) -> bool {
+        self.shared.connected.load(Ordering::Acquire)
+    }
+
+    /// Revokes the lease (its keys go at once, if etcd answers within the
+    /// request timeout) and ends the thread.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        if self.fork_epoch != fork::epoch() {
+            // A forked child's copy: the thread is the parent's.
+            std::mem::forget(thread);
+            return;
+        }
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.notify.notify_one();
+        let _ = thread.join();
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+impl EndSink {
+    /// Records why a registration ended, for the last value of its key.
+    pub fn ended(&self, event: &DropEvent) {
+        let mut ends = self.0.ends.lock().unwrap_or_else(PoisonError::into_inner);
+        if ends.len() == ENDS_QUEUE {
+            ends.pop_front();
+        }
+        ends.push_back(Ended {
+            instance_id: event.instance_id,
+            slot: event.slot,
+            generation: event.generation,
+            reason: event.reason,
+        });
+        drop(ends);
+        self.0.notify.notify_one();
+    }
+}
+
+/// A connection holding the lease.
+struct Session {
+    client: Client,
+    lease: i64,
+    keeper: LeaseKeeper,
+    answers: LeaseKeepAliveStream,
+    keep_alive_every: Duration,
+    next_keep_alive: Instant,
+}
+
+/// What woke the publisher's loop.
+enum Wake {
+    Table,
+    Lease(LeaseNews),
+}
+
+/// What a keep-alive answer said.
+enum LeaseNews {
+    Alive,
+    /// etcd no longer has the lease (it expired): its keys are gone.
+    Expired,
+    /// The connection broke; the lease may live on.
+    Broken(String),
+}
+
+/// When to try etcd again, and whether it is failing now (to log an outage
+/// once, and its end).
+struct Retry {
+    at: Instant,
+    delay: Duration,
+    failing: bool,
+}
+
+impl Retry {
+    fn failed(&mut self, error: &dyn std::fmt::Display) {
+        if self.failing {
+            log::debug!("{error}; retrying in {:?}", self.delay);
+        } else {
+            log::warn!(
+                "{error}; local reaping goes on, publishing resumes when etcd answers (retrying)"
+            );
+        }
+        self.failing = true;
+        self.at = Instant::now() + self.delay;
+        self.delay = (self.delay * 2).min(LAST_RETRY);
+    }
+
+    fn succeeded(&mut self) {
+        self.failing = false;
+        self.delay = FIRST_RETRY;
+    }
+}
+
+/// The thread's state: what etcd holds for this table, as far as it knows.
+struct Mirror {
+    table: Table,
+    options: EtcdOptions,
+    shared: Arc<Shared>,
+    /// Keys under this table's prefix in etcd: the record put under the
+    /// current lease, or `None` for a key it did not put (an older lease's).
+    published: BTreeMap<String, Option<ClusterRecord>>,
+    /// Records of live registrations by (slot, generation), made once so
+    /// that a rewrite is identical.
+    records: HashMap<(u32, u32), ClusterRecord>,
+    /// End reasons not yet published, by key, with the slot and generation
+    /// they belong to.
+    reasons: HashMap<String, (u32, u32, Reason)>,
+}
+
+impl Mirror {
+    async fn run(mut self, mut wake: AsyncFd<WakeFd>) {
+        let mut session: Option<Session> = None;
+        let mut lease: Option<i64> = None;
+        let mut retry = Retry {
+            at: Instant::now(),
+            delay: FIRST_RETRY,
+            failing: false,
+        };
+        loop {
+            if self.shared.stop.load(Ordering::Acquire) {
+                if let Some(mut session) = session {
+                    let revoke = session.client.lease_revoke(session.lease);
+                    let _ = tokio::time::timeout(REQUEST_TIMEOUT, revoke).await;
+                }
+                return;
+            }
+            if session.is_none() && Instant::now() >= retry.at {
+                match self.connect(lease).await {
+                    Ok(connected) => {
+                        lease = Some(connected.lease);
+                        retry.succeeded();
+                        session = Some(connected);
+                    }
+                    Err(error) => retry.failed(&error),
+                }
+            }
+            if let Some(connected) = session.as_mut() {
+                if let Err(error) = self.step(connected).await {
+                    retry.failed(&error);
+                    session = None;
+                }
+            } else {
+                self.take_ends();
+            }
+            self.shared
+                .connected
+                .store(session.is_some(), Ordering::Release);
+            let until = match &session {
+                Some(s) => s.next_keep_alive.min(Instant::now() + BACKSTOP),
+                None => retry.at,
+            };
+            let woke = tokio::select! {
+                () = self.shared.notify.notified() => Wake::Table,
+                ready = wake.readable_mut() => {
+                    if let Ok(mut ready) = ready {
+                        ready.get_inner().drain();
+                        ready.clear_ready();
+                    }
+                    Wake::Table
+                }
+                () = tokio::time::sleep_until(until.into()) => Wake::Table,
+                news = lease_news(session.as_mut()) => Wake::Lease(news),
+            };
+            let why = match woke {
+                Wake::Table | Wake::Lease(LeaseNews::Alive) => continue,
+                Wake::Lease(LeaseNews::Expired) => {
+                    lease = None;
+                    "the lease expired (etcd answered TTL 0); taking a new one".to_owned()
+                }
+                Wake::Lease(LeaseNews::Broken(why)) => why,
+            };
+            retry.failed(&format_args!("etcd at {}: {why}", self.options.endpoint_list()));
+            session = None;
+            retry.at = Instant::now();
+        }
+    }
+
+    /// Connects, takes the lease (the previous one if etcd still has it,
+    /// else a new one) and reads what etcd holds for this table.
+    async fn connect(&mut self, previous: Option<i64>) -> Result<Session, EtcdError> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(REQUEST_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT);
+        let mut client = self
+            .ask(
+                "connect",
+                Client::connect(&self.options.endpoints, Some(options)),
+            )
+            .await?;
+        let mut held = None;
+        if let Some(id) = previous {
+            let left = self
+                .ask("read the lease", client.lease_time_to_live(id, None))
+                .await?;
+            if left.ttl() > 0 {
+                held = Some((id, left.granted_ttl()));
+            }
+        }
+        let (lease, ttl) = match held {
+            Some(held) => held,
+            None => {
+                let ttl = self.options.ttl.as_secs_f64().ceil().max(1.0) as i64;
+                let granted = self
+                    .ask("grant a lease", client.lease_grant(ttl, None))
+                    .await?;
+                (granted.id(), granted.ttl())
+            }
+        };
+        let (keeper, answers) = self
+            .ask("keep the lease alive", client.lease_keep_alive(lease))
+            .await?;
+        let prefix = self.table_prefix();
+        let held_keys = self
+            .ask(
+                "read this table's keys",
+                client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
+            )
+            .await?;
+        self.published = held_keys
+            .kvs()
+            .iter()
+            .map(|kv| {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                let ours = (kv.lease() == lease)
+                    .then(|| serde_json::from_slice(kv.value()).ok())
+                    .flatten();
+                (key, ours)
+            })
+            .collect();
+        log::info!(
+            "etcd at {}: publishing table '{}' as host '{}' under {prefix} (lease {lease:x}, {}, TTL {ttl}s, keep-alive every {:?})",
+            self.options.endpoint_list(),
+            self.table.name(),
+            self.options.host,
+            if held.is_some() { "kept" } else { "new" },
+            keep_alive_every(ttl),
+        );
+        Ok(Session {
+            client,
+            lease,
+            keeper,
+            answers,
+            keep_alive_every: keep_alive_every(ttl),
+            // A kept lease is refreshed at once.
+            next_keep_alive: Instant::now(),
+        })
+    }
+
+    /// One round: the keep-alive if due, then etcd brought in step with the
+    /// table.
+    async fn step(&mut self, session: &mut Session) -> Result<(), EtcdError> {
+        if Instant::now() >= session.next_keep_alive {
+            self.ask("keep the lease alive", session.keeper.keep_alive())
+                .await?;
+            session.next_keep_alive = Instant::now() + session.keep_alive_every;
+        }
+        // Reasons first: a reason taken now belongs to a registration the
+        // snapshot below already shows ended.
+        self.take_ends();
+        let live = match self.live() {
+            Ok(live) => live,
+            Err(error) => {
+                log::warn!("etcd publisher: {error}");
+                return Ok(());
+            }
+        };
+        let gone: Vec<String> = self
+            .published
+            .keys()
+            .filter(|key| !live.contains_key(*key))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(Some(last)) = self.published.get(&key) {
+                let ended = self
+                    .reasons
+                    .get(&key)
+                    .filter(|(slot, generation, _)| (*slot, *generation) == (last.slot, last.generation))
+                    .map(|(_, _, reason)| *reason);
+                if let Some(reason) = ended {
+                    let last = ClusterRecord {
+                        ended: Some(reason),
+                        ..last.clone()
+                    };
+                    let put = PutOptions::new().with_lease(session.lease);
+                    self.ask(
+                        "publish an end",
+                        session
+                            .client
+                            .put(key.as_str(), last.to_json(), Some(put)),
+                    )
+                    .await?;
+                }
+            }
+            self.ask("delete a key", session.client.delete(key.as_str(), None))
+                .await?;
+            self.published.remove(&key);
+        }
+        self.reasons.clear();
+        for (key, record) in live {
+            if matches!(self.published.get(&key), Some(Some(held)) if *held == record) {
+                continue;
+            }
+            let put = PutOptions::new().with_lease(session.lease);
+            self.ask(
+                "publish a registration",
+                session.client.put(key.as_str(), record.to_json(), Some(put)),
+            )
+            .await?;
+            self.published.insert(key, Some(record));
+        }
+        Ok(())
+    }
+
+    /// Moves the drop handler's reasons into `reasons`.
+    fn take_ends(&mut self) {
+        let ends: Vec<Ended> = {
+            let mut queue = self
+                .shared
+                .ends
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            queue.drain(..).collect()
+        };
+        for end in ends {
+            let key = self.key(end.instance_id);
+            self.reasons
+                .insert(key, (end.slot, end.generation, end.reason));
+        }
+        // Without a connection nothing consumes them: keep the newest few.
+        if self.reasons.len() > ENDS_QUEUE {
+            self.reasons.clear();
+        }
+    }
+
+    /// The table's live registrations as keys and records; those ending
+    /// (drop pending) leave their reasons in `reasons`.
+    fn live(&mut self) -> Result<BTreeMap<String, ClusterRecord>, crate::Error> {
+        let status = self.table.status()?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |since| since.as_secs_f64());
+        let mut live = BTreeMap::new();
+        let mut seen = HashSet::new();
+        for registration in status.registrations {
+            let key = self.key(registration.instance_id);
+            let id = (registration.slot, registration.generation);
+            match (registration.state, registration.ended_reason) {
+                (RegistrationState::Live, _) => {
+                    let record = self.records.entry(id).or_insert_with(|| {
+                        let age = registration.registered_age_seconds.unwrap_or(0.0);
+                        ClusterRecord {
+                            host: self.options.host.clone(),
+                            table: record::table_component(self.table.name()).to_owned(),
+                            instance_id: registration.instance_id,
+                            label: registration.label.clone(),
+                            pid: registration.pid,
+                            slot: registration.slot,
+                            generation: registration.generation,
+                            registered_unix_seconds: ((now - age) * 1000.0).round() / 1000.0,
+                            boot_token: status.boot_token,
+                            ended: None,
+                        }
+                    });
+                    live.insert(key, record.clone());
+                    seen.insert(id);
+                }
+                (RegistrationState::Ending, Some(reason)) => {
+                    self.reasons.insert(key, (id.0, id.1, reason));
+                }
+                (RegistrationState::Ending, None) => {}
+            }
+        }
+        self.records.retain(|id, _| seen.contains(id));
+        Ok(live)
+    }
+
+    fn table_prefix(&self) -> String {
+        record::table_prefix(&self.options.prefix, &self.options.host, self.table.name())
+    }
+
+    fn key(&self, instance_id: u64) -> String {
+        record::key(
+            &self.options.prefix,
+            &self.options.host,
+            self.table.name(),
+            instance_id,
+        )
+    }
+
+    /// Awaits one etcd call with the request timeout.
+    async fn ask<T>(
+        &self,
+        context: &str,
+        call: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, EtcdError> {
+        let endpoints = self.options.endpoint_list();
+        match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(source)) => Err(EtcdError::Etcd {
+                endpoints,
+                context: context.to_owned(),
+                source,
+            }),
+            Err(_) => Err(EtcdError::Timeout {
+                endpoints,
+                context: context.to_owned(),
+                timeout: REQUEST_TIMEOUT,
+            }),
+        }
+    }
+}
+
+/// A third of the lease's TTL.
+fn keep_alive_every(ttl_seconds: i64) -> Duration {
+    Duration::from_secs(ttl_seconds.max(1) as u64) / 3
+}
+
+/// The next keep-alive answer. Never returns without a session.
+async fn lease_news(session: Option<&mut Session>) -> LeaseNews {
+    let Some(session) = session else {
+        return std::future::pending().await;
+    };
+    match session.answers.message().await {
+        Ok(Some(answer)) if answer.ttl() > 0 => LeaseNews::Alive,
+        Ok(Some(_)) => LeaseNews::Expired,
+        Ok(None) => LeaseNews::Broken("the keep-alive stream ended".into()),
+        Err(error) => LeaseNews::Broken(format!("the keep-alive stream broke: {error}")),
+    }
+}

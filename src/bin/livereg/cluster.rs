@@ -44,9 +44,8 @@ impl Ends {
 }
 
 impl PublishArgs {
-    /// Starts publishing `table` if `--etcd` was given; its end reasons come
-    /// through `ends`.
-    pub fn start(&self, table: &Table, ends: &Ends) -> Result<Option<Publisher>, String> {
+    /// The publishing options if `--etcd` was given, checked.
+    pub fn options(&self) -> Result<Option<EtcdOptions>, String> {
         let Some(endpoints) = &self.etcd else {
             return Ok(None);
         };
@@ -56,9 +55,17 @@ impl PublishArgs {
             options.host.clone_from(host);
         }
         options.ttl = self.etcd_ttl;
+        options.validate().map_err(|e| e.to_string())?;
+        Ok(Some(options))
+    }
+}
+
+impl Ends {
+    /// Starts publishing `table`; its end reasons come through these ends.
+    pub fn publish(&self, table: &Table, options: EtcdOptions) -> Result<Publisher, String> {
         let publisher = Publisher::start(table, options).map_err(|e| e.to_string())?;
-        let _ = ends.0.set(publisher.sink());
-        Ok(Some(publisher))
+        let _ = self.0.set(publisher.sink());
+        Ok(publisher)
     }
 }
 

@@ -67,12 +67,16 @@ pub fn run(args: Args) -> Outcome {
         Some(address) => Some(MetricsServer::start(address, table.clone())?),
         None => None,
     };
+    let etcd = args.etcd.options()?;
     let ends = Ends::default();
     let Some((mut reaper, scans_before)) = take_role(&table, &args, &ends)? else {
         return Ok(ExitCode::SUCCESS);
     };
     // Only the reaper that holds the table publishes it.
-    let publisher = args.etcd.start(&table, &ends)?;
+    let publisher = match etcd {
+        Some(options) => Some(ends.publish(&table, options)?),
+        None => None,
+    };
     log::info!(
         "table '{}': reaping (timeout {}, grace {}, scan every {}, boot token {:#018x})",
         args.name,

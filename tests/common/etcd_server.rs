@@ -1,0 +1,145 @@
+//! A real etcd for the tests and benches: on loopback, free ports, a
+//! temporary data dir; stopped and removed on drop.
+//!
+//! The binary is `$LIVEREG_ETCD`, else `etcd` on the PATH (Debian's
+//! `etcd-server`; `.ci/run` installs it). Without one the caller fails,
+//! saying so: a test of the cluster view never passes without etcd.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long etcd may take to answer its health check after starting.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub struct EtcdServer {
+    /// `http://127.0.0.1:PORT`.
+    pub endpoint: String,
+    client_port: u16,
+    peer_port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl EtcdServer {
+    pub fn start(tag: &str) -> EtcdServer {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "livereg-etcd-{tag}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("make etcd's data dir");
+        let (client_port, peer_port) = (free_port(), free_port());
+        let mut server = EtcdServer {
+            endpoint: format!("http://127.0.0.1:{client_port}"),
+            client_port,
+            peer_port,
+            dir,
+            child: None,
+        };
+        server.resume();
+        server
+    }
+
+    /// `127.0.0.1:PORT`, as `--etcd` takes it.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    /// Kills etcd (SIGKILL: an abrupt outage); its data dir stays.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops or continues the process (SIGSTOP / SIGCONT: a hung etcd).
+    pub fn signal(&self, signal: i32) {
+        let child = self.child.as_ref().expect("etcd is running");
+        // SAFETY: `kill` has no memory effects; the child is not yet waited for.
+        unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+    }
+
+    /// Starts etcd (again) on the same ports and data and waits until healthy.
+    pub fn resume(&mut self) {
+        assert!(self.child.is_none(), "etcd already runs");
+        let binary = std::env::var("LIVEREG_ETCD").unwrap_or_else(|_| "etcd".into());
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::File::create(self.dir.join("etcd.log")).expect("etcd's log");
+        let child = Command::new(&binary)
+            .args(["--name", "test", "--data-dir"])
+            .arg(self.dir.join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("test={peer}")])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "could not start etcd ('{binary}': {e}): install Debian's etcd-server \
+                     (apt-get install etcd-server) or set LIVEREG_ETCD to its path"
+                )
+            });
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !self.healthy() {
+            assert!(
+                Instant::now() < deadline,
+                "etcd did not become healthy within {START_TIMEOUT:?}; its log: {}",
+                std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `GET /health` answers `"health":"true"`.
+    fn healthy(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.client_port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let request = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        let mut answer = String::new();
+        stream.write_all(request.as_bytes()).is_ok()
+            && stream.read_to_string(&mut answer).is_ok()
+            && answer.contains(r#""health":"true""#)
+    }
+
+    /// etcd's own metrics (`GET /metrics`), Prometheus text.
+    pub fn metrics(&self) -> String {
+        let mut stream =
+            TcpStream::connect(("127.0.0.1", self.client_port)).expect("connect to etcd");
+        let request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        stream.write_all(request.as_bytes()).expect("ask etcd");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("read etcd's metrics");
+        answer
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal(libc::SIGCONT);
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}

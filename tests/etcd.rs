@@ -1,0 +1,471 @@
+//! Beyond one host, against a real etcd (started per test on loopback):
+//! two "hosts" (two tables, two `livereg reap --etcd --host` daemons)
+//! publish, drops delete keys with their reason, a killed host's keys vanish
+//! with its lease, an etcd restart or hang loses nothing and never holds up
+//! local reaping.
+#![cfg(feature = "etcd")]
+
+mod common;
+#[path = "common/etcd_server.rs"]
+mod etcd_server;
+
+use common::{unique_name, UnlinkOnDrop};
+use etcd_client::{Client, EventType, GetOptions, WatchOptions};
+use etcd_server::EtcdServer;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const LIVEREG: &str = env!("CARGO_BIN_EXE_livereg");
+/// The lease TTL the daemons here take (etcd's minimum).
+const TTL: Duration = Duration::from_secs(2);
+
+fn livereg(args: &[&str]) -> Output {
+    Command::new(LIVEREG).args(args).output().expect("run livereg")
+}
+
+/// A background process, killed on drop.
+struct Daemon(Child);
+
+impl Daemon {
+    fn spawn(args: &[&str]) -> Daemon {
+        Daemon(
+            Command::new(LIVEREG)
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn livereg"),
+        )
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: `kill` has no memory effects; the child is not yet waited for.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, signal) };
+    }
+
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    /// Waits for the first stdout line (a worker's `registered SLOT GEN`).
+    fn first_line(&mut self) -> String {
+        let mut line = String::new();
+        BufReader::new(self.0.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line
+    }
+
+    fn stdin(&mut self) -> Option<ChildStdin> {
+        self.0.stdin.take()
+    }
+
+    /// Kills it and returns what it wrote on stderr.
+    fn stderr(mut self) -> String {
+        self.signal(libc::SIGTERM);
+        let child = std::mem::replace(&mut self.0, Command::new("true").spawn().unwrap());
+        String::from_utf8_lossy(&child.wait_with_output().unwrap().stderr).into_owned()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        self.kill();
+    }
+}
+
+/// A created table, removed on drop.
+fn table(tag: &str, timeout: &str) -> (String, UnlinkOnDrop) {
+    let name = unique_name(tag);
+    let output = livereg(&["create", &name, "--timeout", timeout, "--grace", "5s"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    (name.clone(), UnlinkOnDrop(name))
+}
+
+/// `livereg reap NAME --etcd … --host HOST` with a 2 s TTL and a prefix of
+/// the test's own; `extra` appended.
+fn reaper(name: &str, etcd: &EtcdServer, prefix: &str, host: &str, extra: &[&str]) -> Daemon {
+    let (ttl, address) = (format!("{}s", TTL.as_secs()), etcd.address());
+    let args = [
+        &["reap", name, "--etcd", &address, "--etcd-prefix", prefix][..],
+        &["--host", host, "--etcd-ttl", &ttl],
+        extra,
+    ]
+    .concat();
+    let daemon = Daemon::spawn(&args);
+    wait_for("the reaper", Duration::from_secs(10), || {
+        livereg(&["probe", name]).status.success()
+    });
+    daemon
+}
+
+/// A worker beating every 100 ms, registered when this returns.
+fn worker(name: &str, id: u64, label: &str) -> Daemon {
+    let id = id.to_string();
+    let mut worker = Daemon::spawn(&[
+        "worker",
+        name,
+        "--instance",
+        &id,
+        "--label",
+        label,
+        "--until-stdin-closes",
+    ]);
+    let line = worker.first_line();
+    assert!(line.starts_with("registered"), "worker said: {line}");
+    worker
+}
+
+fn wait_for(what: &str, within: Duration, mut check: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < within, "not within {within:?}: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    start.elapsed()
+}
+
+/// A test's view of etcd: the keys under a prefix.
+struct Reader {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+}
+
+impl Reader {
+    fn new(etcd: &EtcdServer) -> Reader {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = runtime
+            .block_on(Client::connect([etcd.endpoint.as_str()], None))
+            .expect("connect to etcd");
+        Reader { runtime, client }
+    }
+
+    /// Key → (value as JSON, lease).
+    fn keys(&mut self, prefix: &str) -> BTreeMap<String, (Value, i64)> {
+        let answer = self
+            .runtime
+            .block_on(
+                self.client
+                    .get(prefix, Some(GetOptions::new().with_prefix())),
+            )
+            .expect("read etcd");
+        answer
+            .kvs()
+            .iter()
+            .map(|kv| {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                (key, (serde_json::from_slice(kv.value()).unwrap(), kv.lease()))
+            })
+            .collect()
+    }
+
+    fn ids(&mut self, prefix: &str) -> Vec<String> {
+        self.keys(prefix).into_keys().collect()
+    }
+}
+
+/// What a watcher saw: (put or delete, key, value or previous value, when).
+type Seen = Arc<Mutex<Vec<(EventType, String, Option<Value>, Instant)>>>;
+
+/// Watches `prefix` (with previous values) on a thread of its own.
+fn watch(etcd: &EtcdServer, prefix: &str) -> Seen {
+    let seen = Seen::default();
+    let (sink, endpoint, prefix) = (seen.clone(), etcd.endpoint.clone(), prefix.to_owned());
+    let (ready, started) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let mut client = Client::connect([endpoint], None).await.unwrap();
+            let options = WatchOptions::new().with_prefix().with_prev_key();
+            let mut stream = client.watch(prefix, Some(options)).await.unwrap();
+            ready.send(()).unwrap();
+            while let Ok(Some(answer)) = stream.message().await {
+                for event in answer.events() {
+                    let kv = match event.event_type() {
+                        EventType::Put => event.kv(),
+                        EventType::Delete => event.prev_kv(),
+                    };
+                    let key = event.kv().map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
+                    let value = kv.and_then(|kv| serde_json::from_slice(kv.value()).ok());
+                    sink.lock().unwrap().push((
+                        event.event_type(),
+                        key.unwrap_or_default(),
+                        value,
+                        Instant::now(),
+                    ));
+                }
+            }
+        });
+    });
+    started.recv_timeout(Duration::from_secs(10)).expect("the watch started");
+    seen
+}
+
+/// When the watcher saw `key` deleted, and the value it had last.
+fn deleted(seen: &Seen, key: &str) -> Option<(Instant, Value)> {
+    seen.lock().unwrap().iter().find_map(|(kind, k, value, at)| {
+        (*kind == EventType::Delete && k == key).then(|| (*at, value.clone().unwrap_or_default()))
+    })
+}
+
+fn prefix(tag: &str) -> String {
+    format!("/{}", unique_name(tag))
+}
+
+#[test]
+fn two_hosts_publish_drops_delete_with_their_reason_and_a_dead_host_vanishes_with_its_lease() {
+    let etcd = EtcdServer::start("hosts");
+    let prefix = prefix("hosts");
+    let seen = watch(&etcd, &prefix);
+    let (a, _a) = table("host-a", "1s");
+    let (b, _b) = table("host-b", "1s");
+    let mut reaper_a = reaper(&a, &etcd, &prefix, "node-a", &[]);
+    let _reaper_b = reaper(&b, &etcd, &prefix, "node-b", &[]);
+    let mut one = worker(&a, 1, "gpu0");
+    let mut two = worker(&a, 2, "gpu1");
+    let _three = worker(&b, 3, "gpu0");
+    let mut reader = Reader::new(&etcd);
+    let (key_a1, key_a2) = (format!("{prefix}/node-a/{a}/1"), format!("{prefix}/node-a/{a}/2"));
+    let key_b3 = format!("{prefix}/node-b/{b}/3");
+    wait_for("three keys", Duration::from_secs(5), || {
+        reader.ids(&prefix) == [key_a1.clone(), key_a2.clone(), key_b3.clone()]
+    });
+
+    // The record, under one lease per host.
+    let keys = reader.keys(&prefix);
+    let (record, lease_a) = &keys[&key_a1];
+    assert_eq!(record["host"], "node-a");
+    assert_eq!(record["table"], a.as_str());
+    assert_eq!(record["instance_id"], 1);
+    assert_eq!(record["label"], "gpu0");
+    assert_eq!(record["pid"], one.0.id());
+    assert_eq!(record["ended"], Value::Null);
+    assert!(record["boot_token"].as_u64().unwrap() != 0);
+    let age = now_unix() - record["registered_unix_seconds"].as_f64().unwrap();
+    assert!((0.0..10.0).contains(&age), "registered {age}s ago");
+    assert_eq!(keys[&key_a2].1, *lease_a, "one lease per host");
+    assert_ne!(keys[&key_b3].1, *lease_a);
+
+    // `status --cluster` lists both hosts, with their leases' TTL.
+    let cluster = livereg(&["status", "--cluster", "--etcd", &etcd.address(), "--etcd-prefix", &prefix, "--json"]);
+    assert!(cluster.status.success(), "{}", String::from_utf8_lossy(&cluster.stderr));
+    let cluster: Value = serde_json::from_slice(&cluster.stdout).unwrap();
+    let hosts = cluster["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 2, "{cluster}");
+    assert_eq!((hosts[0]["host"].as_str(), hosts[0]["live"].as_u64()), (Some("node-a"), Some(2)));
+    assert_eq!((hosts[1]["host"].as_str(), hosts[1]["live"].as_u64()), (Some("node-b"), Some(1)));
+    for host in hosts {
+        let ttl = host["lease_ttl_seconds"].as_i64().unwrap();
+        assert!((1..=TTL.as_secs() as i64).contains(&ttl), "{host}");
+    }
+    let text = livereg(&["status", "--cluster", "--etcd", &etcd.address(), "--etcd-prefix", &prefix]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("host node-a: 2 live") && text.contains("host node-b: 1 live"), "{text}");
+
+    // A clean exit and a SIGKILL: each key deleted within 1 s, its last
+    // value saying why.
+    let deregistered = Instant::now();
+    drop(two.stdin());
+    let (at, last) = wait_deleted(&seen, &key_a2);
+    assert!(at - deregistered < Duration::from_secs(1), "{:?}", at - deregistered);
+    assert_eq!(last["ended"], "deregistered");
+    let killed = Instant::now();
+    one.kill();
+    let (at, last) = wait_deleted(&seen, &key_a1);
+    assert!(at - killed < Duration::from_secs(1), "{:?}", at - killed);
+    assert_eq!(last["ended"], "process_exited");
+
+    // Host a's reaper dies with a live registration: its key vanishes when
+    // the lease expires (within TTL + 2 s); host b's stays.
+    let _four = worker(&a, 4, "gpu2");
+    let key_a4 = format!("{prefix}/node-a/{a}/4");
+    wait_for("key 4", Duration::from_secs(5), || reader.keys(&prefix).contains_key(&key_a4));
+    let died = Instant::now();
+    reaper_a.kill();
+    wait_for("host a's key to vanish", TTL + Duration::from_secs(2), || {
+        !reader.keys(&prefix).contains_key(&key_a4)
+    });
+    let (_, last) = wait_deleted(&seen, &key_a4);
+    assert_eq!(last["ended"], Value::Null, "a lease expiry says no reason");
+    assert!(died.elapsed() >= Duration::from_secs(1), "not before the lease could expire");
+    std::thread::sleep(TTL);
+    assert_eq!(reader.ids(&prefix), [key_b3], "host b's key stays");
+}
+
+fn wait_deleted(seen: &Seen, key: &str) -> (Instant, Value) {
+    let mut found = None;
+    wait_for(&format!("the delete of {key}"), Duration::from_secs(5), || {
+        found = deleted(seen, key);
+        found.is_some()
+    });
+    found.unwrap()
+}
+
+fn now_unix() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+#[test]
+fn an_etcd_restart_mid_run_loses_nothing() {
+    let mut etcd = EtcdServer::start("restart");
+    let prefix = prefix("restart");
+    let (name, _guard) = table("restart", "1s");
+    let daemon = reaper(&name, &etcd, &prefix, "node", &[]);
+    let mut one = worker(&name, 1, "a");
+    let _two = worker(&name, 2, "b");
+    let mut reader = Reader::new(&etcd);
+    let key = |id: u64| format!("{prefix}/node/{name}/{id}");
+    wait_for("two keys", Duration::from_secs(5), || reader.ids(&prefix) == [key(1), key(2)]);
+
+    // etcd goes away; meanwhile 1 ends and 3 registers.
+    etcd.kill();
+    one.kill();
+    let _three = worker(&name, 3, "c");
+    wait_for("the local drop of 1", Duration::from_secs(3), || {
+        let status = livereg(&["status", &name, "--json"]);
+        let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+        status["ended"]["process_exited"] == 1
+    });
+    etcd.resume();
+    let mut reader = Reader::new(&etcd);
+    wait_for("the keys to match the table", Duration::from_secs(10), || {
+        reader.ids(&prefix) == [key(2), key(3)]
+    });
+    // Every key is under one live lease.
+    let keys = reader.keys(&prefix);
+    let lease = keys[&key(2)].1;
+    assert_eq!(keys[&key(3)].1, lease);
+    assert_eq!(keys[&key(3)].0["label"], "c");
+
+    // The lease is lost (revoked: etcd deletes its keys): the reaper takes a
+    // new one and rewrites every key from the table.
+    reader
+        .runtime
+        .block_on(reader.client.lease_revoke(lease))
+        .expect("revoke the lease");
+    wait_for("the keys rewritten under a new lease", Duration::from_secs(10), || {
+        let keys = reader.keys(&prefix);
+        keys.len() == 2 && keys.values().all(|(_, l)| *l != lease && *l == keys[&key(2)].1)
+    });
+    let log = daemon.stderr();
+    assert!(log.contains("local reaping goes on"), "the outage is logged: {log}");
+    assert!(log.contains("the lease expired"), "{log}");
+}
+
+#[test]
+fn a_hung_etcd_never_holds_up_local_reaping() {
+    let etcd = EtcdServer::start("hung");
+    let prefix = prefix("hung");
+    let (name, _guard) = table("hung", "1s");
+    let drops = std::env::temp_dir().join(format!("{name}.drops"));
+    let _drops = RemoveOnDrop(drops.clone());
+    let hook = format!("echo $LIVEREG_INSTANCE_ID $LIVEREG_REASON >> {}", drops.display());
+    let _daemon = reaper(&name, &etcd, &prefix, "node", &["--on-drop", &hook]);
+    let mut killed = worker(&name, 1, "killed");
+    let stopped = worker(&name, 2, "stopped");
+    let _kept = worker(&name, 3, "kept");
+    let mut reader = Reader::new(&etcd);
+    wait_for("three keys", Duration::from_secs(5), || reader.ids(&prefix).len() == 3);
+
+    wait_for("every worker to beat", Duration::from_secs(5), || {
+        let status = livereg(&["status", &name, "--json"]);
+        let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+        status["registrations"]
+            .as_array()
+            .is_some_and(|all| all.iter().all(|r| r["heartbeats"].as_u64() > Some(0)))
+    });
+    // etcd hangs (its requests time out rather than fail).
+    etcd.signal(libc::SIGSTOP);
+    let dropped = |line: &str| {
+        std::fs::read_to_string(&drops)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l == line)
+    };
+    let start = Instant::now();
+    killed.kill();
+    let took = wait_for("the killed worker's drop", Duration::from_secs(5), || {
+        dropped("1 process_exited")
+    });
+    assert!(took < Duration::from_secs(1), "exit detection took {took:?}");
+    // The stopped worker: evicted within timeout + a scan interval (1.25 s)
+    // and a generous margin, never before the timeout less one beat.
+    stopped.signal(libc::SIGSTOP);
+    let took = wait_for("the stopped worker's eviction", Duration::from_secs(4), || {
+        dropped("2 timeout")
+    });
+
+    assert!(took >= Duration::from_millis(900), "evicted after {took:?}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+
+    // etcd comes back: the keys follow the table.
+    etcd.signal(libc::SIGCONT);
+    wait_for("the keys to match the table", Duration::from_secs(15), || {
+        reader.ids(&prefix) == [format!("{prefix}/node/{name}/3")]
+    });
+}
+
+/// Removes a file on drop.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn an_unreachable_etcd_is_logged_and_reaping_goes_on() {
+    let (name, _guard) = table("unreachable", "1s");
+    let reaper = Daemon::spawn(&["reap", &name, "--etcd", "127.0.0.1:1", "--host", "x"]);
+    wait_for("the reaper", Duration::from_secs(10), || {
+        livereg(&["probe", &name]).status.success()
+    });
+    let mut gone = worker(&name, 1, "");
+    gone.kill();
+    wait_for("the local drop", Duration::from_secs(3), || {
+        let status = livereg(&["status", &name, "--json"]);
+        let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+        status["ended"]["process_exited"] == 1
+    });
+    let log = reaper.stderr();
+    assert!(log.contains("etcd at 127.0.0.1:1"), "{log}");
+    assert!(log.contains("local reaping goes on"), "{log}");
+    assert_eq!(log.matches("local reaping goes on").count(), 1, "{log}");
+}
+
+#[test]
+fn bad_etcd_options_are_refused_in_one_line() {
+    let (name, _guard) = table("badopts", "1s");
+    for (args, says) in [
+        (vec!["--etcd", "127.0.0.1:2379", "--host", "a/b"], "expected a non-empty name without '/'"),
+        (vec!["--etcd", ",", "--host", "a"], "expected at least one (host:port), found none"),
+    ] {
+        let output = livereg(&[&["reap", &name][..], &args].concat());
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{err}");
+        assert!(err.contains(says), "expected '{says}' in: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    let output = livereg(&["status", "--cluster", "--etcd", "127.0.0.1:1"]);
+    assert_eq!(output.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(err.contains("etcd at 127.0.0.1:1"), "{err}");
+}
+

@@ -1,0 +1,212 @@
+//! Beyond one host, against a real etcd on loopback (started here): how soon
+//! an etcd watcher sees a registration and its end, against a bare put seen
+//! by the same watcher; and the requests per second one host's reaper sends
+//! etcd with 64 live workers, at three heartbeat rates (it must not follow
+//! the rate). Prints a markdown table. `LIVEREG_BENCH_QUICK=1`: 3 runs and
+//! 2 s windows.
+
+mod support;
+#[path = "../tests/common/etcd_server.rs"]
+mod etcd_server;
+
+use etcd_client::{Client, EventType, WatchOptions};
+use etcd_server::EtcdServer;
+use livereg::{Table, TableOptions};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+use support::{quick, BenchTable};
+
+const LIVEREG: &str = env!("CARGO_BIN_EXE_livereg");
+const PREFIX: &str = "/livereg-bench";
+
+fn runs() -> usize {
+    if quick() {
+        3
+    } else {
+        30
+    }
+}
+
+/// A child process, killed on drop.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Watches `PREFIX` on a thread of its own: each event's type and key, with
+/// the time it arrived.
+fn watch(etcd: &EtcdServer) -> Receiver<(EventType, String, Instant)> {
+    let (sender, events) = mpsc::channel();
+    let endpoint = etcd.endpoint.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let mut client = Client::connect([endpoint], None).await.unwrap();
+            let mut stream = client
+                .watch(PREFIX, Some(WatchOptions::new().with_prefix()))
+                .await
+                .unwrap();
+            sender.send((EventType::Put, String::new(), Instant::now())).unwrap();
+            while let Ok(Some(answer)) = stream.message().await {
+                let at = Instant::now();
+                for event in answer.events() {
+                    let key = event.kv().map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
+                    if sender.send((event.event_type(), key.unwrap_or_default(), at)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    });
+    events.recv_timeout(Duration::from_secs(10)).expect("the watch started");
+    events
+}
+
+/// Waits for `kind` on `key` and returns when it arrived.
+fn seen(events: &Receiver<(EventType, String, Instant)>, kind: EventType, key: &str) -> Instant {
+    loop {
+        let (k, got, at) = events
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("no {kind:?} of {key} within 10 s"));
+        if k == kind && got == key {
+            return at;
+        }
+    }
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// The floor: a put by a client, seen by the watcher.
+fn bare_put(etcd: &EtcdServer, events: &Receiver<(EventType, String, Instant)>) -> Vec<Duration> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut client = runtime
+        .block_on(Client::connect([etcd.endpoint.as_str()], None))
+        .unwrap();
+    let key = format!("{PREFIX}/bare");
+    (0..runs())
+        .map(|_| {
+            let start = Instant::now();
+            runtime
+                .block_on(client.put(key.as_str(), "x", None))
+                .unwrap();
+            seen(events, EventType::Put, &key) - start
+        })
+        .collect()
+}
+
+/// Register → PUT seen, and deregister → DELETE seen, through a
+/// `livereg reap --etcd` daemon.
+fn publish_latency(
+    table: &BenchTable,
+    events: &Receiver<(EventType, String, Instant)>,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut registered, mut ended) = (Vec::new(), Vec::new());
+    let handle = Table::open(&table.name).unwrap();
+    for run in 0..runs() {
+        let id = run as u64 + 1;
+        let key = format!("{PREFIX}/bench/{}/{id}", table.name);
+        let start = Instant::now();
+        let worker = handle.register(id, "bench").unwrap();
+        registered.push(seen(events, EventType::Put, &key) - start);
+        worker.heartbeat().unwrap();
+        let start = Instant::now();
+        worker.deregister().unwrap();
+        ended.push(seen(events, EventType::Delete, &key) - start);
+    }
+    (registered, ended)
+}
+
+/// Requests etcd received (every gRPC message: unary requests and stream
+/// messages such as keep-alives), from its own metrics.
+fn requests(etcd: &EtcdServer) -> f64 {
+    etcd.metrics()
+        .lines()
+        .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// etcd requests per second while 64 registrations beat every `interval`.
+fn write_load(etcd: &EtcdServer, table: &BenchTable, interval: &str) -> f64 {
+    let _workers = Daemon(
+        Command::new(LIVEREG)
+            .args(["worker", &table.name, "--instance", "1000", "--also", "63"])
+            .args(["--interval", interval])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Settle: the 64 keys published.
+    std::thread::sleep(Duration::from_secs(1));
+    let window = if quick() { Duration::from_secs(2) } else { Duration::from_secs(20) };
+    let before = requests(etcd);
+    let start = Instant::now();
+    std::thread::sleep(window);
+    let after = requests(etcd);
+    (after - before) / start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let etcd = EtcdServer::start("bench");
+    let events = watch(&etcd);
+    let options = TableOptions {
+        capacity: 128,
+        reap_timeout: Duration::from_secs(10),
+        ..TableOptions::default()
+    };
+    let table = BenchTable::new("etcd", &options);
+    let _reaper = Daemon(
+        Command::new(LIVEREG)
+            .args(["reap", &table.name, "--etcd", &etcd.address()])
+            .args(["--etcd-prefix", PREFIX, "--host", "bench"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let started = Instant::now();
+    while !Table::open(&table.name).unwrap().reaper_alive() {
+        assert!(started.elapsed() < Duration::from_secs(10), "the reaper did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Its first put (lease, connection) is not what is measured.
+    std::thread::sleep(Duration::from_millis(500));
+
+    let floor = median(bare_put(&etcd, &events));
+    let (registered, ended) = publish_latency(&table, &events);
+    let (registered, ended) = (median(registered), median(ended));
+    println!("etcd {} (Debian etcd-server), loopback; medians of {} runs\n", "3.4", runs());
+    println!("| figure | median | ratio to a bare put |");
+    println!("|---|---|---|");
+    println!("| a client's put → watcher (baseline) | {floor:.2?} | 1.00 |");
+    for (what, took) in [("register → key seen by a watcher", registered), ("deregister → delete seen by a watcher", ended)] {
+        println!(
+            "| {what} | {took:.2?} | {:.2} |",
+            took.as_secs_f64() / floor.as_secs_f64()
+        );
+    }
+    println!("\n| 64 workers beating every | etcd requests per second | ratio to 1 s beats |");
+    println!("|---|---|---|");
+    let mut baseline = None;
+    for interval in ["1s", "100ms", "10ms"] {
+        let load = write_load(&etcd, &table, interval);
+        let base = *baseline.get_or_insert(load);
+        println!("| {interval} | {load:.2} | {:.2} |", load / base.max(f64::MIN_POSITIVE));
+    }
+}

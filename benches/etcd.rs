@@ -5,9 +5,9 @@
 //! the rate). Prints a markdown table. `LIVEREG_BENCH_QUICK=1`: 3 runs and
 //! 2 s windows.
 
-mod support;
 #[path = "../tests/common/etcd_server.rs"]
 mod etcd_server;
+mod support;
 
 use etcd_client::{Client, EventType, WatchOptions};
 use etcd_server::EtcdServer;
@@ -54,19 +54,28 @@ fn watch(etcd: &EtcdServer) -> Receiver<(EventType, String, Instant)> {
                 .watch(PREFIX, Some(WatchOptions::new().with_prefix()))
                 .await
                 .unwrap();
-            sender.send((EventType::Put, String::new(), Instant::now())).unwrap();
+            sender
+                .send((EventType::Put, String::new(), Instant::now()))
+                .unwrap();
             while let Ok(Some(answer)) = stream.message().await {
                 let at = Instant::now();
                 for event in answer.events() {
-                    let key = event.kv().map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
-                    if sender.send((event.event_type(), key.unwrap_or_default(), at)).is_err() {
+                    let key = event
+                        .kv()
+                        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
+                    if sender
+                        .send((event.event_type(), key.unwrap_or_default(), at))
+                        .is_err()
+                    {
                         return;
                     }
                 }
             }
         });
     });
-    events.recv_timeout(Duration::from_secs(10)).expect("the watch started");
+    events
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the watch started");
     events
 }
 
@@ -152,7 +161,11 @@ fn write_load(etcd: &EtcdServer, table: &BenchTable, interval: &str) -> f64 {
     );
     // Settle: the 64 keys published.
     std::thread::sleep(Duration::from_secs(1));
-    let window = if quick() { Duration::from_secs(2) } else { Duration::from_secs(20) };
+    let window = if quick() {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(20)
+    };
     let before = requests(etcd);
     let start = Instant::now();
     std::thread::sleep(window);
@@ -182,7 +195,10 @@ fn main() {
     );
     let started = Instant::now();
     while !Table::open(&table.name).unwrap().reaper_alive() {
-        assert!(started.elapsed() < Duration::from_secs(10), "the reaper did not start");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the reaper did not start"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     // Its first put (lease, connection) is not what is measured.
@@ -191,11 +207,21 @@ fn main() {
     let floor = median(bare_put(&etcd, &events));
     let (registered, ended) = publish_latency(&table, &events);
     let (registered, ended) = (median(registered), median(ended));
-    println!("etcd {} (Debian etcd-server), loopback; medians of {} runs\n", "3.4", runs());
+    let version = etcd
+        .metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("etcd_server_version{server_version=\""))
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or("?")
+        .to_owned();
+    println!("etcd {version} on loopback; medians of {} runs\n", runs());
     println!("| figure | median | ratio to a bare put |");
     println!("|---|---|---|");
     println!("| a client's put → watcher (baseline) | {floor:.2?} | 1.00 |");
-    for (what, took) in [("register → key seen by a watcher", registered), ("deregister → delete seen by a watcher", ended)] {
+    for (what, took) in [
+        ("register → key seen by a watcher", registered),
+        ("deregister → delete seen by a watcher", ended),
+    ] {
         println!(
             "| {what} | {took:.2?} | {:.2} |",
             took.as_secs_f64() / floor.as_secs_f64()
@@ -207,6 +233,9 @@ fn main() {
     for interval in ["1s", "100ms", "10ms"] {
         let load = write_load(&etcd, &table, interval);
         let base = *baseline.get_or_insert(load);
-        println!("| {interval} | {load:.2} | {:.2} |", load / base.max(f64::MIN_POSITIVE));
+        println!(
+            "| {interval} | {load:.2} | {:.2} |",
+            load / base.max(f64::MIN_POSITIVE)
+        );
     }
 }

@@ -24,7 +24,10 @@ const LIVEREG: &str = env!("CARGO_BIN_EXE_livereg");
 const TTL: Duration = Duration::from_secs(2);
 
 fn livereg(args: &[&str]) -> Output {
-    Command::new(LIVEREG).args(args).output().expect("run livereg")
+    Command::new(LIVEREG)
+        .args(args)
+        .output()
+        .expect("run livereg")
 }
 
 /// A background process, killed on drop.
@@ -85,7 +88,11 @@ impl Drop for Daemon {
 fn table(tag: &str, timeout: &str) -> (String, UnlinkOnDrop) {
     let name = unique_name(tag);
     let output = livereg(&["create", &name, "--timeout", timeout, "--grace", "5s"]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     (name.clone(), UnlinkOnDrop(name))
 }
 
@@ -164,7 +171,10 @@ impl Reader {
             .iter()
             .map(|kv| {
                 let key = String::from_utf8_lossy(kv.key()).into_owned();
-                (key, (serde_json::from_slice(kv.value()).unwrap(), kv.lease()))
+                (
+                    key,
+                    (serde_json::from_slice(kv.value()).unwrap(), kv.lease()),
+                )
             })
             .collect()
     }
@@ -198,7 +208,9 @@ fn watch(etcd: &EtcdServer, prefix: &str) -> Seen {
                         EventType::Put => event.kv(),
                         EventType::Delete => event.prev_kv(),
                     };
-                    let key = event.kv().map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
+                    let key = event
+                        .kv()
+                        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
                     let value = kv.and_then(|kv| serde_json::from_slice(kv.value()).ok());
                     sink.lock().unwrap().push((
                         event.event_type(),
@@ -210,15 +222,21 @@ fn watch(etcd: &EtcdServer, prefix: &str) -> Seen {
             }
         });
     });
-    started.recv_timeout(Duration::from_secs(10)).expect("the watch started");
+    started
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the watch started");
     seen
 }
 
 /// When the watcher saw `key` deleted, and the value it had last.
 fn deleted(seen: &Seen, key: &str) -> Option<(Instant, Value)> {
-    seen.lock().unwrap().iter().find_map(|(kind, k, value, at)| {
-        (*kind == EventType::Delete && k == key).then(|| (*at, value.clone().unwrap_or_default()))
-    })
+    seen.lock()
+        .unwrap()
+        .iter()
+        .find_map(|(kind, k, value, at)| {
+            (*kind == EventType::Delete && k == key)
+                .then(|| (*at, value.clone().unwrap_or_default()))
+        })
 }
 
 fn prefix(tag: &str) -> String {
@@ -238,7 +256,10 @@ fn two_hosts_publish_drops_delete_with_their_reason_and_a_dead_host_vanishes_wit
     let mut two = worker(&a, 2, "gpu1");
     let _three = worker(&b, 3, "gpu0");
     let mut reader = Reader::new(&etcd);
-    let (key_a1, key_a2) = (format!("{prefix}/node-a/{a}/1"), format!("{prefix}/node-a/{a}/2"));
+    let (key_a1, key_a2) = (
+        format!("{prefix}/node-a/{a}/1"),
+        format!("{prefix}/node-a/{a}/2"),
+    );
     let key_b3 = format!("{prefix}/node-b/{b}/3");
     wait_for("three keys", Duration::from_secs(5), || {
         reader.ids(&prefix) == [key_a1.clone(), key_a2.clone(), key_b3.clone()]
@@ -260,27 +281,59 @@ fn two_hosts_publish_drops_delete_with_their_reason_and_a_dead_host_vanishes_wit
     assert_ne!(keys[&key_b3].1, *lease_a);
 
     // `status --cluster` lists both hosts, with their leases' TTL.
-    let cluster = livereg(&["status", "--cluster", "--etcd", &etcd.address(), "--etcd-prefix", &prefix, "--json"]);
-    assert!(cluster.status.success(), "{}", String::from_utf8_lossy(&cluster.stderr));
+    let cluster = livereg(&[
+        "status",
+        "--cluster",
+        "--etcd",
+        &etcd.address(),
+        "--etcd-prefix",
+        &prefix,
+        "--json",
+    ]);
+    assert!(
+        cluster.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cluster.stderr)
+    );
     let cluster: Value = serde_json::from_slice(&cluster.stdout).unwrap();
     let hosts = cluster["hosts"].as_array().unwrap();
     assert_eq!(hosts.len(), 2, "{cluster}");
-    assert_eq!((hosts[0]["host"].as_str(), hosts[0]["live"].as_u64()), (Some("node-a"), Some(2)));
-    assert_eq!((hosts[1]["host"].as_str(), hosts[1]["live"].as_u64()), (Some("node-b"), Some(1)));
+    assert_eq!(
+        (hosts[0]["host"].as_str(), hosts[0]["live"].as_u64()),
+        (Some("node-a"), Some(2))
+    );
+    assert_eq!(
+        (hosts[1]["host"].as_str(), hosts[1]["live"].as_u64()),
+        (Some("node-b"), Some(1))
+    );
     for host in hosts {
         let ttl = host["lease_ttl_seconds"].as_i64().unwrap();
         assert!((1..=TTL.as_secs() as i64).contains(&ttl), "{host}");
     }
-    let text = livereg(&["status", "--cluster", "--etcd", &etcd.address(), "--etcd-prefix", &prefix]);
+    let text = livereg(&[
+        "status",
+        "--cluster",
+        "--etcd",
+        &etcd.address(),
+        "--etcd-prefix",
+        &prefix,
+    ]);
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("host node-a: 2 live") && text.contains("host node-b: 1 live"), "{text}");
+    assert!(
+        text.contains("host node-a: 2 live") && text.contains("host node-b: 1 live"),
+        "{text}"
+    );
 
     // A clean exit and a SIGKILL: each key deleted within 1 s, its last
     // value saying why.
     let deregistered = Instant::now();
     drop(two.stdin());
     let (at, last) = wait_deleted(&seen, &key_a2);
-    assert!(at - deregistered < Duration::from_secs(1), "{:?}", at - deregistered);
+    assert!(
+        at - deregistered < Duration::from_secs(1),
+        "{:?}",
+        at - deregistered
+    );
     assert_eq!(last["ended"], "deregistered");
     let killed = Instant::now();
     one.kill();
@@ -292,25 +345,36 @@ fn two_hosts_publish_drops_delete_with_their_reason_and_a_dead_host_vanishes_wit
     // the lease expires (within TTL + 2 s); host b's stays.
     let _four = worker(&a, 4, "gpu2");
     let key_a4 = format!("{prefix}/node-a/{a}/4");
-    wait_for("key 4", Duration::from_secs(5), || reader.keys(&prefix).contains_key(&key_a4));
+    wait_for("key 4", Duration::from_secs(5), || {
+        reader.keys(&prefix).contains_key(&key_a4)
+    });
     let died = Instant::now();
     reaper_a.kill();
-    wait_for("host a's key to vanish", TTL + Duration::from_secs(2), || {
-        !reader.keys(&prefix).contains_key(&key_a4)
-    });
+    wait_for(
+        "host a's key to vanish",
+        TTL + Duration::from_secs(2),
+        || !reader.keys(&prefix).contains_key(&key_a4),
+    );
     let (_, last) = wait_deleted(&seen, &key_a4);
     assert_eq!(last["ended"], Value::Null, "a lease expiry says no reason");
-    assert!(died.elapsed() >= Duration::from_secs(1), "not before the lease could expire");
+    assert!(
+        died.elapsed() >= Duration::from_secs(1),
+        "not before the lease could expire"
+    );
     std::thread::sleep(TTL);
     assert_eq!(reader.ids(&prefix), [key_b3], "host b's key stays");
 }
 
 fn wait_deleted(seen: &Seen, key: &str) -> (Instant, Value) {
     let mut found = None;
-    wait_for(&format!("the delete of {key}"), Duration::from_secs(5), || {
-        found = deleted(seen, key);
-        found.is_some()
-    });
+    wait_for(
+        &format!("the delete of {key}"),
+        Duration::from_secs(5),
+        || {
+            found = deleted(seen, key);
+            found.is_some()
+        },
+    );
     found.unwrap()
 }
 
@@ -331,7 +395,9 @@ fn an_etcd_restart_mid_run_loses_nothing() {
     let _two = worker(&name, 2, "b");
     let mut reader = Reader::new(&etcd);
     let key = |id: u64| format!("{prefix}/node/{name}/{id}");
-    wait_for("two keys", Duration::from_secs(5), || reader.ids(&prefix) == [key(1), key(2)]);
+    wait_for("two keys", Duration::from_secs(5), || {
+        reader.ids(&prefix) == [key(1), key(2)]
+    });
 
     // etcd goes away; meanwhile 1 ends and 3 registers.
     etcd.kill();
@@ -344,9 +410,11 @@ fn an_etcd_restart_mid_run_loses_nothing() {
     });
     etcd.resume();
     let mut reader = Reader::new(&etcd);
-    wait_for("the keys to match the table", Duration::from_secs(10), || {
-        reader.ids(&prefix) == [key(2), key(3)]
-    });
+    wait_for(
+        "the keys to match the table",
+        Duration::from_secs(10),
+        || reader.ids(&prefix) == [key(2), key(3)],
+    );
     // Every key is under one live lease.
     let keys = reader.keys(&prefix);
     let lease = keys[&key(2)].1;
@@ -359,12 +427,22 @@ fn an_etcd_restart_mid_run_loses_nothing() {
         .runtime
         .block_on(reader.client.lease_revoke(lease))
         .expect("revoke the lease");
-    wait_for("the keys rewritten under a new lease", Duration::from_secs(10), || {
-        let keys = reader.keys(&prefix);
-        keys.len() == 2 && keys.values().all(|(_, l)| *l != lease && *l == keys[&key(2)].1)
-    });
+    wait_for(
+        "the keys rewritten under a new lease",
+        Duration::from_secs(10),
+        || {
+            let keys = reader.keys(&prefix);
+            keys.len() == 2
+                && keys
+                    .values()
+                    .all(|(_, l)| *l != lease && *l == keys[&key(2)].1)
+        },
+    );
     let log = daemon.stderr();
-    assert!(log.contains("local reaping goes on"), "the outage is logged: {log}");
+    assert!(
+        log.contains("local reaping goes on"),
+        "the outage is logged: {log}"
+    );
     assert!(log.contains("the lease expired"), "{log}");
 }
 
@@ -375,13 +453,18 @@ fn a_hung_etcd_never_holds_up_local_reaping() {
     let (name, _guard) = table("hung", "1s");
     let drops = std::env::temp_dir().join(format!("{name}.drops"));
     let _drops = RemoveOnDrop(drops.clone());
-    let hook = format!("echo $LIVEREG_INSTANCE_ID $LIVEREG_REASON >> {}", drops.display());
+    let hook = format!(
+        "echo $LIVEREG_INSTANCE_ID $LIVEREG_REASON >> {}",
+        drops.display()
+    );
     let _daemon = reaper(&name, &etcd, &prefix, "node", &["--on-drop", &hook]);
     let mut killed = worker(&name, 1, "killed");
     let stopped = worker(&name, 2, "stopped");
     let _kept = worker(&name, 3, "kept");
     let mut reader = Reader::new(&etcd);
-    wait_for("three keys", Duration::from_secs(5), || reader.ids(&prefix).len() == 3);
+    wait_for("three keys", Duration::from_secs(5), || {
+        reader.ids(&prefix).len() == 3
+    });
 
     wait_for("every worker to beat", Duration::from_secs(5), || {
         let status = livereg(&["status", &name, "--json"]);
@@ -403,22 +486,29 @@ fn a_hung_etcd_never_holds_up_local_reaping() {
     let took = wait_for("the killed worker's drop", Duration::from_secs(5), || {
         dropped("1 process_exited")
     });
-    assert!(took < Duration::from_secs(1), "exit detection took {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "exit detection took {took:?}"
+    );
     // The stopped worker: evicted within timeout + a scan interval (1.25 s)
     // and a generous margin, never before the timeout less one beat.
     stopped.signal(libc::SIGSTOP);
-    let took = wait_for("the stopped worker's eviction", Duration::from_secs(4), || {
-        dropped("2 timeout")
-    });
+    let took = wait_for(
+        "the stopped worker's eviction",
+        Duration::from_secs(4),
+        || dropped("2 timeout"),
+    );
 
     assert!(took >= Duration::from_millis(900), "evicted after {took:?}");
     assert!(start.elapsed() < Duration::from_secs(5));
 
     // etcd comes back: the keys follow the table.
     etcd.signal(libc::SIGCONT);
-    wait_for("the keys to match the table", Duration::from_secs(15), || {
-        reader.ids(&prefix) == [format!("{prefix}/node/{name}/3")]
-    });
+    wait_for(
+        "the keys to match the table",
+        Duration::from_secs(15),
+        || reader.ids(&prefix) == [format!("{prefix}/node/{name}/3")],
+    );
 }
 
 /// Removes a file on drop.
@@ -454,8 +544,14 @@ fn an_unreachable_etcd_is_logged_and_reaping_goes_on() {
 fn bad_etcd_options_are_refused_in_one_line() {
     let (name, _guard) = table("badopts", "1s");
     for (args, says) in [
-        (vec!["--etcd", "127.0.0.1:2379", "--host", "a/b"], "expected a non-empty name without '/'"),
-        (vec!["--etcd", ",", "--host", "a"], "expected at least one (host:port), found none"),
+        (
+            vec!["--etcd", "127.0.0.1:2379", "--host", "a/b"],
+            "expected a non-empty name without '/'",
+        ),
+        (
+            vec!["--etcd", ",", "--host", "a"],
+            "expected at least one (host:port), found none",
+        ),
     ] {
         let output = livereg(&[&["reap", &name][..], &args].concat());
         let err = String::from_utf8_lossy(&output.stderr);
@@ -468,4 +564,3 @@ fn bad_etcd_options_are_refused_in_one_line() {
     let err = String::from_utf8_lossy(&output.stderr);
     assert!(err.contains("etcd at 127.0.0.1:1"), "{err}");
 }
-

@@ -308,7 +308,8 @@ fn two_hosts_publish_drops_delete_with_their_reason_and_a_dead_host_vanishes_wit
     );
     for host in hosts {
         let ttl = host["lease_ttl_seconds"].as_i64().unwrap();
-        assert!((1..=TTL.as_secs() as i64).contains(&ttl), "{host}");
+        // etcd truncates the seconds left; a late keep-alive may leave 0.
+        assert!((0..=TTL.as_secs() as i64).contains(&ttl), "{host}");
     }
     let text = livereg(&[
         "status",

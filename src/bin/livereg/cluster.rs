@@ -73,7 +73,7 @@ impl Ends {
 #[derive(clap::Args)]
 pub struct ClusterArgs {
     /// Show every host's registrations from etcd instead of one table.
-    #[arg(long, requires = "etcd")]
+    #[arg(long, requires = "etcd", conflicts_with_all = ["name", "watch"])]
     cluster: bool,
     /// etcd endpoints (comma-separated host:port or URLs).
     #[arg(long, value_name = "ENDPOINTS", requires = "cluster")]
@@ -105,9 +105,11 @@ impl ClusterArgs {
 fn render(cluster: &ClusterStatus) -> String {
     let live: usize = cluster.hosts.iter().map(|h| h.live).sum();
     let mut out = format!(
-        "etcd {}/: {} hosts, {live} live registrations{}\n",
+        "etcd {}/: {} host{}, {live} live registration{}{}\n",
         cluster.prefix,
         cluster.hosts.len(),
+        plural(cluster.hosts.len()),
+        plural(live),
         match cluster.foreign_keys {
             0 => String::new(),
             n => format!(" ({n} other keys under the prefix ignored)"),
@@ -153,6 +155,14 @@ fn render(cluster: &ClusterStatus) -> String {
         out += "(no host publishes under this prefix)\n";
     }
     out
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 fn ttl(seconds: Option<i64>) -> String {

@@ -30,6 +30,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> Outcome {
     if args.cluster.wanted() {
+        if args.format == Format::Openmetrics {
+            return Err("status --cluster: expected --format text or json, found openmetrics (metrics are per table: `livereg status NAME --format openmetrics` on each host)".into());
+        }
         return args.cluster.show(args.json || args.format == Format::Json);
     }
     let table = Table::open(args.name.as_deref().unwrap_or_default())?;

@@ -9,11 +9,11 @@
 mod etcd_server;
 mod support;
 
-use etcd_client::{Client, EventType, WatchOptions};
-use etcd_server::EtcdServer;
+use etcd_client::{Client, EventType};
+use etcd_server::{EtcdServer, Seen};
 use livereg::{Table, TableOptions};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 use support::{quick, BenchTable};
 
@@ -38,55 +38,14 @@ impl Drop for Daemon {
     }
 }
 
-/// Watches `PREFIX` on a thread of its own: each event's type and key, with
-/// the time it arrived.
-fn watch(etcd: &EtcdServer) -> Receiver<(EventType, String, Instant)> {
-    let (sender, events) = mpsc::channel();
-    let endpoint = etcd.endpoint.clone();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let mut client = Client::connect([endpoint], None).await.unwrap();
-            let mut stream = client
-                .watch(PREFIX, Some(WatchOptions::new().with_prefix()))
-                .await
-                .unwrap();
-            sender
-                .send((EventType::Put, String::new(), Instant::now()))
-                .unwrap();
-            while let Ok(Some(answer)) = stream.message().await {
-                let at = Instant::now();
-                for event in answer.events() {
-                    let key = event
-                        .kv()
-                        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
-                    if sender
-                        .send((event.event_type(), key.unwrap_or_default(), at))
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-        });
-    });
-    events
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the watch started");
-    events
-}
-
 /// Waits for `kind` on `key` and returns when it arrived.
-fn seen(events: &Receiver<(EventType, String, Instant)>, kind: EventType, key: &str) -> Instant {
+fn seen(events: &Receiver<Seen>, kind: EventType, key: &str) -> Instant {
     loop {
-        let (k, got, at) = events
+        let seen = events
             .recv_timeout(Duration::from_secs(10))
             .unwrap_or_else(|_| panic!("no {kind:?} of {key} within 10 s"));
-        if k == kind && got == key {
-            return at;
+        if seen.kind == kind && seen.key == key {
+            return seen.at;
         }
     }
 }
@@ -97,7 +56,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 }
 
 /// The floor: a put by a client, seen by the watcher.
-fn bare_put(etcd: &EtcdServer, events: &Receiver<(EventType, String, Instant)>) -> Vec<Duration> {
+fn bare_put(etcd: &EtcdServer, events: &Receiver<Seen>) -> Vec<Duration> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -119,10 +78,7 @@ fn bare_put(etcd: &EtcdServer, events: &Receiver<(EventType, String, Instant)>) 
 
 /// Register → PUT seen, and deregister → DELETE seen, through a
 /// `livereg reap --etcd` daemon.
-fn publish_latency(
-    table: &BenchTable,
-    events: &Receiver<(EventType, String, Instant)>,
-) -> (Vec<Duration>, Vec<Duration>) {
+fn publish_latency(table: &BenchTable, events: &Receiver<Seen>) -> (Vec<Duration>, Vec<Duration>) {
     let (mut registered, mut ended) = (Vec::new(), Vec::new());
     let handle = Table::open(&table.name).unwrap();
     for run in 0..runs() {
@@ -178,7 +134,7 @@ fn main() {
         return;
     }
     let etcd = EtcdServer::start("bench");
-    let events = watch(&etcd);
+    let events = etcd.watch(PREFIX);
     let options = TableOptions {
         capacity: 128,
         reap_timeout: Duration::from_secs(10),

@@ -10,13 +10,13 @@ mod common;
 mod etcd_server;
 
 use common::{unique_name, UnlinkOnDrop};
-use etcd_client::{Client, EventType, GetOptions, WatchOptions};
-use etcd_server::EtcdServer;
+use etcd_client::{Client, EventType, GetOptions};
+use etcd_server::{EtcdServer, Seen};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 const LIVEREG: &str = env!("CARGO_BIN_EXE_livereg");
@@ -184,61 +184,6 @@ impl Reader {
     }
 }
 
-/// What a watcher saw: (put or delete, key, value or previous value, when).
-type Seen = Arc<Mutex<Vec<(EventType, String, Option<Value>, Instant)>>>;
-
-/// Watches `prefix` (with previous values) on a thread of its own.
-fn watch(etcd: &EtcdServer, prefix: &str) -> Seen {
-    let seen = Seen::default();
-    let (sink, endpoint, prefix) = (seen.clone(), etcd.endpoint.clone(), prefix.to_owned());
-    let (ready, started) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let mut client = Client::connect([endpoint], None).await.unwrap();
-            let options = WatchOptions::new().with_prefix().with_prev_key();
-            let mut stream = client.watch(prefix, Some(options)).await.unwrap();
-            ready.send(()).unwrap();
-            while let Ok(Some(answer)) = stream.message().await {
-                for event in answer.events() {
-                    let kv = match event.event_type() {
-                        EventType::Put => event.kv(),
-                        EventType::Delete => event.prev_kv(),
-                    };
-                    let key = event
-                        .kv()
-                        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
-                    let value = kv.and_then(|kv| serde_json::from_slice(kv.value()).ok());
-                    sink.lock().unwrap().push((
-                        event.event_type(),
-                        key.unwrap_or_default(),
-                        value,
-                        Instant::now(),
-                    ));
-                }
-            }
-        });
-    });
-    started
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the watch started");
-    seen
-}
-
-/// When the watcher saw `key` deleted, and the value it had last.
-fn deleted(seen: &Seen, key: &str) -> Option<(Instant, Value)> {
-    seen.lock()
-        .unwrap()
-        .iter()
-        .find_map(|(kind, k, value, at)| {
-            (*kind == EventType::Delete && k == key)
-                .then(|| (*at, value.clone().unwrap_or_default()))
-        })
-}
-
 fn prefix(tag: &str) -> String {
     format!("/{}", unique_name(tag))
 }
@@ -247,7 +192,7 @@ fn prefix(tag: &str) -> String {
 fn two_hosts_publish_drops_delete_with_their_reason_and_a_dead_host_vanishes_with_its_lease() {
     let etcd = EtcdServer::start("hosts");
     let prefix = prefix("hosts");
-    let seen = watch(&etcd, &prefix);
+    let seen = etcd.watch(&prefix);
     let (a, _a) = table("host-a", "1s");
     let (b, _b) = table("host-b", "1s");
     let mut reaper_a = reaper(&a, &etcd, &prefix, "node-a", &[]);
@@ -281,15 +226,7 @@ fn two_hosts_publish_drops_delete_with_their_reason_and_a_dead_host_vanishes_wit
     assert_ne!(keys[&key_b3].1, *lease_a);
 
     // `status --cluster` lists both hosts, with their leases' TTL.
-    let cluster = livereg(&[
-        "status",
-        "--cluster",
-        "--etcd",
-        &etcd.address(),
-        "--etcd-prefix",
-        &prefix,
-        "--json",
-    ]);
+    let cluster = cluster_status(&etcd, &prefix, &["--json"]);
     assert!(
         cluster.status.success(),
         "{}",
@@ -311,14 +248,7 @@ fn two_hosts_publish_drops_delete_with_their_reason_and_a_dead_host_vanishes_wit
         // etcd truncates the seconds left; a late keep-alive may leave 0.
         assert!((0..=TTL.as_secs() as i64).contains(&ttl), "{host}");
     }
-    let text = livereg(&[
-        "status",
-        "--cluster",
-        "--etcd",
-        &etcd.address(),
-        "--etcd-prefix",
-        &prefix,
-    ]);
+    let text = cluster_status(&etcd, &prefix, &[]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.contains("host node-a: 2 live") && text.contains("host node-b: 1 live"),
@@ -366,17 +296,31 @@ fn two_hosts_publish_drops_delete_with_their_reason_and_a_dead_host_vanishes_wit
     assert_eq!(reader.ids(&prefix), [key_b3], "host b's key stays");
 }
 
-fn wait_deleted(seen: &Seen, key: &str) -> (Instant, Value) {
-    let mut found = None;
-    wait_for(
-        &format!("the delete of {key}"),
-        Duration::from_secs(5),
-        || {
-            found = deleted(seen, key);
-            found.is_some()
-        },
-    );
-    found.unwrap()
+/// Waits for the delete of `key`: when the watcher saw it, and the value the
+/// key had last.
+fn wait_deleted(events: &Receiver<Seen>, key: &str) -> (Instant, Value) {
+    loop {
+        let seen = events
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("no delete of {key} within 5 s"));
+        if seen.kind == EventType::Delete && seen.key == key {
+            return (seen.at, serde_json::from_slice(&seen.value).unwrap());
+        }
+    }
+}
+
+/// `livereg status --cluster` on `prefix`, `extra` appended.
+fn cluster_status(etcd: &EtcdServer, prefix: &str, extra: &[&str]) -> Output {
+    let address = etcd.address();
+    let base = [
+        "status",
+        "--cluster",
+        "--etcd",
+        &address,
+        "--etcd-prefix",
+        prefix,
+    ];
+    livereg(&[&base[..], extra].concat())
 }
 
 fn now_unix() -> f64 {

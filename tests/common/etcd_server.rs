@@ -6,15 +6,27 @@
 //! saying so: a test of the cluster view never passes without etcd.
 #![allow(dead_code)] // each includer uses its part
 
+use etcd_client::{Client, EventType, WatchOptions};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 /// How long etcd may take to answer its health check after starting.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One event a watcher saw.
+pub struct Seen {
+    pub kind: EventType,
+    pub key: String,
+    /// The value put, or for a delete the key's previous value.
+    pub value: Vec<u8>,
+    /// When it reached the watcher.
+    pub at: Instant,
+}
 
 pub struct EtcdServer {
     /// `http://127.0.0.1:PORT`.
@@ -113,6 +125,50 @@ impl EtcdServer {
         stream.write_all(request.as_bytes()).is_ok()
             && stream.read_to_string(&mut answer).is_ok()
             && answer.contains(r#""health":"true""#)
+    }
+
+    /// Watches every key under `prefix` (with previous values) from a thread
+    /// of its own; returns once the watch is in place.
+    pub fn watch(&self, prefix: &str) -> Receiver<Seen> {
+        let (sender, events) = mpsc::channel();
+        let (ready, started) = mpsc::channel();
+        let (endpoint, prefix) = (self.endpoint.clone(), prefix.to_owned());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let mut client = Client::connect([endpoint], None).await.unwrap();
+                let options = WatchOptions::new().with_prefix().with_prev_key();
+                let mut stream = client.watch(prefix, Some(options)).await.unwrap();
+                ready.send(()).unwrap();
+                while let Ok(Some(answer)) = stream.message().await {
+                    let at = Instant::now();
+                    for event in answer.events() {
+                        let kind = event.event_type();
+                        let kv = match kind {
+                            EventType::Put => event.kv(),
+                            EventType::Delete => event.prev_kv(),
+                        };
+                        let key = event.kv().map(|kv| String::from_utf8_lossy(kv.key()));
+                        let seen = Seen {
+                            kind,
+                            key: key.unwrap_or_default().into_owned(),
+                            value: kv.map(|kv| kv.value().to_vec()).unwrap_or_default(),
+                            at,
+                        };
+                        if sender.send(seen).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        });
+        started
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the watch started");
+        events
     }
 
     /// etcd's own metrics (`GET /metrics`), Prometheus text.

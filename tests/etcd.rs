@@ -9,9 +9,11 @@ mod common;
 #[path = "common/etcd_server.rs"]
 mod etcd_server;
 
-use common::{unique_name, UnlinkOnDrop};
+use common::{unique_name, TempTable, UnlinkOnDrop};
 use etcd_client::{Client, EventType, GetOptions};
 use etcd_server::{EtcdServer, Seen};
+use livereg::etcd::{ClusterStatus, EtcdOptions, Publisher};
+use livereg::Table;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -508,4 +510,133 @@ fn bad_etcd_options_are_refused_in_one_line() {
     assert_eq!(output.status.code(), Some(1));
     let err = String::from_utf8_lossy(&output.stderr);
     assert!(err.contains("etcd at 127.0.0.1:1"), "{err}");
+}
+
+#[test]
+fn a_standby_that_takes_over_republishes_under_its_own_lease_without_a_gap() {
+    let etcd = EtcdServer::start("standby");
+    let prefix = prefix("standby");
+    let (name, _guard) = table("standby", "1s");
+    let mut first = reaper(&name, &etcd, &prefix, "node", &[]);
+    let _second = Daemon::spawn(&[
+        "reap",
+        &name,
+        "--standby",
+        "--etcd",
+        &etcd.address(),
+        "--etcd-prefix",
+        &prefix,
+        "--host",
+        "node",
+        "--etcd-ttl",
+        "2s",
+    ]);
+    let _worker = worker(&name, 1, "kept");
+    let key = format!("{prefix}/node/{name}/1");
+    let mut reader = Reader::new(&etcd);
+    wait_for("the key", Duration::from_secs(5), || {
+        reader.keys(&prefix).contains_key(&key)
+    });
+    let first_lease = reader.keys(&prefix)[&key].1;
+    let events = etcd.watch(&prefix);
+
+    first.kill();
+    wait_for(
+        "the key under the standby's lease",
+        Duration::from_secs(5),
+        || {
+            reader
+                .keys(&prefix)
+                .get(&key)
+                .is_some_and(|(_, lease)| *lease != first_lease)
+        },
+    );
+    // The first lease expires meanwhile; the key, moved off it, stays.
+    std::thread::sleep(TTL + Duration::from_secs(1));
+    assert!(reader.keys(&prefix).contains_key(&key));
+    let deletes = events
+        .try_iter()
+        .filter(|e| e.kind == EventType::Delete)
+        .count();
+    assert_eq!(deletes, 0, "the key never blinked");
+}
+
+#[test]
+fn the_library_publisher_reads_back_and_a_clean_stop_revokes_its_keys_at_once() {
+    let etcd = EtcdServer::start("library");
+    let prefix = prefix("library");
+    let table = TempTable::new("library", &common::options());
+    let mut options = EtcdOptions::new([etcd.address()]);
+    options.prefix.clone_from(&prefix);
+    options.host = "lib".into();
+    options.ttl = Duration::from_secs(30);
+    let publisher = Publisher::start(&table.table, options).unwrap();
+    let ends = publisher.sink();
+    let reaper = table
+        .table
+        .reaper()
+        .on_drop(move |event| {
+            ends.ended(event);
+            Ok(())
+        })
+        .spawn()
+        .unwrap();
+    let events = etcd.watch(&prefix);
+    let handle = Table::open(&table.name).unwrap();
+    let (nine, ten) = (
+        handle.register(9, "nine").unwrap(),
+        handle.register(10, "ten").unwrap(),
+    );
+    let endpoints = [etcd.address()];
+    let mut cluster = None;
+    wait_for(
+        "both registrations read back",
+        Duration::from_secs(5),
+        || {
+            let read = ClusterStatus::fetch(&endpoints, &prefix).unwrap();
+            let found = read.hosts.first().is_some_and(|h| h.live == 2);
+            cluster = Some(read);
+            found
+        },
+    );
+    assert!(publisher.is_connected());
+    let cluster = cluster.unwrap();
+    let host = &cluster.hosts[0];
+    assert_eq!((host.host.as_str(), host.tables.len()), ("lib", 1));
+    let ids: Vec<u64> = host.tables[0]
+        .registrations
+        .iter()
+        .map(|r| r.instance_id)
+        .collect();
+    assert_eq!(ids, [9, 10]);
+    assert!(
+        host.lease_ttl_seconds.is_some_and(|ttl| ttl > 20),
+        "{host:?}"
+    );
+
+    nine.deregister().unwrap();
+    let (_, last) = wait_deleted(&events, &format!("{prefix}/lib/{}/9", table.name));
+    assert_eq!(last["ended"], "deregistered");
+
+    // Keys under the prefix that are not registrations are counted, not read.
+    let mut reader = Reader::new(&etcd);
+    for (key, value) in [
+        (format!("{prefix}/stray"), "x"),
+        (format!("{prefix}/h/t/x"), "{}"),
+        (format!("{prefix}/h/t/1"), "not json"),
+    ] {
+        reader
+            .runtime
+            .block_on(reader.client.put(key, value, None))
+            .unwrap();
+    }
+    let read = ClusterStatus::fetch(&endpoints, &prefix).unwrap();
+    assert_eq!((read.foreign_keys, read.hosts.len()), (3, 1));
+
+    // A clean stop revokes the lease (TTL 30 s): the key goes at once.
+    reaper.stop().unwrap();
+    publisher.stop();
+    let left = reader.keys(&format!("{prefix}/lib/"));
+    assert!(left.is_empty(), "{left:?}");
+    drop(ten);
 }

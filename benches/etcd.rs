@@ -95,6 +95,67 @@ fn publish_latency(table: &BenchTable, events: &Receiver<Seen>) -> (Vec<Duration
     (registered, ended)
 }
 
+/// Registrations one worker process holds for the bulk figure.
+const BULK: usize = 1000;
+
+/// A reaper started on a table with `BULK` live registrations → every key
+/// seen by the watcher (process start, connection and lease included), and
+/// the baseline: the same number of puts, one at a time, from a client.
+fn bulk_publish(etcd: &EtcdServer, events: &Receiver<Seen>) -> (Duration, Duration) {
+    let options = TableOptions {
+        capacity: 1024,
+        reap_timeout: Duration::from_secs(10),
+        ..TableOptions::default()
+    };
+    let table = BenchTable::new("etcd-bulk", &options);
+    let also = (BULK - 1).to_string();
+    let _workers = Daemon(
+        Command::new(LIVEREG)
+            .args(["worker", &table.name, "--instance", "1", "--also", &also])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    while table.table.status().unwrap().tracked_instances < BULK {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut client = runtime
+        .block_on(Client::connect([etcd.endpoint.as_str()], None))
+        .unwrap();
+    let start = Instant::now();
+    for id in 0..BULK {
+        let key = format!("{PREFIX}/one-by-one/{id}");
+        runtime.block_on(client.put(key, "x", None)).unwrap();
+    }
+    let last = format!("{PREFIX}/one-by-one/{}", BULK - 1);
+    let one_by_one = seen(events, EventType::Put, &last) - start;
+
+    let start = Instant::now();
+    let _reaper = Daemon(
+        Command::new(LIVEREG)
+            .args(["reap", &table.name, "--etcd", &etcd.address()])
+            .args(["--etcd-prefix", PREFIX, "--host", "bulk"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let prefix = format!("{PREFIX}/bulk/");
+    let mut keys = 0;
+    while keys < BULK {
+        let seen = events
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the bulk keys");
+        if seen.kind == EventType::Put && seen.key.starts_with(&prefix) {
+            keys += 1;
+        }
+    }
+    (start.elapsed(), one_by_one)
+}
+
 /// Requests etcd received (every gRPC message: unary requests and stream
 /// messages such as keep-alives), from its own metrics.
 fn requests(etcd: &EtcdServer) -> f64 {
@@ -183,6 +244,14 @@ fn main() {
             took.as_secs_f64() / floor.as_secs_f64()
         );
     }
+    let (bulk, one_by_one) = bulk_publish(&etcd, &events);
+    println!("\n| {BULK} live registrations | time | ratio to one-by-one puts |");
+    println!("|---|---|---|");
+    println!("| {BULK} puts one at a time by a client (baseline) | {one_by_one:.2?} | 1.00 |");
+    println!(
+        "| `livereg reap --etcd` started → all {BULK} keys seen | {bulk:.2?} | {:.2} |",
+        bulk.as_secs_f64() / one_by_one.as_secs_f64()
+    );
     println!("\n| 64 workers beating every | etcd requests per second | ratio to 1 s beats |");
     println!("|---|---|---|");
     let mut baseline = None;

@@ -2,8 +2,9 @@
 //! step with the table from a thread beside the reaper.
 //!
 //! It never queues writes: each round compares a snapshot of the table with
-//! what etcd holds and writes the difference, so the newest state wins and
-//! an outage leaves nothing to replay. The only queue is the end reasons the
+//! what etcd holds and writes the difference, in transactions of up to 128
+//! operations, so the newest state wins and an outage leaves nothing to
+//! replay. The only queue is the end reasons the
 //! reaper's drop handler passes on ([`EndSink`]), bounded, oldest dropped.
 
 use super::record::{self, ClusterRecord};
@@ -14,7 +15,7 @@ use crate::status::RegistrationState;
 use crate::table::Table;
 use crate::wake::WakeFd;
 use etcd_client::{
-    Client, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
+    Client, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
 };
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -35,6 +36,8 @@ const LAST_RETRY: Duration = Duration::from_secs(5);
 /// End reasons held for publishing; past this the oldest is dropped (its key
 /// is still deleted, without a reason).
 const ENDS_QUEUE: usize = 4096;
+/// Operations per transaction: etcd's default `--max-txn-ops`.
+const TXN_OPS: usize = 128;
 /// A look at the table even when nothing woke the publisher.
 const BACKSTOP: Duration = Duration::from_secs(1);
 
@@ -417,50 +420,53 @@ impl Mirror {
                 return Ok(());
             }
         };
-        let gone: Vec<String> = self
-            .published
-            .keys()
-            .filter(|key| !live.contains_key(*key))
-            .cloned()
-            .collect();
+        let put = || Some(PutOptions::new().with_lease(session.lease));
+        // The ended keys' last values (with the reason), then in a second
+        // round the deletes and the new values: a watcher sees why before
+        // the delete, and the delete's previous value says it too.
+        let (mut last_values, mut changes) = (Vec::new(), Vec::new());
+        let gone = self.published.keys().filter(|key| !live.contains_key(*key));
         for key in gone {
-            if let Some(Some(last)) = self.published.get(&key) {
+            if let Some(Some(last)) = self.published.get(key) {
                 let ended = self
                     .reasons
-                    .get(&key)
-                    .filter(|(slot, generation, _)| (*slot, *generation) == (last.slot, last.generation))
-                    .map(|(_, _, reason)| *reason);
-                if let Some(reason) = ended {
+                    .get(key)
+                    .filter(|(slot, generation, _)| (*slot, *generation) == (last.slot, last.generation));
+                if let Some(&(_, _, reason)) = ended {
                     let last = ClusterRecord {
                         ended: Some(reason),
                         ..last.clone()
                     };
-                    let put = PutOptions::new().with_lease(session.lease);
-                    self.ask(
-                        "publish an end",
-                        session
-                            .client
-                            .put(key.as_str(), last.to_json(), Some(put)),
-                    )
-                    .await?;
+                    last_values.push(TxnOp::put(key.as_str(), last.to_json(), put()));
                 }
             }
-            self.ask("delete a key", session.client.delete(key.as_str(), None))
-                .await?;
-            self.published.remove(&key);
+            changes.push(TxnOp::delete(key.as_str(), None));
         }
-        self.reasons.clear();
-        for (key, record) in live {
-            if matches!(self.published.get(&key), Some(Some(held)) if *held == record) {
-                continue;
+        for (key, record) in &live {
+            if !matches!(self.published.get(key), Some(Some(held)) if held == record) {
+                changes.push(TxnOp::put(key.as_str(), record.to_json(), put()));
             }
-            let put = PutOptions::new().with_lease(session.lease);
-            self.ask(
-                "publish a registration",
-                session.client.put(key.as_str(), record.to_json(), Some(put)),
-            )
-            .await?;
-            self.published.insert(key, Some(record));
+        }
+        self.commit(session, "publish ends", last_values).await?;
+        self.commit(session, "publish registrations", changes).await?;
+        self.reasons.clear();
+        self.published = live.into_iter().map(|(key, record)| (key, Some(record))).collect();
+        Ok(())
+    }
+
+    /// Writes `operations` in transactions of up to `TXN_OPS` each (none
+    /// for none).
+    async fn commit(
+        &self,
+        session: &mut Session,
+        context: &str,
+        mut operations: Vec<TxnOp>,
+    ) -> Result<(), EtcdError> {
+        while !operations.is_empty() {
+            let rest = operations.split_off(operations.len().min(TXN_OPS));
+            let batch = Txn::new().and_then(operations);
+            self.ask(context, session.client.txn(batch)).await?;
+            operations = rest;
         }
         Ok(())
     }

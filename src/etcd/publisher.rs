@@ -204,6 +204,12 @@ struct Session {
     next_keep_alive: Instant,
 }
 
+/// One write under the lease.
+enum Write {
+    Put(String, String),
+    Delete(String),
+}
+
 /// What woke the publisher's loop.
 enum Wake {
     Table,
@@ -420,7 +426,6 @@ impl Mirror {
                 return Ok(());
             }
         };
-        let put = || Some(PutOptions::new().with_lease(session.lease));
         // The ended keys' last values (with the reason), then in a second
         // round the deletes and the new values: a watcher sees why before
         // the delete, and the delete's previous value says it too.
@@ -437,14 +442,14 @@ impl Mirror {
                         ended: Some(reason),
                         ..last.clone()
                     };
-                    last_values.push(TxnOp::put(key.as_str(), last.to_json(), put()));
+                    last_values.push(Write::Put(key.clone(), last.to_json()));
                 }
             }
-            changes.push(TxnOp::delete(key.as_str(), None));
+            changes.push(Write::Delete(key.clone()));
         }
         for (key, record) in &live {
             if !matches!(self.published.get(key), Some(Some(held)) if held == record) {
-                changes.push(TxnOp::put(key.as_str(), record.to_json(), put()));
+                changes.push(Write::Put(key.clone(), record.to_json()));
             }
         }
         self.commit(session, "publish ends", last_values).await?;
@@ -454,17 +459,37 @@ impl Mirror {
         Ok(())
     }
 
-    /// Writes `operations` in transactions of up to `TXN_OPS` each (none
-    /// for none).
+    /// Writes `operations`: one alone as a plain request (etcd commits it
+    /// faster than a transaction), more in transactions of up to `TXN_OPS`.
     async fn commit(
         &self,
         session: &mut Session,
         context: &str,
-        mut operations: Vec<TxnOp>,
+        mut operations: Vec<Write>,
     ) -> Result<(), EtcdError> {
+        if operations.len() == 1 {
+            let client = &mut session.client;
+            return match operations.pop() {
+                Some(Write::Put(key, value)) => {
+                    let put = PutOptions::new().with_lease(session.lease);
+                    self.ask(context, client.put(key, value, Some(put))).await.map(drop)
+                }
+                Some(Write::Delete(key)) => self.ask(context, client.delete(key, None)).await.map(drop),
+                None => Ok(()),
+            };
+        }
         while !operations.is_empty() {
             let rest = operations.split_off(operations.len().min(TXN_OPS));
-            let batch = Txn::new().and_then(operations);
+            let put = || Some(PutOptions::new().with_lease(session.lease));
+            let batch = Txn::new().and_then(
+                operations
+                    .into_iter()
+                    .map(|write| match write {
+                        Write::Put(key, value) => TxnOp::put(key, value, put()),
+                        Write::Delete(key) => TxnOp::delete(key, None),
+                    })
+                    .collect::<Vec<_>>(),
+            );
             self.ask(context, session.client.txn(batch)).await?;
             operations = rest;
         }

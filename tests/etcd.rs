@@ -468,6 +468,30 @@ impl Drop for RemoveOnDrop {
 }
 
 #[test]
+fn a_reaper_stops_promptly_with_etcd_hung() {
+    let etcd = EtcdServer::start("stop");
+    let prefix = prefix("stop");
+    let (name, _guard) = table("stop", "1s");
+    let mut daemon = reaper(&name, &etcd, &prefix, "node", &[]);
+    let _worker = worker(&name, 1, "");
+    let mut reader = Reader::new(&etcd);
+    wait_for("the key", Duration::from_secs(5), || {
+        reader.ids(&prefix).len() == 1
+    });
+    etcd.signal(libc::SIGSTOP);
+    // Registrations churn, so a round is in flight against the hung etcd.
+    let _more: Vec<Daemon> = (2..6).map(|id| worker(&name, id, "")).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let stopping = Instant::now();
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.0.wait().unwrap();
+    let took = stopping.elapsed();
+    assert!(status.success(), "{status}");
+    // The request in flight (3 s) and the revoke (1 s), with margin.
+    assert!(took < Duration::from_secs(8), "stopping took {took:?}");
+}
+
+#[test]
 fn an_unreachable_etcd_is_logged_and_reaping_goes_on() {
     let (name, _guard) = table("unreachable", "1s");
     let reaper = Daemon::spawn(&["reap", &name, "--etcd", "127.0.0.1:1", "--host", "x"]);

@@ -84,6 +84,9 @@ pub enum EtcdError {
         /// How long it waited.
         timeout: Duration,
     },
+    /// The publisher is stopping: it sends no more requests.
+    #[error("the etcd publisher is stopping")]
+    Stopped,
     /// The table could not be read.
     #[error(transparent)]
     Table(#[from] crate::Error),

@@ -29,6 +29,9 @@ use tokio::sync::Notify;
 
 /// How long one etcd request (or the connection) may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a stopping publisher waits for etcd to revoke its lease (the
+/// keys expire with it anyway).
+const REVOKE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The first retry after a failure; doubled per failure up to `LAST_RETRY`.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 /// The longest wait between attempts while etcd is away.
@@ -149,8 +152,10 @@ impl Publisher {
         self.shared.connected.load(Ordering::Acquire)
     }
 
-    /// Revokes the lease (its keys go at once, if etcd answers within the
-    /// request timeout) and ends the thread.
+    /// Revokes the lease (its keys go at once, if etcd answers within 1 s;
+    /// else they expire with it) and ends the thread. With etcd hung, it
+    /// waits for the one request in flight (up to 3 s) and the revoke (1 s),
+    /// never for the rest of a round.
     pub fn stop(mut self) {
         self.shut_down();
     }
@@ -282,7 +287,7 @@ impl Mirror {
             if self.shared.stop.load(Ordering::Acquire) {
                 if let Some(mut session) = session {
                     let revoke = session.client.lease_revoke(session.lease);
-                    let _ = tokio::time::timeout(REQUEST_TIMEOUT, revoke).await;
+                    let _ = tokio::time::timeout(REVOKE_TIMEOUT, revoke).await;
                 }
                 return;
             }
@@ -293,13 +298,18 @@ impl Mirror {
                         retry.succeeded();
                         session = Some(connected);
                     }
+                    Err(EtcdError::Stopped) => {}
                     Err(error) => retry.failed(&error),
                 }
             }
             if let Some(connected) = session.as_mut() {
-                if let Err(error) = self.step(connected).await {
-                    retry.failed(&error);
-                    session = None;
+                match self.step(connected).await {
+                    // The loop's top revokes the lease.
+                    Ok(()) | Err(EtcdError::Stopped) => {}
+                    Err(error) => {
+                        retry.failed(&error);
+                        session = None;
+                    }
                 }
             } else {
                 self.take_ends();
@@ -578,6 +588,10 @@ impl Mirror {
         context: &str,
         call: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, EtcdError> {
+        // Stopping waits for the request in flight, never for a round's rest.
+        if self.shared.stop.load(Ordering::Acquire) {
+            return Err(EtcdError::Stopped);
+        }
         let endpoints = self.options.endpoint_list();
         match tokio::time::timeout(REQUEST_TIMEOUT, call).await {
             Ok(Ok(answer)) => Ok(answer),
@@ -610,5 +624,42 @@ async fn lease_news(session: Option<&mut Session>) -> LeaseNews {
         Ok(Some(_)) => LeaseNews::Expired,
         Ok(None) => LeaseNews::Broken("the keep-alive stream ended".into()),
         Err(error) => LeaseNews::Broken(format!("the keep-alive stream broke: {error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(instance_id: u64) -> DropEvent {
+        DropEvent {
+            instance_id,
+            slot: 0,
+            generation: 0,
+            reason: Reason::Timeout,
+            pid: 1,
+            label: String::new(),
+            registered_ns: 0,
+            last_heartbeat_ns: None,
+            silent_for: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn the_end_queue_is_bounded_and_keeps_the_newest() {
+        let shared = Arc::new(Shared {
+            ends: Mutex::new(VecDeque::new()),
+            notify: Notify::new(),
+            stop: AtomicBool::new(false),
+            connected: AtomicBool::new(false),
+        });
+        let sink = EndSink(shared.clone());
+        for id in 0..ENDS_QUEUE as u64 + 10 {
+            sink.ended(&ended(id));
+        }
+        let ends = shared.ends.lock().unwrap();
+        assert_eq!(ends.len(), ENDS_QUEUE);
+        assert_eq!(ends.front().map(|e| e.instance_id), Some(10));
+        assert_eq!(ends.back().map(|e| e.instance_id), Some(ENDS_QUEUE as u64 + 9));
     }
 }

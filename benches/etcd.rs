@@ -9,7 +9,7 @@
 mod etcd_server;
 mod support;
 
-use etcd_client::{Client, EventType};
+use etcd_client::EventType;
 use etcd_server::{EtcdServer, Seen};
 use livereg::{Table, TableOptions};
 use std::process::{Child, Command, Stdio};
@@ -57,13 +57,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 
 /// The floor: a put by a client, seen by the watcher.
 fn bare_put(etcd: &EtcdServer, events: &Receiver<Seen>) -> Vec<Duration> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut client = runtime
-        .block_on(Client::connect([etcd.endpoint.as_str()], None))
-        .unwrap();
+    let (runtime, mut client) = etcd.client();
     let key = format!("{PREFIX}/bare");
     (0..runs())
         .map(|_| {
@@ -119,13 +113,7 @@ fn bulk_publish(etcd: &EtcdServer, events: &Receiver<Seen>) -> (Duration, Durati
     while table.table.status().unwrap().tracked_instances < BULK {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut client = runtime
-        .block_on(Client::connect([etcd.endpoint.as_str()], None))
-        .unwrap();
+    let (runtime, mut client) = etcd.client();
     let start = Instant::now();
     for id in 0..BULK {
         let key = format!("{PREFIX}/one-by-one/{id}");

@@ -149,13 +149,7 @@ struct Reader {
 
 impl Reader {
     fn new(etcd: &EtcdServer) -> Reader {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let client = runtime
-            .block_on(Client::connect([etcd.endpoint.as_str()], None))
-            .expect("connect to etcd");
+        let (runtime, client) = etcd.client();
         Reader { runtime, client }
     }
 

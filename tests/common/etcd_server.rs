@@ -127,6 +127,18 @@ impl EtcdServer {
             && answer.contains(r#""health":"true""#)
     }
 
+    /// A client of this etcd, with the runtime to drive it.
+    pub fn client(&self) -> (tokio::runtime::Runtime, Client) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = runtime
+            .block_on(Client::connect([self.endpoint.as_str()], None))
+            .expect("connect to etcd");
+        (runtime, client)
+    }
+
     /// Watches every key under `prefix` (with previous values) from a thread
     /// of its own; returns once the watch is in place.
     pub fn watch(&self, prefix: &str) -> Receiver<Seen> {

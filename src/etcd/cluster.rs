@@ -56,13 +56,10 @@ impl ClusterStatus {
     /// # Errors
     ///
     /// [`EtcdError::Etcd`] or [`EtcdError::Timeout`] if etcd cannot be
-    /// read; [`EtcdError::InvalidOptions`] for an empty endpoint list.
+    /// read; [`EtcdError::InvalidOptions`] for an empty endpoint list or an
+    /// `https://` endpoint (this build has no TLS).
     pub fn fetch(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdError> {
-        if endpoints.is_empty() {
-            return Err(EtcdError::InvalidOptions(
-                "etcd endpoints: expected at least one (host:port), found none".into(),
-            ));
-        }
+        super::check_endpoints(endpoints)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;

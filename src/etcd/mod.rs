@@ -44,7 +44,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdOptions {
     /// etcd client endpoints, e.g. `http://10.0.0.5:2379` (a bare
-    /// `host:port` means `http://`).
+    /// `host:port` means `http://`; `https://` is refused: no TLS yet).
     pub endpoints: Vec<String>,
     /// The key prefix (default `/livereg`); a trailing `/` is ignored.
     pub prefix: String,
@@ -122,11 +122,7 @@ impl EtcdOptions {
     ///
     /// [`EtcdError::InvalidOptions`] naming the option and what it held.
     pub fn validate(&self) -> Result<(), EtcdError> {
-        if self.endpoints.is_empty() {
-            return Err(EtcdError::InvalidOptions(
-                "etcd endpoints: expected at least one (host:port), found none".into(),
-            ));
-        }
+        check_endpoints(&self.endpoints)?;
         record::check_component("host", &self.host)?;
         if self.ttl.is_zero() {
             return Err(EtcdError::InvalidOptions(
@@ -140,6 +136,22 @@ impl EtcdOptions {
     pub(crate) fn endpoint_list(&self) -> String {
         self.endpoints.join(",")
     }
+}
+
+/// Endpoints must be present and plain (`host:port` or `http://`): this
+/// build has no TLS.
+pub(crate) fn check_endpoints(endpoints: &[String]) -> Result<(), EtcdError> {
+    if endpoints.is_empty() {
+        return Err(EtcdError::InvalidOptions(
+            "etcd endpoints: expected at least one (host:port), found none".into(),
+        ));
+    }
+    if let Some(secure) = endpoints.iter().find(|e| e.starts_with("https://")) {
+        return Err(EtcdError::InvalidOptions(format!(
+            "etcd endpoint '{secure}': expected host:port or http:// (this build does not speak TLS)"
+        )));
+    }
+    Ok(())
 }
 
 /// This machine's hostname (`localhost` if it has none).

@@ -353,7 +353,7 @@ fn an_etcd_restart_mid_run_loses_nothing() {
     let mut reader = Reader::new(&etcd);
     wait_for(
         "the keys to match the table",
-        Duration::from_secs(10),
+        Duration::from_secs(15),
         || reader.ids(&prefix) == [key(2), key(3)],
     );
     // Every key is under one live lease.

@@ -4,8 +4,8 @@
 //! It never queues writes: each round compares a snapshot of the table with
 //! what etcd holds and writes the difference, in transactions of up to 128
 //! operations, so the newest state wins and an outage leaves nothing to
-//! replay. The only queue is the end reasons the
-//! reaper's drop handler passes on ([`EndSink`]), bounded, oldest dropped.
+//! replay. The only queue is the end reasons the reaper's drop handler
+//! passes on ([`EndSink`]), bounded, oldest dropped.
 
 use super::record::{self, ClusterRecord};
 use super::{EtcdError, EtcdOptions};
@@ -217,7 +217,9 @@ enum Write {
 
 /// What woke the publisher's loop.
 enum Wake {
-    Table,
+    /// A round is due: the table changed, an end came, or a timer ran out.
+    Round,
+    /// A keep-alive answer came.
     Lease(LeaseNews),
 }
 
@@ -322,28 +324,34 @@ impl Mirror {
                 None => retry.at,
             };
             let woke = tokio::select! {
-                () = self.shared.notify.notified() => Wake::Table,
+                () = self.shared.notify.notified() => Wake::Round,
                 ready = wake.readable_mut() => {
                     if let Ok(mut ready) = ready {
                         ready.get_inner().drain();
                         ready.clear_ready();
                     }
-                    Wake::Table
+                    Wake::Round
                 }
-                () = tokio::time::sleep_until(until.into()) => Wake::Table,
+                () = tokio::time::sleep_until(until.into()) => Wake::Round,
                 news = lease_news(session.as_mut()) => Wake::Lease(news),
             };
-            let why = match woke {
-                Wake::Table | Wake::Lease(LeaseNews::Alive) => continue,
+            let endpoints = self.options.endpoint_list();
+            match woke {
+                Wake::Round | Wake::Lease(LeaseNews::Alive) => continue,
                 Wake::Lease(LeaseNews::Expired) => {
+                    // etcd answers: a new lease at once, no backoff.
+                    retry.failed(&format_args!(
+                        "etcd at {endpoints}: the lease expired (etcd answered TTL 0); taking a new one"
+                    ));
+                    retry.at = Instant::now();
                     lease = None;
-                    "the lease expired (etcd answered TTL 0); taking a new one".to_owned()
                 }
-                Wake::Lease(LeaseNews::Broken(why)) => why,
-            };
-            retry.failed(&format_args!("etcd at {}: {why}", self.options.endpoint_list()));
+                // The connection broke: reconnect with backoff.
+                Wake::Lease(LeaseNews::Broken(why)) => {
+                    retry.failed(&format_args!("etcd at {endpoints}: {why}"));
+                }
+            }
             session = None;
-            retry.at = Instant::now();
         }
     }
 
@@ -521,7 +529,8 @@ impl Mirror {
             self.reasons
                 .insert(key, (end.slot, end.generation, end.reason));
         }
-        // Without a connection nothing consumes them: keep the newest few.
+        // Without a connection nothing consumes them: past the bound, drop
+        // them all (their keys are still deleted, without a reason).
         if self.reasons.len() > ENDS_QUEUE {
             self.reasons.clear();
         }

@@ -1,7 +1,7 @@
 //! Beyond one host: `livereg reap … --etcd ENDPOINTS` publishes the table,
 //! `livereg status --cluster --etcd ENDPOINTS` shows every host's.
 
-use crate::{duration, Outcome};
+use crate::{duration, status, Outcome};
 use livereg::etcd::{ClusterStatus, EndSink, EtcdOptions, Publisher, DEFAULT_PREFIX};
 use livereg::{DropEvent, Table};
 use std::process::ExitCode;
@@ -137,15 +137,13 @@ fn render(cluster: &ClusterStatus) -> String {
                 "INSTANCE", "LABEL", "PID", "SLOT", "REGISTERED", "BOOT TOKEN"
             );
             for r in &table.registrations {
-                let ago = Duration::try_from_secs_f64((now - r.registered_unix_seconds).max(0.0))
-                    .unwrap_or_default();
                 out += &format!(
                     "    {:>12}  {:<20}  {:>8}  {:>5}  {:>12}  {:#018x}\n",
                     r.instance_id,
                     r.label,
                     r.pid,
                     r.slot,
-                    format!("{} ago", duration::show(ago)),
+                    format!("{} ago", status::age(now - r.registered_unix_seconds)),
                     r.boot_token
                 );
             }

@@ -141,7 +141,8 @@ fn wall_clock() -> String {
     )
 }
 
-fn age(seconds: f64) -> String {
+/// A duration in seconds as `duration::show` writes it (negative: zero).
+pub fn age(seconds: f64) -> String {
     duration::show(Duration::try_from_secs_f64(seconds).unwrap_or_default())
 }
 

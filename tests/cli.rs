@@ -1023,3 +1023,19 @@ fn status_renders_openmetrics_and_reap_serves_it_over_http() {
     reaper.signal(libc::SIGTERM);
     assert_eq!(reaper.finish().status.code(), Some(0));
 }
+
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn a_build_without_etcd_refuses_its_options_in_one_line_saying_how_to_build_them_in() {
+    let (name, _table) = created("no-etcd", &[]);
+    for args in [
+        &["reap", name.as_str(), "--etcd", "127.0.0.1:2379"][..],
+        &["status", "--cluster", "--etcd", "127.0.0.1:2379"][..],
+    ] {
+        let output = livereg(args);
+        fails_with(&output, "built without etcd support");
+        fails_with(&output, "--features etcd");
+    }
+    // Nothing was started: the table has no reaper.
+    assert!(!reaper_alive(&name));
+}

@@ -1,34 +1,14 @@
 //! Beyond one host: `livereg reap … --etcd ENDPOINTS` publishes the table,
 //! `livereg status --cluster --etcd ENDPOINTS` shows every host's.
 
-use crate::{duration, status, Outcome};
+use crate::duration::age;
+use crate::etcd_args::{EtcdArgs, PublishArgs};
+use crate::Outcome;
 use livereg::etcd::{ClusterStatus, EndSink, EtcdOptions, Publisher, DEFAULT_PREFIX};
 use livereg::{DropEvent, Table};
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// `livereg reap`'s etcd options.
-#[derive(clap::Args)]
-pub struct PublishArgs {
-    /// Publish the table's live registrations to etcd at these endpoints
-    /// (comma-separated host:port or URLs), under one lease kept alive at
-    /// TTL/3: `<prefix>/<host>/<table>/<instance_id>` → JSON. An outage
-    /// never stops reaping; keys are rewritten when etcd returns.
-    #[arg(long, value_name = "ENDPOINTS")]
-    etcd: Option<String>,
-    /// Key prefix.
-    #[arg(long, default_value = DEFAULT_PREFIX, requires = "etcd")]
-    etcd_prefix: String,
-    /// This host's name in the keys (default: the hostname); unique per
-    /// cluster.
-    #[arg(long, requires = "etcd")]
-    host: Option<String>,
-    /// Lease TTL: a dead host's keys vanish this long after its last
-    /// keep-alive (whole seconds; etcd's minimum is 2s).
-    #[arg(long, value_parser = duration::parse, default_value = "10s", requires = "etcd")]
-    etcd_ttl: Duration,
-}
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Where a reaper's drop handler sends end reasons: empty until the
 /// publisher starts (it starts once the reaper holds the table).
@@ -36,6 +16,10 @@ pub struct PublishArgs {
 pub struct Ends(Arc<OnceLock<EndSink>>);
 
 impl Ends {
+    pub fn new() -> Ends {
+        Ends::default()
+    }
+
     pub fn ended(&self, event: &DropEvent) {
         if let Some(sink) = self.0.get() {
             sink.ended(event);
@@ -43,62 +27,53 @@ impl Ends {
     }
 }
 
-impl PublishArgs {
+/// `livereg reap --etcd …`'s checked options, before the reaper role is
+/// taken.
+pub struct Publishing(EtcdOptions);
+
+/// A running publisher.
+pub type Running = Publisher;
+
+impl Publishing {
     /// The publishing options if `--etcd` was given, checked.
-    pub fn options(&self) -> Result<Option<EtcdOptions>, String> {
-        let Some(endpoints) = &self.etcd else {
+    pub fn checked(args: &PublishArgs) -> Result<Option<Publishing>, String> {
+        let Some(endpoints) = &args.etcd.etcd else {
             return Ok(None);
         };
         let mut options = EtcdOptions::new(EtcdOptions::split_endpoints(endpoints));
-        options.prefix.clone_from(&self.etcd_prefix);
-        if let Some(host) = &self.host {
+        if let Some(prefix) = &args.etcd.etcd_prefix {
+            options.prefix.clone_from(prefix);
+        }
+        if let Some(host) = &args.host {
             options.host.clone_from(host);
         }
-        options.ttl = self.etcd_ttl;
+        if let Some(ttl) = args.etcd_ttl {
+            options.ttl = ttl;
+        }
         options.validate().map_err(|e| e.to_string())?;
-        Ok(Some(options))
+        Ok(Some(Publishing(options)))
     }
-}
 
-impl Ends {
-    /// Starts publishing `table`; its end reasons come through these ends.
-    pub fn publish(&self, table: &Table, options: EtcdOptions) -> Result<Publisher, String> {
-        let publisher = Publisher::start(table, options).map_err(|e| e.to_string())?;
-        let _ = self.0.set(publisher.sink());
+    /// Starts publishing `table`; its end reasons come through `ends`.
+    pub fn start(self, table: &Table, ends: &Ends) -> Result<Running, String> {
+        let publisher = Publisher::start(table, self.0).map_err(|e| e.to_string())?;
+        let _ = ends.0.set(publisher.sink());
         Ok(publisher)
     }
 }
 
-/// `livereg status --cluster`'s options.
-#[derive(clap::Args)]
-pub struct ClusterArgs {
-    /// Show every host's registrations from etcd instead of one table.
-    #[arg(long, requires = "etcd", conflicts_with_all = ["name", "watch"])]
-    cluster: bool,
-    /// etcd endpoints (comma-separated host:port or URLs).
-    #[arg(long, value_name = "ENDPOINTS", requires = "cluster")]
-    etcd: Option<String>,
-    /// Key prefix.
-    #[arg(long, default_value = DEFAULT_PREFIX, requires = "cluster")]
-    etcd_prefix: String,
-}
-
-impl ClusterArgs {
-    pub fn wanted(&self) -> bool {
-        self.cluster
+/// `livereg status --cluster`: prints every host's registrations, as text or
+/// JSON.
+pub fn show(args: &EtcdArgs, json: bool) -> Outcome {
+    let endpoints = EtcdOptions::split_endpoints(args.etcd.as_deref().unwrap_or_default());
+    let prefix = args.etcd_prefix.as_deref().unwrap_or(DEFAULT_PREFIX);
+    let cluster = ClusterStatus::fetch(&endpoints, prefix)?;
+    if json {
+        out!("{}", serde_json::to_string_pretty(&cluster)?);
+    } else {
+        out!("{}", render(&cluster).trim_end());
     }
-
-    /// Prints every host's registrations, as text or JSON.
-    pub fn show(&self, json: bool) -> Outcome {
-        let endpoints = EtcdOptions::split_endpoints(self.etcd.as_deref().unwrap_or_default());
-        let cluster = ClusterStatus::fetch(&endpoints, &self.etcd_prefix)?;
-        if json {
-            out!("{}", serde_json::to_string_pretty(&cluster)?);
-        } else {
-            out!("{}", render(&cluster).trim_end());
-        }
-        Ok(ExitCode::SUCCESS)
-    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The human view: per host its lease, then per table its registrations.
@@ -143,7 +118,7 @@ fn render(cluster: &ClusterStatus) -> String {
                     r.label,
                     r.pid,
                     r.slot,
-                    format!("{} ago", status::age(now - r.registered_unix_seconds)),
+                    format!("{} ago", age(now - r.registered_unix_seconds)),
                     r.boot_token
                 );
             }

@@ -40,6 +40,11 @@ pub fn show(d: Duration) -> String {
     }
 }
 
+/// [`show`] for a number of seconds (negative or not a number: `0s`).
+pub fn age(seconds: f64) -> String {
+    show(Duration::try_from_secs_f64(seconds).unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,10 +37,12 @@ pub struct Registrant {
 }
 
 mod clear;
+#[cfg_attr(not(feature = "etcd"), path = "cluster_unavailable.rs")]
 mod cluster;
 mod create;
 mod demo;
 mod duration;
+mod etcd_args;
 mod info;
 mod logging;
 mod notify;

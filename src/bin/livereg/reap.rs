@@ -6,7 +6,8 @@
 //! cannot come back before the hook ran, and a daemon killed mid-hook leaves
 //! the drop for the next reaper to run again (at least once).
 
-use crate::cluster::{Ends, PublishArgs};
+use crate::cluster::{Ends, Publishing};
+use crate::etcd_args::PublishArgs;
 use crate::notify::{self, Notifier};
 use crate::serve::MetricsServer;
 use crate::{duration, signals, Outcome};
@@ -53,6 +54,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Outcome {
+    let etcd = Publishing::checked(&args.etcd)?;
     signals::catch_termination();
     raise_open_files_limit();
     let table = Table::open(&args.name)?;
@@ -67,14 +69,13 @@ pub fn run(args: Args) -> Outcome {
         Some(address) => Some(MetricsServer::start(address, table.clone())?),
         None => None,
     };
-    let etcd = args.etcd.options()?;
-    let ends = Ends::default();
+    let ends = Ends::new();
     let Some((mut reaper, scans_before)) = take_role(&table, &args, &ends)? else {
         return Ok(ExitCode::SUCCESS);
     };
     // Only the reaper that holds the table publishes it.
     let publisher = match etcd {
-        Some(options) => Some(ends.publish(&table, options)?),
+        Some(publishing) => Some(publishing.start(&table, &ends)?),
         None => None,
     };
     log::info!(

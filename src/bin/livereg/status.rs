@@ -1,8 +1,9 @@
 //! `livereg status NAME [--json | --format F | --watch [D]]`, or
 //! `livereg status --cluster --etcd ENDPOINTS [--json]`
 
-use crate::cluster::ClusterArgs;
-use crate::{duration, signals, Outcome};
+use crate::duration::{self, age};
+use crate::etcd_args::EtcdArgs;
+use crate::{cluster, signals, Outcome};
 use livereg::{Reason, RegistrationState, Status, Table};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 #[derive(clap::Args)]
 pub struct Args {
     /// Table name.
-    #[arg(required_unless_present = "cluster")]
+    #[arg(required_unless_present = "cluster", conflicts_with = "etcd")]
     name: Option<String>,
     /// Print one JSON object instead of the table (as `--format json`).
     #[arg(long, conflicts_with_all = ["watch", "format"])]
@@ -24,16 +25,19 @@ pub struct Args {
     /// interrupted, marking registrations that ended since the last frame.
     #[arg(long, value_name = "D", num_args = 0..=1, value_parser = duration::parse)]
     watch: Option<Option<Duration>>,
+    /// Show every host's registrations from etcd instead of one table.
+    #[arg(long, requires = "etcd", conflicts_with = "watch")]
+    cluster: bool,
     #[command(flatten)]
-    cluster: ClusterArgs,
+    etcd: EtcdArgs,
 }
 
 pub fn run(args: Args) -> Outcome {
-    if args.cluster.wanted() {
+    if args.cluster {
         if args.format == Format::Openmetrics {
             return Err("status --cluster: expected --format text or json, found openmetrics (metrics are per table: `livereg status NAME --format openmetrics` on each host)".into());
         }
-        return args.cluster.show(args.json || args.format == Format::Json);
+        return cluster::show(&args.etcd, args.json || args.format == Format::Json);
     }
     let table = Table::open(args.name.as_deref().unwrap_or_default())?;
     if let Some(every) = args.watch {
@@ -139,11 +143,6 @@ fn wall_clock() -> String {
         seconds / 60 % 60,
         seconds % 60
     )
-}
-
-/// A duration in seconds as `duration::show` writes it (negative: zero).
-pub fn age(seconds: f64) -> String {
-    duration::show(Duration::try_from_secs_f64(seconds).unwrap_or_default())
 }
 
 /// The human view: a header block, then one line per registration.

@@ -1,7 +1,7 @@
 //! End-to-end latencies over real processes, as distributions (criterion's
 //! per-iteration model does not fit a kill): SIGKILL to drop handler with and
 //! without a pidfd, SIGSTOP to drop handler against the timeout bound,
-//! deregistration and clear to handler with an idle reaper; and memory.
+//! deregistration and reset to handler with an idle reaper; and memory.
 //! Prints a markdown table. `LIVEREG_BENCH_QUICK=1` runs 3 of each.
 
 mod support;
@@ -284,16 +284,16 @@ fn hang_silence(timeout_ms: u64) -> Vec<Duration> {
         .collect()
 }
 
-fn explicit_latency(clear: bool) -> Vec<Duration> {
-    let bench = BenchTable::new(if clear { "clear" } else { "dereg" }, &options(10_000));
+fn explicit_latency(reset: bool) -> Vec<Duration> {
+    let bench = BenchTable::new(if reset { "reset" } else { "dereg" }, &options(10_000));
     let (_reaper, events) = reaper(&bench.table);
     (0..runs())
         .map(|run| {
             let worker = bench.table.register(run as u64 + 1, "bench").unwrap();
             std::thread::sleep(Duration::from_millis(20));
             let started = Instant::now();
-            if clear {
-                bench.table.clear(Duration::from_secs(5)).unwrap();
+            if reset {
+                bench.table.reset(Duration::from_secs(5)).unwrap();
                 std::mem::forget(worker);
             } else {
                 worker.deregister().unwrap();
@@ -360,7 +360,7 @@ fn main() {
             bound: "goal: < 5 ms".into(),
         },
         Figure {
-            what: "clear → drop handler, idle reaper",
+            what: "reset → drop handler, idle reaper",
             samples: explicit_latency(true),
             bound: "goal: < 5 ms".into(),
         },

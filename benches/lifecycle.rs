@@ -1,4 +1,4 @@
-//! Registering and deregistering, and a clear, with an idle reaper thread.
+//! Registering and deregistering, and a reset, with an idle reaper thread.
 
 mod support;
 
@@ -31,15 +31,15 @@ fn lifecycle(c: &mut Criterion) {
         },
     );
     group.bench_function(
-        "clear of one registration, until completed (idle reaper)",
+        "reset of one registration, until completed (idle reaper)",
         |b| {
             b.iter_batched(
                 || {
                     id += 1;
-                    bench.table.register(id, "cleared").unwrap()
+                    bench.table.register(id, "reset").unwrap()
                 },
                 |worker| {
-                    bench.table.clear(Duration::from_secs(5)).unwrap();
+                    bench.table.reset(Duration::from_secs(5)).unwrap();
                     worker
                 },
                 BatchSize::PerIteration,

@@ -77,7 +77,7 @@ typedef enum livereg_reason {
     LIVEREG_REASON_GRACE = 2,          /* never beat, silent for registration_grace */
     LIVEREG_REASON_PROCESS_EXITED = 3, /* its process exited or was killed */
     LIVEREG_REASON_DEREGISTERED = 4,   /* livereg_deregister: a clean exit */
-    LIVEREG_REASON_CLEARED = 5,        /* livereg_clear ended every registration */
+    LIVEREG_REASON_CLEARED = 5,        /* livereg_reset ended every registration */
     LIVEREG_REASON_REPLACED = 6,       /* a new registration of the id replaced it */
     LIVEREG_REASON_STALLED = 7         /* busy with no progress for progress_timeout */
 } livereg_reason;
@@ -180,9 +180,16 @@ livereg_result livereg_progress(livereg_worker *worker);
  * handle. Returns LIVEREG_EVICTED if it had already ended. */
 livereg_result livereg_deregister(livereg_worker *worker);
 
-/* Asks the reaper to end every registration (reason CLEARED) and run on_clear,
- * and waits up to timeout_ms. Errors: NO_REAPER, TIMEOUT. */
+/* Asks the reaper to run its on_clear callbacks once (the server clears its
+ * stored cache) and waits up to timeout_ms. Registrations are untouched:
+ * workers keep beating. Requests made while one is pending share it.
+ * Errors: NO_REAPER, TIMEOUT; BUSY from inside this table's own callbacks. */
 livereg_result livereg_clear(livereg_table *table, uint64_t timeout_ms);
+
+/* As livereg_clear, but first ends every registration (reason CLEARED): their
+ * on_drop callbacks run, then on_clear, before it returns; workers get
+ * LIVEREG_EVICTED at their next ping and register again. Same errors. */
+livereg_result livereg_reset(livereg_table *table, uint64_t timeout_ms);
 
 /* If a reaper is alive, writes its boot token. Errors: NO_REAPER. */
 livereg_result livereg_probe(livereg_table *table, uint64_t *boot_token);

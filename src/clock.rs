@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A source of nanosecond timestamps: `CLOCK_MONOTONIC`, or a manual clock.
 ///
@@ -313,6 +313,20 @@ pub fn coarse_resolution_ns() -> u64 {
 /// A duration in nanoseconds, saturating at `u64::MAX`.
 pub(crate) fn duration_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The instant `wait` from now; `None` (never) if that is past what an
+/// [`Instant`] can hold, as `Duration::MAX` is.
+pub(crate) fn deadline_after(wait: Duration) -> Option<Instant> {
+    Instant::now().checked_add(wait)
+}
+
+/// Time left until `deadline` (`None`: unbounded).
+pub(crate) fn time_left(deadline: Option<Instant>) -> Duration {
+    match deadline {
+        Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+        None => Duration::MAX,
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub const VERSION_MAJOR: u32 = 1;
 /// Layout minor version: additions that older readers may ignore (1: each
 /// slot records its registrant's clock identity; 2: the info area after the
 /// slots; 3: progress beside liveness; 4: the clock heartbeats stamp with).
-pub const VERSION_MINOR: u32 = 4;
+pub const VERSION_MINOR: u32 = 5;
 /// The first minor version that records the clock heartbeats stamp with.
 pub(crate) const STAMP_CLOCK_SINCE_MINOR: u32 = 4;
 /// The first minor version with an info area.
@@ -126,7 +126,11 @@ pub(crate) struct Header {
     pub silence_histogram: [AtomicU64; SILENCE_BUCKETS.len() + 1],
     /// The sum of the silences observed, in nanoseconds.
     pub silence_sum_ns: AtomicU64,
-    reserved: [AtomicU64; 19],
+    /// Resets requested (layout 1.5): a requester adds one here before it
+    /// takes its clear ticket, so a reaper that sees the ticket sees the
+    /// reset, and ends every registration before the clear handlers run.
+    pub reset_requested: AtomicU64,
+    reserved: [AtomicU64; 18],
 }
 
 /// Byte offsets of header fields, named for tools and tests that read or

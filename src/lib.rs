@@ -62,6 +62,7 @@ outside_loom! {
     mod os;
     mod reaper;
     mod reaper_thread;
+    mod requests;
     mod status;
     mod table;
     mod wake;

@@ -83,8 +83,9 @@ impl ReaperBuilder {
         self
     }
 
-    /// Adds a clear handler, called once per completed clear, after the drop
-    /// handlers of the registrations the clear ended.
+    /// Adds a clear handler, called once per completed clear or reset (after
+    /// the drop handlers of the registrations a reset ended): the server
+    /// clears its stored cache here.
     pub fn on_clear<F>(mut self, handler: F) -> Self
     where
         F: Fn() -> Result<(), HandlerError> + Send + Sync + 'static,
@@ -141,6 +142,7 @@ impl ReaperBuilder {
         header
             .clear_expired
             .fetch_max(header.clear_requested.load(Acquire), AcqRel);
+        let resets_served = header.reset_requested.load(Acquire);
         inner.announce_settled();
         // Shared tables: watch registered processes through pidfds, so an
         // exit wakes the reaper at once and live watched processes need no
@@ -164,6 +166,7 @@ impl ReaperBuilder {
             clock_id: self.table.clock.identity(),
             in_flight: vec![0; inner.capacity as usize],
             clear_issued: 0,
+            resets_served,
             handlers: Dispatch::Inline(Handlers {
                 memory: inner.clone(),
                 drop_handlers: self.drop_handlers,
@@ -232,8 +235,11 @@ pub struct ScanReport {
     pub handler_failures: u32,
     /// Slots whose contents no writer of ours produces, skipped.
     pub corrupt_slots: u32,
-    /// Whether this scan carried out a clear.
+    /// Whether this scan carried out a clear (its clear handlers ran or are
+    /// queued).
     pub cleared: bool,
+    /// Whether the clear was a reset: this scan ended every registration.
+    pub reset: bool,
 }
 
 /// Where the handlers run.
@@ -254,6 +260,9 @@ pub struct Reaper {
     in_flight: Vec<u32>,
     /// The last clear ticket queued on the handler thread.
     clear_issued: u64,
+    /// The table's `reset_requested` count this reaper has carried out (or
+    /// found expired when it started).
+    resets_served: u64,
     seen: Vec<Seen>,
     timeout_ns: u64,
     grace_ns: u64,
@@ -355,7 +364,7 @@ impl LockTests {
 
 impl Reaper {
     /// One scan at time `now_ns` (on the table clock): carries out a pending
-    /// clear, ends every registration that has been silent for its budget or
+    /// clear (a reset first ends every registration), ends every registration that has been silent for its budget or
     /// whose process has exited, and every one already ended (deregistered,
     /// replaced, or left by a reaper that died mid-drop); runs the drop
     /// handlers outside any lock; then frees those slots.
@@ -393,8 +402,15 @@ impl Reaper {
             .load(Acquire)
             .max(header.clear_expired.load(Acquire));
         let clearing = clear_ticket > served.max(self.clear_issued);
+        // A reset's count is raised before its ticket: seen with the ticket.
+        let resets = header.reset_requested.load(Acquire);
+        let resetting = clearing && resets > self.resets_served;
+        if resetting {
+            self.resets_served = resets;
+        }
         let mut report = ScanReport {
             cleared: clearing,
+            reset: resetting,
             ..ScanReport::default()
         };
 
@@ -421,7 +437,7 @@ impl Reaper {
                     continue;
                 }
             }
-            match self.judge(index, slot, generation, now_ns, clearing) {
+            match self.judge(index, slot, generation, now_ns, resetting) {
                 Verdict::Keep => {}
                 Verdict::Corrupt => report.corrupt_slots += 1,
                 Verdict::Ended { reason, silent_ns } => {
@@ -512,7 +528,7 @@ impl Reaper {
         slot: &Slot,
         generation: u32,
         now_ns: u64,
-        clearing: bool,
+        resetting: bool,
     ) -> Verdict {
         let word = slot.beat.load(Acquire);
         if !protocol::beat_matches(word, generation) {
@@ -537,7 +553,7 @@ impl Reaper {
                 Reason::Timeout,
             ),
         };
-        if clearing {
+        if resetting {
             return match protocol::end(slot, generation, Reason::Cleared) {
                 Ok(()) => Verdict::Ended {
                     reason: Reason::Cleared,

@@ -4,7 +4,8 @@
 //!
 //! | methods | file |
 //! |---|---|
-//! | `create`, `in_memory`, `open`, `unlink`, `with_clock`, `clock`, `stamp_clock`, `stamp_resolution`, `name`, `capacity`, the timeouts, `scan_interval`, `scans`, `reaper_alive`, `reaper_stalled`, `probe`, `clear` | `table.rs` |
+//! | `create`, `in_memory`, `open`, `unlink`, `with_clock`, `clock`, `stamp_clock`, `stamp_resolution`, `name`, `capacity`, the timeouts, `scan_interval`, `scans` | `table.rs` |
+//! | `reaper_alive`, `reaper_stalled`, `probe`, `clear`, `reset` (requests of the reaper) | `requests.rs` |
 //! | `registration`, `register` | `worker.rs` |
 //! | `reaper` (the builder) | `reaper.rs` |
 //! | `status` | `status.rs` |
@@ -24,7 +25,7 @@ use crate::layout::{
 };
 use crate::location;
 use crate::sync::AtomicU64;
-use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::sync::Ordering::{Relaxed, Release};
 use memmap2::{MmapOptions, MmapRaw};
 use std::alloc::{self, Layout};
 use std::fs::{File, OpenOptions, Permissions};
@@ -473,104 +474,6 @@ impl Table {
     /// (`status` reads the same counter with everything else).
     pub fn scans(&self) -> u64 {
         self.memory.header().scans.load(Relaxed)
-    }
-
-    /// Whether a reaper holds the table: decided by the kernel's reaper lock,
-    /// which its holder keeps while it lives (however long its handlers run)
-    /// and the kernel drops when it dies. Never by comparing clocks.
-    pub fn reaper_alive(&self) -> bool {
-        self.memory.reaper_role_taken()
-    }
-
-    /// Whether a live reaper has not scanned for two scan intervals: stuck
-    /// in a handler, or stopped. A diagnostic only (it compares the reaper's
-    /// clock with this handle's), false where the two clocks differ.
-    pub fn reaper_stalled(&self) -> bool {
-        let header = self.memory.header();
-        let clock_id = self.clock.identity();
-        if clock_id == Clock::UNKNOWN
-            || header.reaper_clock_id.load(Relaxed) != clock_id
-            || !self.reaper_alive()
-        {
-            return false;
-        }
-        let age = self
-            .clock
-            .now_ns()
-            .saturating_sub(header.reaper_heartbeat_ns.load(Acquire));
-        age > duration_ns(self.scan_interval() * 2)
-    }
-
-    /// The boot token of the live reaper: it changes whenever a reaper
-    /// (re)starts, so a worker that sees a new one knows the server restarted
-    /// and may register again. The shared-memory form of a "ping".
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NoReaper`] when no reaper is alive.
-    pub fn probe(&self) -> Result<u64> {
-        if self.reaper_alive() {
-            Ok(self.memory.header().boot_token.load(Acquire))
-        } else {
-            Err(self.memory.no_reaper())
-        }
-    }
-
-    /// Asks the reaper to end every current registration (reason
-    /// [`Cleared`](crate::Reason::Cleared)) and run its clear handlers, and
-    /// waits up to `wait` for it. Requests made while one is pending share it.
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::NoReaper`]: no reaper is alive (then nothing is
-    ///   requested), or it died before carrying the clear out (the request
-    ///   then expires: a later reaper does not act on it).
-    /// - [`Error::Timeout`]: the clear did not complete within `wait`.
-    /// - [`Error::Busy`]: called from a handler of this table's reaper, which
-    ///   cannot scan while it waits.
-    pub fn clear(&self, wait: Duration) -> Result<()> {
-        crate::dropper::refuse_inside_handler(&self.memory, "clear the table")?;
-        if !self.reaper_alive() {
-            return Err(self.memory.no_reaper());
-        }
-        let header = self.memory.header();
-        let ticket = header.clear_requested.fetch_add(1, AcqRel) + 1;
-        self.memory.wake_reaper();
-        let mut outcome = None;
-        self.memory.wait_settled(wait, || {
-            outcome = if header.clear_completed.load(Acquire) >= ticket {
-                Some(Ok(()))
-            } else if header.clear_expired.load(Acquire) >= ticket || !self.reaper_alive() {
-                Some(Err(Error::NoReaper(format!(
-                    "table '{}': the reaper died before completing the clear; the request expired",
-                    self.memory.name
-                ))))
-            } else {
-                None
-            };
-            outcome.is_some()
-        });
-        outcome.unwrap_or_else(|| {
-            Err(Error::Timeout(format!(
-                "table '{}': the clear was not completed within {wait:?} (reaper pid {})",
-                self.memory.name,
-                header.reaper_pid.load(Relaxed)
-            )))
-        })
-    }
-}
-
-/// The instant `wait` from now; `None` (never) if that is past what an
-/// [`Instant`] can hold, as `Duration::MAX` is.
-pub(crate) fn deadline_after(wait: Duration) -> Option<Instant> {
-    Instant::now().checked_add(wait)
-}
-
-/// Time left until `deadline` (`None`: unbounded).
-pub(crate) fn time_left(deadline: Option<Instant>) -> Duration {
-    match deadline {
-        Some(deadline) => deadline.saturating_duration_since(Instant::now()),
-        None => Duration::MAX,
     }
 }
 

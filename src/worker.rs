@@ -148,7 +148,7 @@ impl<'t> Registration<'t> {
             })?)),
             None => None,
         };
-        let deadline = crate::table::deadline_after(self.drop_wait);
+        let deadline = crate::clock::deadline_after(self.drop_wait);
         loop {
             let guard = inner.lock_registrations(lock_file.as_deref())?;
             let (index, generation) = match self.find_current() {
@@ -182,7 +182,7 @@ impl<'t> Registration<'t> {
             crate::dropper::refuse_inside_handler(inner, "register it again")
                 .map_err(|_| pending("this is a handler of the reaper that runs that drop"))?;
             let slot = inner.slot(index);
-            let released = inner.wait_settled(crate::table::time_left(deadline), || {
+            let released = inner.wait_settled(crate::clock::time_left(deadline), || {
                 slot.state.load(Acquire) != protocol::state_word(generation, LIVE)
             });
             if !released {

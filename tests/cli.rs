@@ -238,9 +238,19 @@ fn probe_clear_and_rm() {
     let clear = livereg(&["clear", &name, "--wait", "5s"]);
     assert!(clear.status.success(), "{}", stderr(&clear));
     assert!(
-        stdout(&clear).contains("1 registrations ended"),
+        stdout(&clear).contains("registrations untouched"),
         "{}",
         stdout(&clear)
+    );
+    let status = status_json(&name);
+    assert_eq!(status["ended"]["cleared"], 0, "a clear ends nothing");
+    assert_eq!(status["tracked_instances"], 1);
+    let reset = livereg(&["clear", &name, "--reset", "--wait", "5s"]);
+    assert!(reset.status.success(), "{}", stderr(&reset));
+    assert!(
+        stdout(&reset).contains("1 registrations ended"),
+        "{}",
+        stdout(&reset)
     );
     assert_eq!(status_json(&name)["ended"]["cleared"], 1);
     assert!(livereg(&["rm", &name]).status.success());

@@ -365,7 +365,7 @@ fn idle_reaper_runs_deregistration_and_clear_handlers_at_once() {
     );
     let _kept = temp.table.register(32, "cleared").unwrap();
     let cleared = Instant::now();
-    temp.table.clear(Duration::from_secs(5)).unwrap();
+    temp.table.reset(Duration::from_secs(5)).unwrap();
     let (event, at) = events.recv_timeout(Duration::from_secs(5)).unwrap();
     assert_eq!(event.reason, Reason::Cleared);
     assert!(

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{manual_setup, options, Recorder, TempTable};
-use livereg::{Error, Reason, Table, TableOptions};
+use livereg::{Error, ReaperThread, Reason, Table, TableOptions};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -109,9 +109,8 @@ fn handlers_run_outside_locks_and_before_the_slot_is_reused() {
     table.register(3, "after").unwrap();
 }
 
-#[test]
-fn clear_ends_every_registration_and_runs_clear_handlers_once() {
-    let table = Table::in_memory(&options()).unwrap();
+/// A reaper on `table` counting its clears and recording its drops.
+fn counting_reaper(table: &Table) -> (ReaperThread, Recorder, Arc<AtomicU32>) {
     let recorder = Recorder::default();
     let clears = Arc::new(AtomicU32::new(0));
     let counted = clears.clone();
@@ -124,10 +123,35 @@ fn clear_ends_every_registration_and_runs_clear_handlers_once() {
         })
         .spawn()
         .unwrap();
+    (reaper, recorder, clears)
+}
+
+#[test]
+fn clear_runs_the_clear_handlers_once_and_leaves_every_registration() {
+    let table = Table::in_memory(&options()).unwrap();
+    let (reaper, recorder, clears) = counting_reaper(&table);
     let a = table.register(1, "a").unwrap();
     let b = table.register(2, "b").unwrap();
     a.heartbeat().unwrap();
     table.clear(Duration::from_secs(5)).unwrap();
+    assert_eq!(clears.load(Ordering::SeqCst), 1);
+    assert_eq!(recorder.reasons(), vec![], "a clear ends no registration");
+    for worker in [&a, &b] {
+        worker.heartbeat().unwrap();
+    }
+    let status = table.status().unwrap();
+    assert_eq!((status.tracked_instances, status.ended_total), (2, 0));
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn reset_ends_every_registration_then_runs_the_clear_handlers_once() {
+    let table = Table::in_memory(&options()).unwrap();
+    let (reaper, recorder, clears) = counting_reaper(&table);
+    let a = table.register(1, "a").unwrap();
+    let b = table.register(2, "b").unwrap();
+    a.heartbeat().unwrap();
+    table.reset(Duration::from_secs(5)).unwrap();
     assert_eq!(clears.load(Ordering::SeqCst), 1);
     let mut reasons = recorder.reasons();
     reasons.sort_by_key(|(id, _)| *id);
@@ -141,9 +165,33 @@ fn clear_ends_every_registration_and_runs_clear_handlers_once() {
             })
         ));
     }
-    table.register(1, "a again").unwrap().heartbeat().unwrap();
+    let again = table.register(1, "a again").unwrap();
+    again.heartbeat().unwrap();
     assert_eq!(table.status().unwrap().ended[&Reason::Cleared], 2);
+    // A clear after the reset is a clear again.
+    table.clear(Duration::from_secs(5)).unwrap();
+    assert_eq!(clears.load(Ordering::SeqCst), 2);
+    again.heartbeat().unwrap();
     reaper.stop().unwrap();
+}
+
+#[test]
+fn a_reset_requested_to_a_reaper_that_died_expires_with_it() {
+    let (table, clock, reaper, recorder) = manual_setup(&options());
+    let _worker = table.register(1, "a").unwrap();
+    std::thread::scope(|scope| {
+        let request = scope.spawn(|| table.reset(Duration::from_secs(10)));
+        while table.status().unwrap().clears_requested < 1 {
+            std::thread::yield_now();
+        }
+        drop(reaper);
+        assert!(matches!(request.join().unwrap(), Err(Error::NoReaper(_))));
+    });
+    // The next reaper does not act on the expired reset.
+    let mut next = table.reaper().on_drop(recorder.handler()).build().unwrap();
+    let report = next.scan_once(clock.now_ns()).unwrap();
+    assert!(!report.reset && !report.cleared);
+    assert_eq!(table.status().unwrap().tracked_instances, 1);
 }
 
 #[test]
@@ -181,11 +229,11 @@ fn concurrent_clear_requests_coalesce() {
 }
 
 #[test]
-fn clear_with_an_unbounded_wait_completes() {
+fn reset_with_an_unbounded_wait_completes() {
     let table = Table::in_memory(&options()).unwrap();
     let reaper = table.reaper().spawn().unwrap();
     let worker = table.register(1, "a").unwrap();
-    table.clear(Duration::MAX).unwrap();
+    table.reset(Duration::MAX).unwrap();
     assert!(worker.heartbeat().is_err());
     reaper.stop().unwrap();
 }

@@ -188,6 +188,20 @@ pub unsafe extern "C" fn livereg_clear(
     guard(|| unsafe { borrow(table) }?.clear(Duration::from_millis(timeout_ms)))
 }
 
+/// `livereg_reset(table, timeout_ms)`.
+///
+/// # Safety
+///
+/// `table` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_reset(
+    table: *const livereg_table,
+    timeout_ms: u64,
+) -> livereg_result {
+    // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow` requires.
+    guard(|| unsafe { borrow(table) }?.reset(Duration::from_millis(timeout_ms)))
+}
+
 /// `livereg_probe(table, boot_token)`.
 ///
 /// # Safety

@@ -177,7 +177,7 @@ fn example_engine_comes_back(mut engine: Command, tag: &str) {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
-    table.clear(Duration::from_secs(5)).unwrap();
+    table.reset(Duration::from_secs(5)).unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     reaper.stop().unwrap();
     let _restarted = table.reaper().spawn().unwrap();
@@ -309,6 +309,6 @@ fn c_example_server_owns_the_reaper_on_its_epoll_loop() {
     // SAFETY: as above.
     unsafe { libc::kill(pid(2), libc::SIGSTOP) };
     expect_line(&served, "freed 2 timeout");
-    table.clear(Duration::from_secs(5)).unwrap();
+    table.reset(Duration::from_secs(5)).unwrap();
     expect_line(&served, "freed 3 cleared");
 }

@@ -73,13 +73,22 @@ impl Table {
         worker.map(Worker::new).or_raise()
     }
 
-    /// Ends every registration through the reaper and waits up to `timeout`
-    /// seconds (without the GIL) for their drops.
+    /// Asks the reaper to run its clear handlers once and waits up to
+    /// `timeout` seconds (without the GIL). Registrations are untouched.
     #[pyo3(signature = (timeout=5.0))]
     fn clear(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
         let table = self.live()?;
         let wait = seconds(timeout, "timeout")?;
         py.detach(move || table.clear(wait)).or_raise()
+    }
+
+    /// A clear that first ends every registration (reason `CLEARED`): their
+    /// drop handlers, then the clear handlers, run before it returns.
+    #[pyo3(signature = (timeout=5.0))]
+    fn reset(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let table = self.live()?;
+        let wait = seconds(timeout, "timeout")?;
+        py.detach(move || table.reset(wait)).or_raise()
     }
 
     /// The live reaper's boot token (changes whenever a reaper starts), or

@@ -196,19 +196,29 @@ static void test_reaper_clear_and_probe(void) {
 
     EXPECT(livereg_register(other, 10, "a", &a), LIVEREG_OK);
     EXPECT(livereg_register(other, 11, "b", &b), LIVEREG_OK);
+    /* A clear runs on_clear once and leaves every registration. */
     EXPECT(livereg_clear(other, 5000), LIVEREG_OK);
     CHECK(s.clears == 1);
+    CHECK(s.drops == 0);
+    EXPECT(livereg_ping(a), LIVEREG_OK);
+    EXPECT(livereg_ping(b), LIVEREG_OK);
+    EXPECT(livereg_get_stats(other, &stats), LIVEREG_OK);
+    CHECK(stats.tracked_instances == 2);
+    /* A reset ends every registration (CLEARED), then runs on_clear. */
+    EXPECT(livereg_reset(NULL, 10), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_reset(other, 5000), LIVEREG_OK);
+    CHECK(s.clears == 2);
     CHECK(s.drops == 2);
     CHECK(s.last_reason == LIVEREG_REASON_CLEARED);
     EXPECT(livereg_ping(a), LIVEREG_EVICTED);
     EXPECT(livereg_deregister(a), LIVEREG_EVICTED);
     EXPECT(livereg_deregister(b), LIVEREG_EVICTED);
 
-    /* A drop that takes 300 ms makes a 1 ms clear miss its deadline. */
+    /* A drop that takes 300 ms makes a 1 ms reset miss its deadline. */
     s.sleep_ms = 300;
     EXPECT(livereg_register(other, 12, "slow", &a), LIVEREG_OK);
-    EXPECT(livereg_clear(other, 1), LIVEREG_TIMEOUT);
-    CHECK(wait_for(&s.clears, 2));
+    EXPECT(livereg_reset(other, 1), LIVEREG_TIMEOUT);
+    CHECK(wait_for(&s.clears, 3));
     s.sleep_ms = 0;
     livereg_deregister(a);
 

@@ -1,4 +1,4 @@
-//! `livereg clear NAME`
+//! `livereg clear NAME [--wait D] [--reset]`
 
 use crate::{duration, Outcome};
 use livereg::{Reason, Table};
@@ -12,15 +12,27 @@ pub struct Args {
     /// How long to wait for the reaper to complete the clear.
     #[arg(long, value_parser = duration::parse, default_value = "5s")]
     wait: Duration,
+    /// Also end every registration (reason cleared): their drop handlers
+    /// run, workers are told they were evicted and register again.
+    #[arg(long)]
+    reset: bool,
 }
 
 pub fn run(args: Args) -> Outcome {
     let table = Table::open(&args.name)?;
+    if !args.reset {
+        table.clear(args.wait)?;
+        out!(
+            "cleared table '{}': the clear handlers ran, registrations untouched",
+            args.name
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let before = table.status()?.ended[&Reason::Cleared];
-    table.clear(args.wait)?;
-    let cleared = table.status()?.ended[&Reason::Cleared] - before;
+    table.reset(args.wait)?;
+    let ended = table.status()?.ended[&Reason::Cleared] - before;
     out!(
-        "cleared table '{}': {cleared} registrations ended",
+        "reset table '{}': {ended} registrations ended, then the clear handlers ran",
         args.name
     );
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,7 @@
 //! `livereg demo`: the whole system on a private table. Worker processes (this
 //! binary in its hidden worker mode) register and beat; one is killed, one
-//! hung, one exits cleanly, the rest are cleared and come back, and the hung
+//! hung, one exits cleanly; a clear runs the server's clear handler and leaves
+//! the rest registered, a reset ends them and they come back, and the hung
 //! one, resumed, learns it was evicted and registers again. Every ended
 //! registration is checked against its expected reason and bound.
 
@@ -26,9 +27,11 @@ pub struct Args {
     workers: u64,
 }
 
-/// What the demo hears: drop events from its reaper, lines from its workers.
+/// What the demo hears: drop events and clears from its reaper, lines from
+/// its workers.
 enum Heard {
     Dropped(DropEvent),
+    Cleared,
     Said(u64, String),
 }
 
@@ -82,11 +85,13 @@ pub fn run(args: Args) -> Outcome {
     let _unlink = Unlink(name.clone());
     let (tell, heard) = mpsc::channel();
     let from_reaper = tell.clone();
+    let clears = tell.clone();
     let reaper = table
         .reaper()
         .on_drop(
             move |event| Ok(from_reaper.send((Heard::Dropped(event.clone()), Instant::now()))?),
         )
+        .on_clear(move || Ok(clears.send((Heard::Cleared, Instant::now()))?))
         .spawn()?;
     let mut demo = Demo {
         table,
@@ -322,6 +327,60 @@ impl Demo {
         });
     }
 
+    /// A clear: the server's clear handler runs once, and the workers `kept`
+    /// stay registered, beating.
+    fn clear_keeps_workers(
+        &mut self,
+        kept: std::ops::RangeInclusive<u64>,
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        self.say("a clear is requested through the table: the server's clear handler runs; every worker keeps its registration.");
+        let cleared_at = Instant::now();
+        self.table.clear(Duration::from_secs(5))?;
+        let handler = self
+            .wait_for("the clear handler", Duration::from_secs(2), |heard| {
+                matches!(heard, Heard::Cleared)
+            })
+            .map(|(_, at)| at.saturating_duration_since(cleared_at));
+        self.say(&format!(
+            "  clear handler ran after {}; clear completed in {}",
+            handler.map(duration::show).unwrap_or("never".into()),
+            duration::show(cleared_at.elapsed())
+        ));
+        self.expect(
+            "clear",
+            0,
+            "clear handler ran",
+            handler,
+            Duration::from_millis(5),
+        );
+        let live: Vec<u64> = self
+            .table
+            .status()?
+            .registrations
+            .iter()
+            .map(|r| r.instance_id)
+            .collect();
+        for id in kept {
+            let registered = live.contains(&id);
+            self.say(&format!(
+                "  worker {id} {}",
+                if registered {
+                    "is still registered"
+                } else {
+                    "LOST its registration"
+                }
+            ));
+            self.expect(
+                "clear keeps the worker",
+                id,
+                "still registered",
+                registered.then_some(Duration::ZERO),
+                Duration::ZERO,
+            );
+        }
+        Ok(())
+    }
+
     fn scenarios(&mut self, workers: &mut [Worker]) -> Result<(), Box<dyn std::error::Error>> {
         let bound = TIMEOUT + TIMEOUT / livereg::SCANS_PER_TIMEOUT;
         let scan = TIMEOUT / livereg::SCANS_PER_TIMEOUT;
@@ -396,16 +455,19 @@ impl Demo {
         );
 
         self.go_on()?;
-        self.say("a clear is requested through the table: every live registration ends.");
+        self.clear_keeps_workers(4..=workers.len() as u64)?;
+
+        self.go_on()?;
+        self.say("a reset is requested through the table: every live registration ends.");
         let cleared_at = Instant::now();
-        self.table.clear(Duration::from_secs(5))?;
+        self.table.reset(Duration::from_secs(5))?;
         self.say(&format!(
-            "  clear completed in {}",
+            "  reset completed in {}",
             duration::show(cleared_at.elapsed())
         ));
         for id in 4..=workers.len() as u64 {
             self.expect_drop(
-                "cleared",
+                "reset",
                 id,
                 Reason::Cleared,
                 cleared_at,
@@ -421,13 +483,7 @@ impl Demo {
                 "  worker {id} was told 'evicted' at its next beat and registered again after {}",
                 back.map(duration::show).unwrap_or("never".into())
             ));
-            self.expect(
-                "cleared, came back",
-                id,
-                "registered again",
-                back,
-                BEAT_EVERY,
-            );
+            self.expect("reset, came back", id, "registered again", back, BEAT_EVERY);
         }
 
         self.go_on()?;

@@ -78,7 +78,8 @@ enum Command {
     Status(status::Args),
     /// Exit 0 and print the boot token if a reaper is alive.
     Probe(probe::Args),
-    /// End every registration through the reaper and wait for it.
+    /// Ask the reaper to run its clear handlers (--reset: end every
+    /// registration first) and wait for it.
     Clear(clear::Args),
     /// Print the server-published info, or publish it with --set.
     Info(info::Args),

@@ -6,7 +6,7 @@ in their own PID namespace) beat, get SIGKILLed and replaced, SIGSTOPped and
 resumed; the reaper (`livereg reap --on-drop`, whose hook is every drop and is
 slow for one instance in ten; every other start, the first included, in its
 own PID namespace, so that it and those workers are siblings and no pidfd can
-reach them) is itself killed and restarted; clears are requested. Some workers are busy
+reach them) is itself killed and restarted; clears and resets are requested. Some workers are busy
 engines making progress at every beat, some hang their engine loop while
 beating on (they must end `stalled`, and only they), some fork a child that
 outlives them holding copies of their descriptors.
@@ -87,7 +87,9 @@ class Ledger:
         self.slack = slack
         self.beat_interval = beat_interval
         self.lives = []
-        self.clears = []  # wall-clock time each successful clear was requested
+        self.resets = []  # wall-clock time each reset was requested (answered or not)
+        self.resets_done = []  # the same, for resets that completed within their wait
+        self.clears = 0  # plain clears that completed: they must end nothing
         self.reaper_downtime = []  # (down, up)
 
     def judge(self, drops, slots_held_at_end=0):
@@ -157,12 +159,18 @@ class Ledger:
                 violations.append(
                     f"killed pid {life.pid} (registration {life.registrations[-1]}) dropped {waited:.2f}s "
                     f"after its kill (bound {self.bound}s)")
-        # Clears: every cleared registration ends within the requester's
-        # deadline (the clear itself succeeded within it).
+        # Resets: every registration a reset ends, ends within the
+        # requester's deadline (the reset itself succeeded within it); a
+        # plain clear ends nothing, so a registration ends `cleared` only
+        # after a reset was requested.
         for drop in first_drop.values():
-            requested = [at for at in self.clears if at <= drop.at]
-            if drop.reason == "cleared" and requested:
-                latency("cleared", drop.at - max(requested), CLEAR_WAIT)
+            if drop.reason != "cleared":
+                continue
+            if not any(at <= drop.at for at in self.resets):
+                violations.append(f"registration ({drop.slot}, {drop.generation}) ended cleared with no reset requested")
+            done = [at for at in self.resets_done if at <= drop.at]
+            if done:
+                latency("cleared", drop.at - max(done), CLEAR_WAIT)
         # 3. Every registration ends exactly once (repeats only across reaper kills).
         for key in owner:
             if key not in counts:
@@ -195,7 +203,8 @@ class Ledger:
             "by_reason": by_reason,
             "kills": sum(1 for life in self.lives if life.killed is not None),
             "stops": sum(len(life.stops) for life in self.lives),
-            "clears": len(self.clears),
+            "clears": self.clears,
+            "resets": len(self.resets_done),
             "reaper_restarts": len(self.reaper_downtime),
             "repeats": repeats,
             "pid_reuses": sum(n - 1 for n in pids.values()),
@@ -211,7 +220,7 @@ def describe(seconds, violations, summary):
         for what, (seconds, bound) in sorted(summary["worst"].items()))
     return (
         f"torture {seconds:.0f}s: registrations {summary['registrations']}, ended {summary['ended']} "
-        f"({reasons}), kills {summary['kills']}, stops {summary['stops']}, clears {summary['clears']}, "
+        f"({reasons}), kills {summary['kills']}, stops {summary['stops']}, clears {summary['clears']}, resets {summary['resets']}, "
         f"reaper restarts {summary['reaper_restarts']}, repeated drops {summary['repeats']}, "
         f"pid reuses {summary['pid_reuses']}, workers in other time namespaces {summary.get('time_namespaces', 0)}, "
         f"workers in their own PID namespace {summary.get('pid_namespaces', 0)} "
@@ -428,10 +437,14 @@ def main():
                 worker.stop()
             elif action < 0.65 and worker.life.stopped:
                 worker.resume()
-            elif action < 0.70:
+            elif action < 0.68:
                 requested = time.time()
+                ledger.resets.append(requested)
+                if run("clear", name, "--reset", "--wait", f"{int(CLEAR_WAIT)}s", check=False).returncode == 0:
+                    ledger.resets_done.append(requested)
+            elif action < 0.70:
                 if run("clear", name, "--wait", f"{int(CLEAR_WAIT)}s", check=False).returncode == 0:
-                    ledger.clears.append(requested)
+                    ledger.clears += 1
             elif action < 0.73:
                 reaper.kill()
                 down = time.time()

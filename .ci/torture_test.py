@@ -89,9 +89,20 @@ class PidReuse(unittest.TestCase):
         self.assertEqual(len(violations), 1)
         self.assertIn("(registration (2, 1)) ended stalled but its engine never hung", violations[0])
 
+    def test_a_registration_ends_cleared_only_after_a_reset(self):
+        ledger = Ledger()
+        ledger.lives = [life(100, [(3, 7)])]
+        drops = [Drop(1, "cleared", 100, 3, 7, 5.0)]
+        violations, _ = ledger.judge(drops)
+        self.assertEqual(violations, ["registration (3, 7) ended cleared with no reset requested"])
+        ledger.resets = [4.9]
+        violations, _ = ledger.judge(drops)
+        self.assertEqual(violations, [])
+
     def test_repeated_drops_are_allowed_only_across_reaper_kills(self):
         ledger = Ledger()
         ledger.lives = [life(100, [(3, 7)]), life(101, [(4, 2)])]
+        ledger.resets = [4.9]
         drops = [Drop(1, "cleared", 100, 3, 7, 5.0), Drop(1, "cleared", 100, 3, 7, 5.5),
                  Drop(2, "cleared", 101, 4, 2, 5.0), Drop(2, "cleared", 101, 4, 2, 5.6)]
         violations, summary = ledger.judge(drops)

@@ -52,19 +52,25 @@ impl Table {
 #[pymethods]
 impl Table {
     /// Registers `instance_id` (not 0) with a label of at most 47 bytes.
-    /// Waits (without the GIL) for a pending drop of the same id; with
-    /// `replace`, ends a live registration of that id first.
-    #[pyo3(signature = (instance_id, label=None, replace=false))]
+    /// Waits (without the GIL) up to `drop_wait` seconds (default 5) for a
+    /// pending drop of the same id, then raises `BusyError`; with `replace`,
+    /// ends a live registration of that id first.
+    #[pyo3(signature = (instance_id, label=None, replace=false, drop_wait=None))]
     fn register(
         &self,
         py: Python<'_>,
         instance_id: u64,
         label: Option<String>,
         replace: bool,
+        drop_wait: Option<f64>,
     ) -> PyResult<Worker> {
         let table = self.live()?;
+        let drop_wait = drop_wait.map(|w| seconds(w, "drop_wait")).transpose()?;
         let worker = py.detach(move || {
             let mut registration = table.registration(instance_id).replace(replace);
+            if let Some(wait) = drop_wait {
+                registration = registration.drop_wait(wait);
+            }
             if let Some(label) = &label {
                 registration = registration.label(label);
             }

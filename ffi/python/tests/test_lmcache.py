@@ -1,4 +1,5 @@
-"""livereg.lmcache: the drop-in for a KV-cache server's management module."""
+"""livereg.lmcache: the drop-in for a KV-cache server's management module,
+built and driven as the reference builds and drives it."""
 
 from __future__ import annotations
 
@@ -16,41 +17,114 @@ from conftest import python_child, unique
 import livereg
 from livereg.lmcache import LiveregManagement, WorkerLiveness
 
+T = 0.4  # the reap timeout of these tests
+GRACE = 0.8
 
-class Target:
-    """A liveness target that records when each instance's state was dropped."""
 
-    def __init__(self, fail: bool = False) -> None:
-        self.fail = fail
+class Mirror:
+    """A state mirror (as a blend module): only ``drop_instance_state``."""
+
+    def __init__(self) -> None:
         self.dropped: List[Tuple[int, float]] = []
-        self.touched: List[int] = []
         self.changed = threading.Condition()
-
-    def touch_instance(self, instance_id: int) -> None:
-        self.touched.append(instance_id)
 
     def drop_instance_state(self, instance_id: int) -> None:
         with self.changed:
             self.dropped.append((instance_id, time.monotonic()))
             self.changed.notify_all()
-        if self.fail:
-            raise RuntimeError(f"target failed for {instance_id}")
 
-    def ids(self) -> List[int]:
+    def drops_of(self, instance_id: int) -> int:
         with self.changed:
-            return [instance_id for instance_id, _ in self.dropped]
+            return sum(1 for dropped, _ in self.dropped if dropped == instance_id)
 
-    def wait_for(self, instance_id: int, timeout: float = 5.0) -> float:
-        """When ``instance_id`` was dropped (waits for it)."""
+
+class Transfer(Mirror):
+    """A transfer module as the reference's: a last-seen time per registered
+    instance (its GPU context), refreshed by ``touch_instance``; its own
+    ``reap_stale_instances`` pops and frees the silent ones;
+    ``drop_instance_state`` frees nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_seen: Dict[int, Tuple[float, bool]] = {}  # id -> (when, touched since registering)
+        self.freed: Dict[int, float] = {}
+
+    def attach(self, instance_id: int) -> None:
+        """The worker handed its context over."""
         with self.changed:
-            found = self.changed.wait_for(lambda: instance_id in self.ids(), timeout)
-            assert found, f"{instance_id} never dropped; dropped {self.dropped}"
-            return next(at for dropped, at in self.dropped if dropped == instance_id)
+            self.last_seen[instance_id] = (time.monotonic(), False)
+            self.freed.pop(instance_id, None)
+
+    def touch_instance(self, instance_id: int) -> None:
+        with self.changed:
+            self.last_seen[instance_id] = (time.monotonic(), True)
+
+    def _free(self, instance_id: int) -> None:
+        if self.last_seen.pop(instance_id, None) is not None:
+            self.freed[instance_id] = time.monotonic()
+            self.changed.notify_all()
+
+    def reap_stale_instances(self, timeout: float, grace: float) -> List[int]:
+        now = time.monotonic()
+        with self.changed:
+            stale = [i for i, (at, touched) in self.last_seen.items() if now - at > (timeout if touched else grace)]
+            for instance_id in stale:
+                self._free(instance_id)
+            return stale
+
+    def tracked_instance_count(self) -> int:
+        with self.changed:
+            return len(self.last_seen)
+
+    def wait_freed(self, instance_id: int, timeout: float = 5.0) -> float:
+        with self.changed:
+            assert self.changed.wait_for(lambda: instance_id in self.freed, timeout), f"{instance_id} never freed"
+            return self.freed[instance_id]
+
+
+class EvictingTransfer(Transfer):
+    """A transfer module that takes the proposed ``evict_instance``."""
+
+    def evict_instance(self, instance_id: int) -> None:
+        with self.changed:
+            self._free(instance_id)
+
+
+class Storage:
+    def __init__(self) -> None:
+        self.calls: List[Tuple[str, Dict[str, Any]]] = []
+
+    def memcheck(self) -> None:
+        self.calls.append(("memcheck", {}))
+
+    def clear(self, **options: Any) -> None:
+        self.calls.append(("clear", options))
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self.published: List[Any] = []
+
+    def publish(self, event: Any) -> None:
+        self.published.append(event)
+
+
+class Ctx:
+    """The server context as the reference's module reads it."""
+
+    def __init__(self) -> None:
+        self.storage_manager = Storage()
+        self.chunk_size = 256
+        self.event_bus = EventBus()
+
+
+CLEARED = [("memcheck", {}), ("clear", {"force": True}), ("memcheck", {})]
 
 
 @pytest.fixture
-def table_name() -> Iterator[str]:
+def table_name(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     name = unique("lmcache")
+    monkeypatch.setenv("LIVEREG_LMCACHE_TABLE", name)  # the default both sides find
     yield name
     try:
         livereg.unlink(name)
@@ -58,156 +132,242 @@ def table_name() -> Iterator[str]:
         pass
 
 
-def management(name: str, *targets: Target, **options: Any) -> LiveregManagement:
-    options.setdefault("worker_reap_timeout_seconds", 0.4)
-    options.setdefault("worker_registration_grace_seconds", 0.8)
-    return LiveregManagement(table=name, liveness_targets=targets, **options)
+def management(ctx: Ctx, *targets: Any, timeout: float = T, grace: float = GRACE) -> LiveregManagement:
+    """Built exactly as the reference is built."""
+    return LiveregManagement(ctx, targets, timeout, grace)
 
 
-def test_the_reference_operations_answer_as_the_reference(table_name: str) -> None:
-    target = Target()
-    with management(table_name, target, chunk_size=256) as server:
-        assert server.ping(None) is True
-        assert server.debug() == "OK"
-        assert server.get_chunk_size() == 256
-        liveness = server.report_status()["worker_liveness"]
-        assert liveness["enabled"] is True
-        assert liveness["tracked_instances"] == 0
-        assert liveness["reap_timeout_seconds"] == 0.4
-        assert liveness["registration_grace_seconds"] == 0.8
-        for key in ("reaper_alive", "ended", "handler_failures", "target_failures"):
-            assert key in liveness
-        with WorkerLiveness(table_name, 3) as worker:
-            assert worker.chunk_size == 256  # from the info area
-            assert server.report_status()["worker_liveness"]["tracked_instances"] == 1
-    with LiveregManagement(table=table_name, worker_reap_timeout_seconds=0.4,
-                           worker_registration_grace_seconds=0.8) as bare:
+def wait_until(what: str, check: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_the_reference_defaults_disable_reaping(table_name: str) -> None:
+    ctx, target = Ctx(), Transfer()
+    with LiveregManagement(ctx, [target]) as server:
+        assert server.table.name == table_name
+        assert server.report_status()["worker_liveness"]["enabled"] is False
+        assert server.table.probe() is None  # no reaper
+        target.attach(7)
+        assert server.ping(7) is True
+        time.sleep(0.3)
+        assert target.freed == {} and target.dropped == []
+        server.clear()  # still clears the cache
+        assert ctx.storage_manager.calls == CLEARED
+    with LiveregManagement(Ctx()) as bare:
         assert bare.report_status() == {}  # no targets: as the reference
 
 
-def test_a_table_with_other_settings_is_refused_naming_both(table_name: str) -> None:
-    with management(table_name, Target()):
-        with pytest.raises(livereg.IncompatibleError, match="reap_timeout"):
-            management(table_name, Target(), worker_reap_timeout_seconds=5.0)
-    with pytest.raises(TypeError, match="drop_instance_state"):
-        LiveregManagement(table=table_name, liveness_targets=[object()])
+def test_each_method_has_the_reference_effect_on_ctx(table_name: str) -> None:
+    ctx, transfer = Ctx(), Transfer()
+    with management(ctx, transfer) as server, WorkerLiveness(None, 3) as worker:
+        assert server.context is ctx
+        assert server.get_chunk_size() == 256
+        assert worker.chunk_size == 256  # from the info area, no RPC
+        assert server.debug() == "OK"
+        server.report_block_allocations(3, "llama", ["r1", "r2"])
+        (event,) = ctx.event_bus.published
+        assert event.event_type.name == "MP_VLLM_BLOCK_ALLOCATION"
+        assert event.metadata == {"instance_id": 3, "model_name": "llama", "records": ["r1", "r2"]}
+        handlers = server.get_handlers()
+        assert [(h[0].name, h[1], h[2].name) for h in handlers] == [
+            ("CLEAR", server.clear, "NORMAL"),
+            ("GET_CHUNK_SIZE", server.get_chunk_size, "SYNC"),
+            ("PING", server.ping, "NORMAL"),
+            ("NOOP", server.debug, "SYNC"),
+            ("REPORT_BLOCK_ALLOCATION", server.report_block_allocations, "NORMAL"),
+        ]
+        transfer.attach(3)
+        liveness = server.report_status()["worker_liveness"]
+        assert liveness["enabled"] is True
+        assert (liveness["reap_timeout_seconds"], liveness["registration_grace_seconds"]) == (T, GRACE)
+        assert liveness["tracked_instances"] == 1  # the targets' sum
+        assert liveness["livereg_tracked_instances"] == 1
+        for key in ("reaper_alive", "ended", "handler_failures", "target_failures"):
+            assert key in liveness
+    assert server.table is not None
 
 
-def test_an_idle_but_alive_worker_is_not_reaped_over_several_timeouts(table_name: str) -> None:
-    target = Target()
-    with management(table_name, target) as server, WorkerLiveness(table_name, 5) as worker:
-        time.sleep(2.0)  # five timeouts of an engine doing nothing
-        assert target.ids() == []
-        assert worker.registrations == 1
-        assert server.report_status()["worker_liveness"]["tracked_instances"] == 1
+def test_clear_clears_the_storage_and_keeps_every_worker(table_name: str) -> None:
+    ctx, transfer, mirror = Ctx(), Transfer(), Mirror()
+    with management(ctx, transfer, mirror) as server:
+        with WorkerLiveness(table_name, 1) as one, WorkerLiveness(table_name, 2):
+            server.clear()
+            assert ctx.storage_manager.calls == CLEARED
+            # An engine's clear through the table reaches the same code.
+            engine_side = livereg.open(table_name)
+            engine_side.clear(timeout=5)
+            assert ctx.storage_manager.calls == CLEARED * 2
+            time.sleep(2 * T)
+            assert mirror.dropped == [] and transfer.dropped == []
+            assert one.registrations == 1
+            assert server.report_status()["worker_liveness"]["livereg_tracked_instances"] == 2
+            # A reset drops every worker once, then clears; they come back.
+            server.reset()
+            assert sorted(i for i, _ in mirror.dropped) == [1, 2]
+            assert ctx.storage_manager.calls == CLEARED * 3
+            wait_until("workers back", lambda: one.registrations == 2)
+            engine_side.close()
+        assert server.report_status()["worker_liveness"]["ended"]["cleared"] == 2
 
 
 CHILD = """
 import sys, time, livereg
 from livereg.lmcache import WorkerLiveness
-name, instance_id, shape = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-if shape == 'no-beat':
-    table = livereg.open(name)
-    worker = table.register(instance_id)   # crashes before its first heartbeat
-else:
-    worker = WorkerLiveness(name, instance_id)
+name, instance_id = sys.argv[1], int(sys.argv[2])
+worker = WorkerLiveness(name, instance_id)
 print('registered', flush=True)
 time.sleep(60)
 """
 
 
-def killed_latency(table_name: str, shape: str, targets: List[Target]) -> float:
-    with subprocess.Popen(python_child(CHILD, table_name, "9", shape), stdout=subprocess.PIPE) as child:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == b"registered"
-        time.sleep(0.1)
-        killed = time.monotonic()
-        os.kill(child.pid, signal.SIGKILL)
-        return max(target.wait_for(9) for target in targets) - killed
+def test_a_sigkilled_workers_context_is_freed_at_once_with_evict_and_within_a_timeout_without(
+    table_name: str,
+) -> None:
+    evicting, plain, mirror = EvictingTransfer(), Transfer(), Mirror()
+    with management(Ctx(), evicting, plain, mirror):
+        with subprocess.Popen(python_child(CHILD, table_name, "9"), stdout=subprocess.PIPE) as child:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == b"registered"
+            evicting.attach(9)
+            plain.attach(9)
+            time.sleep(T)  # touched by the cycle meanwhile, never freed
+            assert evicting.freed == {} and plain.freed == {}
+            killed = time.monotonic()
+            os.kill(child.pid, signal.SIGKILL)
+            at_once = evicting.wait_freed(9) - killed
+            by_own_reap = plain.wait_freed(9) - killed
+        time.sleep(2 * T)  # the targets' own reaps come round again
+        drops = [target.drops_of(9) for target in (evicting, plain, mirror)]
+    assert at_once < 0.05, f"evict_instance {at_once * 1000:.1f} ms after SIGKILL"
+    # Generous: the bound is T + T/4 after the last touch, plus scheduling.
+    assert by_own_reap <= T + T / 4 + 0.25, f"freed by its own reap {by_own_reap:.3f}s after SIGKILL"
+    assert drops == [1, 1, 1], "each target dropped the ended registration once"
 
 
-@pytest.mark.parametrize("shape", ["beating", "no-beat"])
-def test_a_sigkilled_worker_is_dropped_on_every_target_within_50_ms(table_name: str, shape: str) -> None:
-    # The reference's defaults: only the exit, not a timeout, can be this fast.
-    targets = [Target(), Target()]
-    with management(table_name, *targets, worker_reap_timeout_seconds=120.0,
-                    worker_registration_grace_seconds=3600.0) as server:
-        latency = killed_latency(table_name, shape, targets)
-        deadline = time.monotonic() + 5  # counted once the drop returned
-        while server.report_status()["worker_liveness"]["ended"]["process_exited"] != 1:
-            assert time.monotonic() < deadline, server.report_status()
-            time.sleep(0.01)
-    assert latency < 0.05, f"dropped {latency * 1000:.1f} ms after SIGKILL"
+def test_an_idle_but_alive_worker_is_never_freed(table_name: str) -> None:
+    transfer = Transfer()
+    with management(Ctx(), transfer), WorkerLiveness(table_name, 5) as worker:
+        transfer.attach(5)
+        time.sleep(3 * T)  # three timeouts of an engine doing nothing
+        assert transfer.freed == {} and transfer.dropped == []
+        assert worker.registrations == 1
+
+
+def test_a_ping_only_worker_stays_while_it_pings_and_is_freed_a_timeout_after(table_name: str) -> None:
+    transfer, mirror = Transfer(), Mirror()
+    with management(Ctx(), transfer, mirror) as server:
+        transfer.attach(21)
+        for _ in range(int(3 * T / 0.1)):
+            assert server.ping(21) is True
+            time.sleep(0.1)
+        assert transfer.freed == {} and mirror.dropped == []
+        assert server.report_status()["worker_liveness"]["livereg_tracked_instances"] == 1
+        stopped = time.monotonic()
+        freed = transfer.wait_freed(21) - stopped
+        assert T <= freed + 0.1 <= T + T / 4 + 0.35, f"freed {freed:.3f}s after the last ping"
+        wait_until("the mirror's drop", lambda: mirror.drops_of(21) == 1)
+        time.sleep(2 * T)
+        assert (transfer.drops_of(21), mirror.drops_of(21)) == (1, 1)
+        assert server.ping(21) is True  # comes back at the next ping
+
+
+def test_pings_never_wait_on_drops_and_resets_complete_while_workers_ping(table_name: str) -> None:
+    mirror = Mirror()
+    stop = threading.Event()
+    worst: List[float] = []
+
+    def pinger(server: LiveregManagement, instance_id: int) -> None:
+        slowest = 0.0
+        while not stop.is_set():
+            started = time.monotonic()
+            server.ping(instance_id)
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.001)
+        worst.append(slowest)
+
+    with management(Ctx(), mirror) as server:
+        threads = [threading.Thread(target=pinger, args=(server, i)) for i in range(1, 9)]
+        for thread in threads:
+            thread.start()
+        try:
+            for _ in range(3):
+                wait_until("pingers registered", lambda: server.table.stats()["tracked_instances"] == 8)
+                started = time.monotonic()
+                server.reset(timeout=5)
+                assert time.monotonic() - started < 5
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+    assert max(worst) < 1.0, f"a ping took {max(worst):.2f}s"
+    assert len(mirror.dropped) >= 24
+
+
+@pytest.mark.parametrize("instance_id", [0, -1, 2**64, None])
+def test_pings_of_any_id_the_reference_accepts_answer_true(
+    table_name: str, instance_id: Optional[int], caplog: pytest.LogCaptureFixture
+) -> None:
+    transfer = Transfer()
+    with management(Ctx(), transfer) as server:
+        assert server.ping(instance_id) is True
+        assert server.ping(instance_id) is True
+        assert server.report_status()["worker_liveness"]["livereg_tracked_instances"] == 0
+        assert transfer.last_seen == {}  # an untracked prober touches nothing
+    logged = [r for r in caplog.records if r.name == "livereg.lmcache" and "not tracked" in r.getMessage()]
+    assert len(logged) == (1 if instance_id in (-1, 2**64) else 0)
+
+
+def test_a_worker_with_id_0_registers_nothing_and_does_not_raise(table_name: str) -> None:
+    with management(Ctx(), Transfer()) as server:
+        with WorkerLiveness(table_name, 0) as worker:
+            assert worker.tracked is False
+            assert server.table.stats()["tracked_instances"] == 0
 
 
 def test_a_raising_target_does_not_stop_the_others_and_is_counted(
     table_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    failing, healthy = Target(fail=True), Target()
-    with management(table_name, failing, healthy) as server:
+    class Failing(Mirror):
+        def drop_instance_state(self, instance_id: int) -> None:
+            super().drop_instance_state(instance_id)
+            raise RuntimeError(f"target failed for {instance_id}")
+
+    failing, healthy = Failing(), Mirror()
+    with management(Ctx(), failing, healthy) as server:
         with WorkerLiveness(table_name, 11):
             pass
-        healthy.wait_for(11)
-        assert failing.ids() == [11]
+        wait_until("the healthy target's drop", lambda: healthy.drops_of(11) == 1)
+        assert failing.drops_of(11) == 1
         liveness = server.report_status()["worker_liveness"]
         assert liveness["target_failures"] == 1
         assert liveness["handler_failures"] == 0  # the adapter isolated it
     assert any("drop_instance_state(11)" in r.getMessage() for r in caplog.records if r.name == "livereg.lmcache")
 
 
-def test_clear_ends_every_registration_and_workers_come_back(table_name: str) -> None:
-    target = Target()
-    why: List[str] = []
-    with management(table_name, target) as server:
-        with WorkerLiveness(table_name, 1, on_register=why.append), WorkerLiveness(table_name, 2) as second:
-            server.clear()
-            assert sorted(target.ids()) == [1, 2]  # dropped before clear returns
-            deadline = time.monotonic() + 5
-            while server.report_status()["worker_liveness"]["tracked_instances"] < 2:
-                assert time.monotonic() < deadline, "workers never came back"
-                time.sleep(0.02)
-            assert why == ["start", "evicted"] and second.registrations == 2
-        assert server.report_status()["worker_liveness"]["ended"]["cleared"] == 2
+def test_a_table_with_other_settings_is_refused_naming_both(table_name: str) -> None:
+    with management(Ctx(), Mirror()):
+        with pytest.raises(livereg.IncompatibleError, match="reap_timeout"):
+            management(Ctx(), Mirror(), timeout=5.0)
+    with pytest.raises(TypeError, match="drop_instance_state"):
+        LiveregManagement(Ctx(), [object()])
 
 
 def test_a_server_restart_makes_workers_register_again(table_name: str) -> None:
     why: List[str] = []
-    first = management(table_name, Target())
+    first = management(Ctx(), Mirror())
     with WorkerLiveness(table_name, 4, on_register=why.append) as worker:
         first.close()
-        target = Target()
-        with management(table_name, target) as second:  # same settings: opens the table
-            deadline = time.monotonic() + 5
-            while "server restarted" not in why:
-                assert time.monotonic() < deadline, why
-                time.sleep(0.02)
+        with management(Ctx(), Mirror()) as second:  # same settings: opens the table
+            wait_until("re-registered", lambda: "server restarted" in why)
             assert worker.registrations == 2
-            assert second.report_status()["worker_liveness"]["tracked_instances"] == 1
+            assert second.report_status()["worker_liveness"]["livereg_tracked_instances"] == 1
 
 
-def test_a_pinged_id_is_kept_alive_on_its_behalf_and_dropped_when_pings_stop(table_name: str) -> None:
-    target = Target()
-    with management(table_name, target) as server:
-        for _ in range(10):
-            assert server.ping(21) is True
-            time.sleep(0.1)
-        assert target.ids() == [] and target.touched.count(21) == 10
-        assert server.report_status()["worker_liveness"]["tracked_instances"] == 1
-        stopped = time.monotonic()
-        target.wait_for(21)
-        assert time.monotonic() - stopped >= 0.3  # the timeout, not at once
-        assert server.ping(21) is True  # comes back at the next ping
-        assert server.report_status()["worker_liveness"]["tracked_instances"] == 1
-
-
-def test_reaping_disabled_drops_nothing(table_name: str) -> None:
-    target = Target()
-    with management(table_name, target, worker_reap_timeout_seconds=0.0) as server:
-        assert server.report_status()["worker_liveness"]["enabled"] is False
-        with WorkerLiveness(table_name, 6, interval=0.05):
-            time.sleep(0.3)
-        server.ping(7)
-        server.clear()
-        time.sleep(0.3)
-        assert target.ids() == []
-        assert server.table.probe() is None
+def test_logging_goes_to_the_livereg_logger(table_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="livereg.lmcache")
+    with management(Ctx(), Mirror()), WorkerLiveness(table_name, 12):
+        pass
+    assert any("instance 12 registered (start)" in r.getMessage() for r in caplog.records)

@@ -43,11 +43,13 @@ def test_status_has_the_reference_keys(make_table: MakeTable) -> None:
     assert (table.reap_timeout, table.registration_grace) == (0.4, 0.8)
 
 
-def test_probe_and_clear_without_a_reaper(make_table: MakeTable) -> None:
+def test_probe_clear_and_reset_without_a_reaper(make_table: MakeTable) -> None:
     table = make_table()
     assert table.probe() is None
     with pytest.raises(livereg.NoReaperError):
         table.clear(timeout=0.1)
+    with pytest.raises(livereg.NoReaperError):
+        table.reset(timeout=0.1)
 
 
 def test_probe_busy_and_clear(make_table: MakeTable) -> None:
@@ -59,7 +61,14 @@ def test_probe_busy_and_clear(make_table: MakeTable) -> None:
             other.start_reaper()
         worker = table.register(10, label="cleared")
         worker.ping()
+        # A clear runs the clear handler once and leaves the registration.
         table.clear(timeout=5)
+        assert clears.get(timeout=5)
+        assert clears.empty() and drops.empty()
+        worker.ping()
+        assert table.stats()["tracked_instances"] == 1
+        # A reset ends it (CLEARED), then runs the clear handler.
+        table.reset(timeout=5)
         assert clears.get(timeout=5)
         event = drops.get(timeout=5)
         assert (event.instance_id, event.reason, event.label) == (10, livereg.Reason.CLEARED, "cleared")

@@ -158,8 +158,10 @@ livereg_result livereg_unlink(const char *name);
 /* Registers instance_id (not 0) with a label of at most 47 bytes of UTF-8
  * (label may be NULL). The registration lives until livereg_deregister, an
  * eviction, or this process's exit. On LIVEREG_OK, *out is a new handle.
- * Errors: INVALID_ARGUMENT, EXISTS (the id is live), FULL, TIMEOUT (the id's
- * previous registration is still being dropped), BUSY, IO. */
+ * While the id's previous registration is still being dropped, it waits up to
+ * 5 s for that drop. Errors: INVALID_ARGUMENT, EXISTS (the id is live), FULL,
+ * BUSY (the previous drop did not finish within 5 s, or no reaper is alive to
+ * finish it, or this is the reaper's own callback for that drop), IO. */
 livereg_result livereg_register(livereg_table *table, uint64_t instance_id, const char *label,
                                 livereg_worker **out);
 
@@ -241,7 +243,8 @@ livereg_result livereg_reaper_acquire(livereg_table *table, const livereg_callba
 /* One scan now, on this thread: ends what went silent or whose process died,
  * runs the callbacks here, frees the slots. *ended (may be NULL) receives the
  * number of registrations ended. Errors: INVALID_ARGUMENT (NULL, or a reaper
- * from livereg_reaper_start), CORRUPT (the table was truncated). */
+ * from livereg_reaper_start), CORRUPT (the table was truncated), BUSY (called
+ * from this reaper's own callback: the scan in progress is the one). */
 livereg_result livereg_reaper_scan(livereg_reaper *reaper, uint32_t *ended);
 
 /* A descriptor that becomes readable when a scan is due early: a watched
@@ -251,7 +254,8 @@ livereg_result livereg_reaper_scan(livereg_reaper *reaper, uint32_t *ended);
 int livereg_reaper_fd(const livereg_reaper *reaper);
 
 /* Milliseconds (rounded up) until the next periodic scan is due: 0 before the
- * first scan, never more than reap_timeout/4. Use it as the poll timeout. */
+ * first scan (and from the reaper's own callback), never more than
+ * reap_timeout/4. Use it as the poll timeout. */
 uint64_t livereg_reaper_next_scan_ms(const livereg_reaper *reaper);
 
 /* Takes the role, as livereg_reaper_acquire, and scans on library threads
@@ -264,7 +268,10 @@ livereg_result livereg_reaper_start(livereg_table *table, const livereg_callback
 /* Gives the role back and frees the handle (NULL ignored): for a reaper from
  * livereg_reaper_start, after its current scan and the callbacks it started
  * (called from one of its own callbacks, it returns at once and the reaper
- * stops once that callback returns). */
+ * stops once that callback returns). Called from a callback of a reaper from
+ * livereg_reaper_acquire, inside its livereg_reaper_scan, it does nothing:
+ * the handle stays valid, livereg_last_error says why; stop it after the scan
+ * returns. */
 void livereg_reaper_stop(livereg_reaper *reaper);
 
 /* A static name for a result ("LIVEREG_OK", ...). Never NULL. */

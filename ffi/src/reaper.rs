@@ -7,10 +7,49 @@ use crate::boundary::{hand_out, output};
 use crate::table::{borrow, livereg_table};
 use crate::types::{livereg_callbacks, livereg_drop_event, livereg_result};
 use livereg::{label_prefix, DropEvent, Reaper, ReaperBuilder, ReaperThread, Table, LABEL_MAX};
+use std::cell::Cell;
 use std::ffi::c_char;
 use std::ffi::c_int;
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
+
+thread_local! {
+    /// The driven reaper whose scan this thread is running (0: none): its
+    /// callbacks run inside that scan, on this thread.
+    static SCANNING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Whether this thread is inside a scan of `reaper`: called from one of its
+/// own callbacks, where waiting on it would hang and freeing it would pull
+/// it from under the scan.
+fn inside_own_scan(reaper: *const livereg_reaper) -> bool {
+    !reaper.is_null() && SCANNING.with(|scanning| scanning.get() == reaper as usize)
+}
+
+/// Marks this thread as scanning `reaper` until dropped (restoring what it
+/// was scanning before: a callback may drive another table's reaper).
+struct Scanning(usize);
+
+impl Scanning {
+    fn enter(reaper: *const livereg_reaper) -> Scanning {
+        Scanning(SCANNING.with(|scanning| scanning.replace(reaper as usize)))
+    }
+}
+
+impl Drop for Scanning {
+    fn drop(&mut self) {
+        SCANNING.with(|scanning| scanning.set(self.0));
+    }
+}
+
+/// The refusal of a call that would wait on, or free, the reaper whose
+/// callback makes it.
+fn reentered(call: &str) -> livereg::Error {
+    livereg::Error::Busy(format!(
+        "{call}: called from this reaper's own callback, inside its scan; \
+         call it after livereg_reaper_scan returns"
+    ))
+}
 
 /// A reaper (opaque to C): the role, one boot token, one exit watcher and
 /// one memory of the slots for the handle's whole life.
@@ -191,10 +230,14 @@ pub unsafe extern "C" fn livereg_reaper_scan(
     ended: *mut u32,
 ) -> livereg_result {
     guard(|| {
+        if inside_own_scan(reaper) {
+            return Err(reentered("livereg_reaper_scan"));
+        }
+        let _scanning = Scanning::enter(reaper);
         // SAFETY: `reaper` is NULL or a handle not yet stopped (this function's `# Safety`), as
         // `driven` requires.
-        let reaper = unsafe { driven(reaper) }?;
-        let report = reaper
+        let driven = unsafe { driven(reaper) }?;
+        let report = driven
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .scan()?;
@@ -224,14 +267,17 @@ pub unsafe extern "C" fn livereg_reaper_fd(reaper: *const livereg_reaper) -> c_i
 }
 
 /// `livereg_reaper_next_scan_ms(reaper)`: milliseconds (rounded up) until
-/// the next periodic scan of a driven reaper is due; 0 for NULL or a reaper
-/// thread.
+/// the next periodic scan of a driven reaper is due; 0 for NULL, a reaper
+/// thread, or a call from the reaper's own callback (its scan is running).
 ///
 /// # Safety
 ///
 /// `reaper` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn livereg_reaper_next_scan_ms(reaper: *const livereg_reaper) -> u64 {
+    if inside_own_scan(reaper) {
+        return 0;
+    }
     // SAFETY: `reaper` is NULL or a handle not yet stopped (this function's `# Safety`), as
     // `driven` requires.
     match unsafe { driven(reaper) } {
@@ -247,13 +293,19 @@ pub unsafe extern "C" fn livereg_reaper_next_scan_ms(reaper: *const livereg_reap
 }
 
 /// `livereg_reaper_stop(reaper)`: stops the thread after its scan, gives up
-/// the table, frees the handle (NULL is ignored).
+/// the table, frees the handle (NULL is ignored). From a driven reaper's own
+/// callback it does nothing (the handle stays valid) and says so in
+/// `livereg_last_error`.
 ///
 /// # Safety
 ///
 /// `reaper` is NULL or a handle not yet stopped; it is not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn livereg_reaper_stop(reaper: *mut livereg_reaper) {
+    if inside_own_scan(reaper) {
+        let _ = guard(|| Err(reentered("livereg_reaper_stop")));
+        return;
+    }
     guard_void(|| {
         if !reaper.is_null() {
             // SAFETY: not NULL (checked above), and by this function's

@@ -135,6 +135,24 @@ fn cxx11_program_passes_the_api_checks() {
 }
 
 #[test]
+fn c99_program_passes_the_api_checks_under_address_sanitizer() {
+    let source = root().join("ffi/tests/c/test_api.c");
+    let libs = pkg_config(&["--libs"]);
+    run(&compile(
+        "cc",
+        &[
+            "-std=c99",
+            "-D_DEFAULT_SOURCE",
+            "-fsanitize=address",
+            "-fno-omit-frame-pointer",
+        ],
+        &source,
+        "ffi-test-c99-asan",
+        &libs,
+    ));
+}
+
+#[test]
 fn statically_linked_program_passes_the_api_checks() {
     let source = root().join("ffi/tests/c/test_api.c");
     let mut libs = vec![prefix().join("lib/liblivereg.a").display().to_string()];

@@ -446,6 +446,55 @@ static void test_reentrant_callbacks_fail_at_once(void) {
     EXPECT(livereg_unlink(name), LIVEREG_OK);
 }
 
+/* What a driven reaper's callback got back when it called into its own reaper. */
+typedef struct driven_reentry {
+    livereg_reaper *reaper;
+    int calls;
+    livereg_result scan;
+    uint64_t next_ms;
+} driven_reentry;
+
+static void reenter_driven(void *userdata, const livereg_drop_event *event) {
+    driven_reentry *r = (driven_reentry *)userdata;
+    (void)event;
+    r->calls++;
+    r->scan = livereg_reaper_scan(r->reaper, NULL);   /* would hang on its own lock */
+    r->next_ms = livereg_reaper_next_scan_ms(r->reaper); /* likewise */
+    livereg_reaper_stop(r->reaper);                     /* would free the reaper mid-scan */
+}
+
+/* A driven reaper re-entered from its own callback: BUSY at once, never a
+ * hang, never a free of what the scan is using. */
+static void test_driven_reaper_reentered_from_its_callback(void) {
+    char name[128];
+    livereg_table *table;
+    livereg_worker *worker = NULL;
+    livereg_callbacks callbacks;
+    driven_reentry r;
+    uint32_t ended = 0;
+    memset(&callbacks, 0, sizeof callbacks);
+    memset(&r, 0, sizeof r);
+    name_for(name, sizeof name, "reenter-driven");
+    table = create(name, 1000, 2000, 4);
+    callbacks.userdata = &r;
+    callbacks.on_drop = reenter_driven;
+    callbacks.on_clear = NULL;
+    EXPECT(livereg_reaper_acquire(table, &callbacks, &r.reaper), LIVEREG_OK);
+    EXPECT(livereg_register(table, 22, "w", &worker), LIVEREG_OK);
+    EXPECT(livereg_deregister(worker), LIVEREG_OK);
+    EXPECT(livereg_reaper_scan(r.reaper, &ended), LIVEREG_OK);
+    CHECK(ended == 1 && r.calls == 1);
+    CHECK(r.scan == LIVEREG_BUSY);
+    CHECK(r.next_ms == 0);
+    CHECK(strstr(livereg_last_error(), "livereg_reaper_stop") != NULL);
+    /* The handle survived its callback's stop: it still scans, then stops. */
+    CHECK(livereg_reaper_fd(r.reaper) >= 0);
+    EXPECT(livereg_reaper_scan(r.reaper, &ended), LIVEREG_OK);
+    livereg_reaper_stop(r.reaper);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
 /* Progress beside liveness: busy, steps, and the option that judges them. */
 static void test_progress(void) {
     char name[128];
@@ -538,6 +587,7 @@ int main(void) {
     test_stale_worker_after_slot_reuse();
     test_bad_tables_and_permissions();
     test_reentrant_callbacks_fail_at_once();
+    test_driven_reaper_reentered_from_its_callback();
     test_info_area();
     test_progress();
     test_metrics_text();

@@ -82,8 +82,18 @@ pub struct ResultCode {
     pub meaning: &'static str,
 }
 
-const fn code(value: u32, name: &'static str, title: &'static str, meaning: &'static str) -> ResultCode {
-    ResultCode { value, name, title, meaning }
+const fn code(
+    value: u32,
+    name: &'static str,
+    title: &'static str,
+    meaning: &'static str,
+) -> ResultCode {
+    ResultCode {
+        value,
+        name,
+        title,
+        meaning,
+    }
 }
 
 /// Every result code, in value order: the one list the C header, the C ABI's
@@ -91,17 +101,57 @@ const fn code(value: u32, name: &'static str, title: &'static str, meaning: &'st
 /// checked against).
 pub const RESULT_CODES: [ResultCode; 14] = [
     code(0, "OK", "", "Success."),
-    code(1, "EVICTED", "Evicted", "The registration ended: register again."),
+    code(
+        1,
+        "EVICTED",
+        "Evicted",
+        "The registration ended: register again.",
+    ),
     code(2, "FULL", "Full", "Every slot of the table is taken."),
-    code(3, "EXISTS", "Exists", "The table, or a live registration of the id, exists."),
+    code(
+        3,
+        "EXISTS",
+        "Exists",
+        "The table, or a live registration of the id, exists.",
+    ),
     code(4, "NOT_FOUND", "NotFound", "No table of that name."),
-    code(5, "INVALID_ARGUMENT", "InvalidArgument", "An argument broke the contract."),
-    code(6, "INCOMPATIBLE", "Incompatible", "The table was made by an incompatible layout."),
-    code(7, "CORRUPT", "Corrupt", "The table's contents are impossible."),
-    code(8, "PERMISSION", "Permission", "The OS refused access to the table."),
+    code(
+        5,
+        "INVALID_ARGUMENT",
+        "InvalidArgument",
+        "An argument broke the contract.",
+    ),
+    code(
+        6,
+        "INCOMPATIBLE",
+        "Incompatible",
+        "The table was made by an incompatible layout.",
+    ),
+    code(
+        7,
+        "CORRUPT",
+        "Corrupt",
+        "The table's contents are impossible.",
+    ),
+    code(
+        8,
+        "PERMISSION",
+        "Permission",
+        "The OS refused access to the table.",
+    ),
     code(9, "TIMEOUT", "Timeout", "A deadline passed first."),
-    code(10, "NO_REAPER", "NoReaper", "No live reaper holds the table."),
-    code(11, "BUSY", "Busy", "Another party holds what was asked for."),
+    code(
+        10,
+        "NO_REAPER",
+        "NoReaper",
+        "No live reaper holds the table.",
+    ),
+    code(
+        11,
+        "BUSY",
+        "Busy",
+        "Another party holds what was asked for.",
+    ),
     code(12, "IO", "IO", "An OS call failed."),
     code(13, "PANIC", "Panic", "A panic was caught at the boundary."),
 ];
@@ -156,7 +206,10 @@ mod tests {
             assert_eq!(code.value as usize, index, "{code:?}");
         }
         let samples = [
-            Error::Evicted { instance_id: 1, reason: None },
+            Error::Evicted {
+                instance_id: 1,
+                reason: None,
+            },
             Error::Full(String::new()),
             Error::Exists(String::new()),
             Error::NotFound(String::new()),
@@ -167,7 +220,10 @@ mod tests {
             Error::Timeout(String::new()),
             Error::NoReaper(String::new()),
             Error::Busy(String::new()),
-            Error::Io { context: String::new(), source: io::Error::other("x") },
+            Error::Io {
+                context: String::new(),
+                source: io::Error::other("x"),
+            },
             Error::Panic(String::new()),
         ];
         let codes: Vec<u32> = samples.iter().map(Error::code).collect();

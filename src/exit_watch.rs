@@ -212,7 +212,11 @@ impl ExitWatcher {
                 process,
             } if *g == generation => {
                 let exited = self.processes.get(process).map_or(true, |w| w.exited);
-                return if exited { LockCheck::Now } else { LockCheck::Never };
+                return if exited {
+                    LockCheck::Now
+                } else {
+                    LockCheck::Never
+                };
             }
             Watch::Unwatchable(g) if *g == generation => return LockCheck::WhenLocksMoved,
             _ => {}

@@ -35,12 +35,6 @@
 #![deny(missing_docs)]
 #![cfg_attr(loom, allow(dead_code))]
 
-/// Items that need the OS (files, threads, clocks): left out of the loom
-/// build, which model-checks the slot protocol in ordinary memory.
-macro_rules! outside_loom {
-    ($($item:item)*) => { $( #[cfg(not(loom))] $item )* };
-}
-
 // The format and the protocol: shared with the loom models.
 mod event;
 mod info;
@@ -50,38 +44,62 @@ mod loom_models;
 mod protocol;
 mod sync;
 
-outside_loom! {
-    mod clock;
-    mod dropper;
-    mod error;
-    mod exit_watch;
-    mod fork;
-    mod location;
-    mod locks;
-    mod metrics;
-    mod os;
-    mod reaper;
-    mod reaper_thread;
-    mod requests;
-    mod status;
-    mod table;
-    mod wake;
-    mod worker;
-    #[cfg(feature = "etcd")]
-    pub mod etcd;
+// Items that need the OS (files, threads, clocks): left out of the loom
+// build, which model-checks the slot protocol in ordinary memory.
+#[cfg(not(loom))]
+mod clock;
+#[cfg(not(loom))]
+mod dropper;
+#[cfg(not(loom))]
+mod error;
+#[cfg(all(not(loom), feature = "etcd"))]
+pub mod etcd;
+#[cfg(not(loom))]
+mod exit_watch;
+#[cfg(not(loom))]
+mod fork;
+#[cfg(not(loom))]
+mod location;
+#[cfg(not(loom))]
+mod locks;
+#[cfg(not(loom))]
+mod metrics;
+#[cfg(not(loom))]
+mod os;
+#[cfg(not(loom))]
+mod reaper;
+#[cfg(not(loom))]
+mod reaper_thread;
+#[cfg(not(loom))]
+mod requests;
+#[cfg(not(loom))]
+mod status;
+#[cfg(not(loom))]
+mod table;
+#[cfg(not(loom))]
+mod wake;
+#[cfg(not(loom))]
+mod worker;
 
-    pub use clock::{
-        coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns, Clock, ManualClock, StampClock,
-        MIN_TIMEOUT_TICKS, STAMP_LAG_TICKS,
-    };
-    pub use dropper::{HandlerError, HANDLER_DEADLINE};
-    pub use error::{Error, Result, ResultCode, RESULT_CODES};
-    pub use reaper::{Reaper, ReaperBuilder, ScanReport};
-    pub use reaper_thread::ReaperThread;
-    pub use status::{ExitDetection, RegistrationState, RegistrationStatus, Status};
-    pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
-    pub use worker::{Busy, Registration, Worker, PREVIOUS_DROP_WAIT};
-}
+#[cfg(not(loom))]
+pub use clock::{
+    coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns, Clock, ManualClock, StampClock,
+    MIN_TIMEOUT_TICKS, STAMP_LAG_TICKS,
+};
+#[cfg(not(loom))]
+pub use dropper::{HandlerError, HANDLER_DEADLINE};
+#[cfg(not(loom))]
+pub use error::{Error, Result, ResultCode, RESULT_CODES};
+#[cfg(not(loom))]
+pub use reaper::{Reaper, ReaperBuilder, ScanReport};
+#[cfg(not(loom))]
+pub use reaper_thread::ReaperThread;
+#[cfg(not(loom))]
+pub use status::{ExitDetection, RegistrationState, RegistrationStatus, Status};
+#[cfg(not(loom))]
+pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
+#[cfg(not(loom))]
+pub use worker::{Busy, Registration, Worker, PREVIOUS_DROP_WAIT};
 
 pub use event::{DropEvent, Reason};
 #[doc(hidden)]

@@ -394,7 +394,10 @@ impl Reaper {
             watcher.collect_fired();
         }
         // The first scan is a round too (`scans_since_round` starts at MAX).
-        let moved = self.watcher.as_ref().map_or(true, ExitWatcher::take_locks_moved);
+        let moved = self
+            .watcher
+            .as_ref()
+            .map_or(true, ExitWatcher::take_locks_moved);
         self.locks.start_scan(moved);
         let clear_ticket = header.clear_requested.load(Acquire);
         let served = header
@@ -548,7 +551,9 @@ impl Reaper {
                 Reason::Grace,
             ),
             Beat::At(stamp) => (
-                stamp.ns_near(now_ns).saturating_add(self.stamp_lag_ns(slot)),
+                stamp
+                    .ns_near(now_ns)
+                    .saturating_add(self.stamp_lag_ns(slot)),
                 self.timeout_ns,
                 Reason::Timeout,
             ),
@@ -701,9 +706,10 @@ impl Reaper {
         self.locks.tested += 1;
         if self.locks.snapshot.is_none() && self.locks.use_snapshot {
             self.locks.use_snapshot = false;
-            self.locks.snapshot = self.role.lock.as_ref().and_then(|file| {
-                lock::held_in(file, lock::SLOT_LOCKS..lock::SLOT_LOCKS << 1).ok()
-            });
+            self.locks.snapshot =
+                self.role.lock.as_ref().and_then(|file| {
+                    lock::held_in(file, lock::SLOT_LOCKS..lock::SLOT_LOCKS << 1).ok()
+                });
         }
         match &self.locks.snapshot {
             Some(held) => !held.contains(&lock::registration_lock(index, generation)),

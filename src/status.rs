@@ -257,7 +257,10 @@ impl Table {
             progress_timeout_seconds: seconds(header.progress_timeout_ns.load(Relaxed)),
             stamp_clock: self.stamp_clock(),
             stamp_resolution_seconds: self.stamp_resolution().as_secs_f64(),
-            tracked_instances: registrations.iter().filter(|r| r.state == RegistrationState::Live).count(),
+            tracked_instances: registrations
+                .iter()
+                .filter(|r| r.state == RegistrationState::Live)
+                .count(),
             capacity: inner.capacity,
             reaper_alive: self.reaper_alive(),
             reaper_stalled: self.reaper_stalled(),

@@ -16,12 +16,15 @@
 //! lock) are in `locks.rs`; the futex words that wake the reaper and the
 //! waiters of a clear are in `wake.rs`.
 
-use crate::clock::{coarse_resolution_ns, duration_ns, Clock, StampClock, Stamps, MIN_TIMEOUT_TICKS};
+use crate::clock::{
+    coarse_resolution_ns, duration_ns, Clock, StampClock, Stamps, MIN_TIMEOUT_TICKS,
+};
 use crate::error::{Error, Result};
 use crate::layout::{
     object_size, observations_start, slots_end, table_size, Header, InfoArea, Slot, HEADER_SIZE,
     INFO_AREA_SIZE, INFO_SINCE_MINOR, MAGIC, MAX_CAPACITY, OBSERVATIONS_SINCE_MINOR, READY,
-    SCANS_PER_TIMEOUT, SLOT_SIZE, STAMP_CLOCK_SINCE_MINOR, STAMPS_COARSE, STAMPS_PRECISE, VERSION_MAJOR, VERSION_MINOR,
+    SCANS_PER_TIMEOUT, SLOT_SIZE, STAMPS_COARSE, STAMPS_PRECISE, STAMP_CLOCK_SINCE_MINOR,
+    VERSION_MAJOR, VERSION_MINOR,
 };
 use crate::location;
 use crate::sync::AtomicU64;

@@ -6,11 +6,11 @@
 //! the descriptor an epoll loop or asyncio waits on, with the time to the
 //! next periodic scan as its timeout.
 
+use crate::clock::{deadline_after, time_left};
 use crate::error::Result;
 use crate::fork;
 use crate::os::{futex, pidfd};
 use crate::sync::Ordering::{Acquire, Release};
-use crate::clock::{deadline_after, time_left};
 use crate::table::TableMemory;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};

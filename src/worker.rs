@@ -3,8 +3,8 @@
 use crate::error::{Error, Result};
 use crate::event::Reason;
 
-use crate::fork::{self, LockDescriptor};
 use crate::clock::Stamps;
+use crate::fork::{self, LockDescriptor};
 use crate::layout::{Slot, FLAG_COARSE_STAMPS, FLAG_PROXY, LABEL_MAX, PROCESS_TAG_SHIFT};
 use crate::os::{lock, process};
 use crate::protocol::{self, Beat, Gone, Stamp, LIVE};
@@ -377,8 +377,7 @@ impl Worker {
         if self.fork_epoch != fork::epoch() {
             return Err(self.inherited());
         }
-        protocol::set_busy(self.own_slot(), self.generation, busy)
-            .map_err(|gone| self.gone(gone))
+        protocol::set_busy(self.own_slot(), self.generation, busy).map_err(|gone| self.gone(gone))
     }
 
     /// Busy until the returned guard is dropped (then idle).
@@ -421,8 +420,7 @@ impl Worker {
         if self.fork_epoch != fork::epoch() {
             return Err(self.inherited());
         }
-        protocol::progress(self.own_slot(), self.generation)
-            .map_err(|gone| self.gone(gone))
+        protocol::progress(self.own_slot(), self.generation).map_err(|gone| self.gone(gone))
     }
 
     /// Ends the registration cleanly (reason

@@ -63,9 +63,8 @@ impl ClusterStatus {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let read = runtime.block_on(async {
-            tokio::time::timeout(READ_TIMEOUT, read(endpoints, prefix)).await
-        });
+        let read = runtime
+            .block_on(async { tokio::time::timeout(READ_TIMEOUT, read(endpoints, prefix)).await });
         read.unwrap_or_else(|_| {
             Err(EtcdError::Timeout {
                 endpoints: endpoints.join(","),
@@ -95,8 +94,7 @@ async fn read(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdE
         .await
         .map_err(failed(&format!("read {under}")))?;
     // host → table → (lease, records)
-    let mut hosts: BTreeMap<String, BTreeMap<String, (i64, Vec<ClusterRecord>)>> =
-        BTreeMap::new();
+    let mut hosts: BTreeMap<String, BTreeMap<String, (i64, Vec<ClusterRecord>)>> = BTreeMap::new();
     let mut foreign_keys = 0;
     for kv in keys.kvs() {
         let key = String::from_utf8_lossy(kv.key());
@@ -114,7 +112,10 @@ async fn read(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdE
         entry.1.push(value);
     }
     let mut ttl_left: HashMap<i64, Option<i64>> = HashMap::new();
-    for lease in hosts.values().flat_map(|tables| tables.values().map(|t| t.0)) {
+    for lease in hosts
+        .values()
+        .flat_map(|tables| tables.values().map(|t| t.0))
+    {
         if ttl_left.contains_key(&lease) || lease == 0 {
             continue;
         }

@@ -451,10 +451,9 @@ impl Mirror {
         let gone = self.published.keys().filter(|key| !live.contains_key(*key));
         for key in gone {
             if let Some(Some(last)) = self.published.get(key) {
-                let ended = self
-                    .reasons
-                    .get(key)
-                    .filter(|(slot, generation, _)| (*slot, *generation) == (last.slot, last.generation));
+                let ended = self.reasons.get(key).filter(|(slot, generation, _)| {
+                    (*slot, *generation) == (last.slot, last.generation)
+                });
                 if let Some(&(_, _, reason)) = ended {
                     let last = ClusterRecord {
                         ended: Some(reason),
@@ -471,9 +470,13 @@ impl Mirror {
             }
         }
         self.commit(session, "publish ends", last_values).await?;
-        self.commit(session, "publish registrations", changes).await?;
+        self.commit(session, "publish registrations", changes)
+            .await?;
         self.reasons.clear();
-        self.published = live.into_iter().map(|(key, record)| (key, Some(record))).collect();
+        self.published = live
+            .into_iter()
+            .map(|(key, record)| (key, Some(record)))
+            .collect();
         Ok(())
     }
 
@@ -490,9 +493,13 @@ impl Mirror {
             return match operations.pop() {
                 Some(Write::Put(key, value)) => {
                     let put = PutOptions::new().with_lease(session.lease);
-                    self.ask(context, client.put(key, value, Some(put))).await.map(drop)
+                    self.ask(context, client.put(key, value, Some(put)))
+                        .await
+                        .map(drop)
                 }
-                Some(Write::Delete(key)) => self.ask(context, client.delete(key, None)).await.map(drop),
+                Some(Write::Delete(key)) => {
+                    self.ask(context, client.delete(key, None)).await.map(drop)
+                }
                 None => Ok(()),
             };
         }
@@ -669,6 +676,9 @@ mod tests {
         let ends = shared.ends.lock().unwrap();
         assert_eq!(ends.len(), ENDS_QUEUE);
         assert_eq!(ends.front().map(|e| e.instance_id), Some(10));
-        assert_eq!(ends.back().map(|e| e.instance_id), Some(ENDS_QUEUE as u64 + 9));
+        assert_eq!(
+            ends.back().map(|e| e.instance_id),
+            Some(ENDS_QUEUE as u64 + 9)
+        );
     }
 }

@@ -107,7 +107,10 @@ mod tests {
     #[test]
     fn a_host_with_a_slash_is_refused() {
         let error = check_component("host", "a/b").unwrap_err().to_string();
-        assert!(error.contains("'a/b'") && error.contains("without '/'"), "{error}");
+        assert!(
+            error.contains("'a/b'") && error.contains("without '/'"),
+            "{error}"
+        );
         assert!(check_component("host", "").is_err());
     }
 
@@ -127,6 +130,9 @@ mod tests {
         };
         let json = record.to_json();
         assert!(json.contains(r#""ended":"process_exited""#), "{json}");
-        assert_eq!(serde_json::from_str::<ClusterRecord>(&json).unwrap(), record);
+        assert_eq!(
+            serde_json::from_str::<ClusterRecord>(&json).unwrap(),
+            record
+        );
     }
 }

@@ -43,9 +43,8 @@ impl CloseWatch {
         loop {
             // SAFETY: `buffer` is writable for its length; the descriptor is
             // open and non-blocking.
-            let n = unsafe {
-                libc::read(self.0.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len())
-            };
+            let n =
+                unsafe { libc::read(self.0.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) };
             if n <= 0 {
                 return any;
             }

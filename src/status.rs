@@ -46,8 +46,9 @@ pub struct Status {
     pub reaper_pid: u32,
     /// Changes whenever a reaper (re)starts.
     pub boot_token: u64,
-    /// Time since the reaper's last scan, on this handle's clock.
-    pub reaper_heartbeat_age_seconds: f64,
+    /// Time since the reaper's last scan, on this handle's clock; `None`
+    /// (`null`) if no reaper ever ran on the table.
+    pub reaper_heartbeat_age_seconds: Option<f64>,
     /// Scans done by all reapers of this table.
     pub scans: u64,
     /// Duration of the last scan.
@@ -266,7 +267,9 @@ impl Table {
             reaper_stalled: self.reaper_stalled(),
             reaper_pid: header.reaper_pid.load(Relaxed),
             boot_token: header.boot_token.load(Acquire),
-            reaper_heartbeat_age_seconds: age(header.reaper_heartbeat_ns.load(Acquire)),
+            // Every reaper writes a non-zero boot token when it starts.
+            reaper_heartbeat_age_seconds: (header.boot_token.load(Acquire) != 0)
+                .then(|| age(header.reaper_heartbeat_ns.load(Acquire))),
             scans: header.scans.load(Relaxed),
             last_scan_seconds: seconds(header.last_scan_duration_ns.load(Relaxed)),
             // Counters are read from a table anyone may write: saturate.

@@ -147,7 +147,13 @@ fn status_shows_registrations_as_a_table_and_as_json() {
         "{human}"
     );
     assert!(human.contains("NONE ALIVE"), "no reaper yet: {human}");
+    assert!(human.contains("last scan never"), "an absent fact: {human}");
     let json = status_json(&name);
+    assert!(
+        json["reaper_heartbeat_age_seconds"].is_null(),
+        "no reaper ever ran: {}",
+        json["reaper_heartbeat_age_seconds"]
+    );
     for key in [
         "enabled",
         "reap_timeout_seconds",

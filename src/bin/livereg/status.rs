@@ -147,21 +147,23 @@ fn wall_clock() -> String {
 
 /// The human view: a header block, then one line per registration.
 pub fn render(status: &Status) -> String {
+    let last_scan = status
+        .reaper_heartbeat_age_seconds
+        .map_or("never".to_owned(), |seconds| {
+            format!("{} ago", age(seconds))
+        });
     let reaper = if status.reaper_stalled {
         format!(
-            "STALLED (pid {} holds the table but has not scanned for {}: a handler stuck, or the process stopped)",
+            "STALLED (pid {} holds the table but its last scan was {last_scan}: a handler stuck, or the process stopped)",
             status.reaper_pid,
-            age(status.reaper_heartbeat_age_seconds)
         )
     } else if status.reaper_alive {
         format!(
-            "alive (pid {}, boot token {:#018x}, last scan {} ago)",
-            status.reaper_pid,
-            status.boot_token,
-            age(status.reaper_heartbeat_age_seconds)
+            "alive (pid {}, boot token {:#018x}, last scan {last_scan})",
+            status.reaper_pid, status.boot_token,
         )
     } else {
-        "NONE ALIVE (registrations are not being reaped)".to_owned()
+        format!("NONE ALIVE (registrations are not being reaped; last scan {last_scan})")
     };
     let ended: Vec<String> = status
         .ended

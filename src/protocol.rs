@@ -319,10 +319,22 @@ pub(crate) fn progress(slot: &Slot, generation: u32) -> Result<(), Gone> {
 
 /// Marks the registration busy or idle; like [`progress`], refused once the
 /// reaper marked it stalled.
+///
+/// Becoming busy (from idle) also counts one step, so the word always
+/// changes: a worker that went idle and busy again between two scans would
+/// otherwise leave the very word the reaper last saw, and its new busy
+/// period would be timed from the old one (a stall declared early). Setting
+/// busy while busy changes nothing.
 pub(crate) fn set_busy(slot: &Slot, generation: u32, busy: bool) -> Result<(), Gone> {
     still_live(slot, generation)?;
     let before = if busy {
-        slot.progress.fetch_or(BUSY, AcqRel)
+        // AcqRel on success: pairs with the reaper's mark, as in `progress`.
+        let become_busy = |word: u64| {
+            (word & (BUSY | STALL_MARK) == 0).then(|| word.wrapping_add(PROGRESS_STEP) | BUSY)
+        };
+        match slot.progress.fetch_update(AcqRel, Acquire, become_busy) {
+            Ok(before) | Err(before) => before,
+        }
     } else {
         slot.progress.fetch_and(!BUSY, AcqRel)
     };

@@ -58,7 +58,8 @@ fn a_busy_worker_making_steady_progress_is_never_ended() {
     assert!(recorder.events().is_empty(), "{:?}", recorder.events());
     let status = table.status().unwrap();
     assert!(status.registrations[0].busy);
-    assert_eq!(status.registrations[0].progress_steps, 80);
+    // Becoming busy counts as a step.
+    assert_eq!(status.registrations[0].progress_steps, 81);
 }
 
 #[test]
@@ -139,4 +140,30 @@ fn a_progress_timeout_below_one_scan_interval_is_refused() {
             other => panic!("expected InvalidArgument, got {:?}", other.map(|_| ())),
         }
     }
+}
+
+#[test]
+fn a_busy_period_is_timed_from_its_own_start_even_if_idle_and_busy_fell_between_two_scans() {
+    let (table, clock, mut reaper, recorder) = setup();
+    let worker = table.register(1, "engine").unwrap();
+    worker.set_busy(true).unwrap();
+    reaper.scan_once(clock.now_ns()).unwrap(); // sees it busy at 0
+    clock.advance(Duration::from_millis(1800));
+    worker.heartbeat().unwrap();
+    worker.set_busy(false).unwrap(); // idle at 1.8 s,
+    clock.advance(Duration::from_millis(100));
+    worker.set_busy(true).unwrap(); // busy again at 1.9 s, no scan between
+    clock.advance(Duration::from_millis(300));
+    worker.heartbeat().unwrap();
+    reaper.scan_once(clock.now_ns()).unwrap(); // 2.2 s: busy for 0.3 s only
+    assert!(
+        recorder.events().is_empty(),
+        "stalled early: {:?}",
+        recorder.events()
+    );
+    // It stalls a whole progress timeout after the reaper saw the change.
+    run(&clock, &mut reaper, &worker, 2 * SECOND, || {});
+    let reasons: Vec<Reason> = recorder.events().iter().map(|e| e.reason).collect();
+    assert_eq!(reasons, vec![Reason::Stalled]);
+    assert!(recorder.events()[0].silent_for >= Duration::from_secs(2));
 }

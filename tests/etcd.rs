@@ -658,3 +658,144 @@ fn the_library_publisher_reads_back_and_a_clean_stop_revokes_its_keys_at_once() 
     assert!(left.is_empty(), "{left:?}");
     drop(ten);
 }
+
+#[test]
+fn writes_etcd_refuses_for_their_size_are_split_and_published_with_one_warning() {
+    // etcd takes at most 2 operations per transaction; a round writes 5.
+    let etcd = EtcdServer::start_with("txn-ops", &["--max-txn-ops", "2"]);
+    let prefix = prefix("txn-ops");
+    let (name, _table) = table("txn-ops", "5s");
+    let workers: Vec<Daemon> = (1..=5)
+        .map(|id| worker(&name, id, &format!("gpu{id}")))
+        .collect();
+    let daemon = reaper(&name, &etcd, &prefix, "h", &[]);
+    let mut reader = Reader::new(&etcd);
+    wait_for("all five keys", Duration::from_secs(10), || {
+        reader.ids(&format!("{prefix}/h/")).len() == 5
+    });
+    std::thread::sleep(Duration::from_secs(2)); // what a retry storm would fill
+    let log = daemon.stderr();
+    let warnings = log.matches("local reaping goes on").count();
+    let reconnects = log.matches("publishing table").count();
+    assert!(warnings <= 1, "one warning per outage at most: {log}");
+    assert_eq!(reconnects, 1, "no reconnect for a refused size: {log}");
+    assert!(log.contains("operations per transaction"), "{log}");
+    drop(workers);
+}
+
+#[test]
+fn a_publisher_whose_keep_alives_go_unanswered_gives_the_connection_up_and_comes_back() {
+    let mut etcd = EtcdServer::start("blackhole");
+    let prefix = prefix("blackhole");
+    let table = TempTable::new("blackhole", &common::options());
+    let _worker = table.table.register(5, "five").unwrap();
+    let mut options = EtcdOptions::new([etcd.address()]);
+    options.prefix.clone_from(&prefix);
+    options.host = "bh".into();
+    options.ttl = TTL;
+    let publisher = Publisher::start(&table.table, options).unwrap();
+    let _reaper = table.table.reaper().spawn().unwrap();
+    let mut reader = Reader::new(&etcd);
+    wait_for("the key", Duration::from_secs(10), || {
+        !reader.ids(&format!("{prefix}/bh/")).is_empty()
+    });
+    assert!(publisher.is_connected());
+    // etcd stops answering; nothing in the table changes.
+    etcd.signal(libc::SIGSTOP);
+    let gave_up = wait_for(
+        "the publisher to notice no keep-alive answers",
+        TTL + Duration::from_secs(8),
+        || !publisher.is_connected(),
+    );
+    etcd.signal(libc::SIGCONT);
+    assert!(gave_up >= TTL / 2, "gave up after {gave_up:?}");
+    wait_for("connected again", Duration::from_secs(20), || {
+        publisher.is_connected()
+    });
+    wait_for("the key again", Duration::from_secs(10), || {
+        !reader.ids(&format!("{prefix}/bh/")).is_empty()
+    });
+    publisher.stop();
+    etcd.kill();
+}
+
+#[test]
+fn a_reaper_that_takes_over_publishes_the_end_of_a_registration_its_predecessor_published() {
+    let etcd = EtcdServer::start("takeover-end");
+    let prefix = prefix("takeover-end");
+    let (name, _table) = table("takeover-end", "5s");
+    let mut first = reaper(&name, &etcd, &prefix, "h", &[]);
+    let mut doomed = worker(&name, 4, "doomed");
+    let key = format!("{prefix}/h/{name}/4");
+    let mut reader = Reader::new(&etcd);
+    wait_for("the key", Duration::from_secs(10), || {
+        reader.keys(&key).contains_key(&key)
+    });
+    let events = etcd.watch(&prefix);
+    // The reaper dies with its lease alive; then its worker dies.
+    first.signal(libc::SIGKILL);
+    first.kill();
+    doomed.signal(libc::SIGKILL);
+    doomed.kill();
+    let _second = reaper(&name, &etcd, &prefix, "h", &[]);
+    let (_, last) = wait_deleted(&events, &key);
+    assert_eq!(last["ended"], "process_exited", "{last}");
+}
+
+#[test]
+fn records_carry_the_boot_token_of_the_reaper_that_runs_now() {
+    let etcd = EtcdServer::start("boot-token");
+    let prefix = prefix("boot-token");
+    let table = TempTable::new("boot-token", &common::options());
+    let _worker = table.table.register(6, "six").unwrap();
+    let mut options = EtcdOptions::new([etcd.address()]);
+    options.prefix.clone_from(&prefix);
+    options.host = "bt".into();
+    // Started before any reaper: the table's boot token is 0.
+    let publisher = Publisher::start(&table.table, options).unwrap();
+    let key = format!("{prefix}/bt/{}/6", table.name);
+    let mut reader = Reader::new(&etcd);
+    wait_for("the key", Duration::from_secs(10), || {
+        reader.keys(&key).contains_key(&key)
+    });
+    for _ in 0..2 {
+        let reaper = table.table.reaper().spawn().unwrap();
+        let token = table.table.probe().unwrap();
+        wait_for("the reaper's boot token", Duration::from_secs(10), || {
+            reader
+                .keys(&key)
+                .get(&key)
+                .map(|(v, _)| v["boot_token"].clone())
+                == Some(token.into())
+        });
+        reaper.stop().unwrap();
+    }
+    publisher.stop();
+}
+
+#[test]
+fn the_cluster_view_does_not_count_a_key_whose_registration_ended() {
+    let etcd = EtcdServer::start("ended-keys");
+    let prefix = prefix("ended-keys");
+    let mut reader = Reader::new(&etcd);
+    let record = |id: u64, ended: &str| {
+        format!(
+            r#"{{"host":"h","table":"t","instance_id":{id},"label":"","pid":1,"slot":{id},"generation":0,"registered_unix_seconds":1.0,"boot_token":1,"ended":{ended}}}"#
+        )
+    };
+    for (id, ended) in [(1, "null"), (2, r#""timeout""#)] {
+        let key = format!("{prefix}/h/t/{id}");
+        reader
+            .runtime
+            .block_on(reader.client.put(key, record(id, ended), None))
+            .unwrap();
+    }
+    let read = ClusterStatus::fetch(&[etcd.address()], &prefix).unwrap();
+    assert_eq!(read.hosts[0].live, 1, "{read:?}");
+    let ids: Vec<u64> = read.hosts[0].tables[0]
+        .registrations
+        .iter()
+        .map(|r| r.instance_id)
+        .collect();
+    assert_eq!(ids, [1]);
+}

@@ -3,7 +3,7 @@
 
 use super::record::{self, ClusterRecord};
 use super::EtcdError;
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use etcd_client::GetOptions;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -84,8 +84,7 @@ async fn read(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdE
             source,
         }
     };
-    let options = ConnectOptions::new().with_connect_timeout(READ_TIMEOUT);
-    let mut client = Client::connect(endpoints, Some(options))
+    let mut client = super::connection::connect(endpoints, READ_TIMEOUT)
         .await
         .map_err(failed("connect"))?;
     let under = format!("{}/", record::trim_prefix(prefix));
@@ -104,6 +103,11 @@ async fn read(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdE
             foreign_keys += 1;
             continue;
         };
+        if value.ended.is_some() {
+            // Its registration ended: the key holds its last value for a
+            // moment, until the publisher's delete.
+            continue;
+        }
         let entry = hosts
             .entry(host.to_owned())
             .or_default()

@@ -24,6 +24,8 @@
 //! [`ClusterStatus::fetch`] reads every host's keys and lease TTLs back.
 
 mod cluster;
+mod connection;
+mod plan;
 mod publisher;
 mod record;
 

@@ -7,6 +7,7 @@
 //! replay. The only queue is the end reasons the reaper's drop handler
 //! passes on ([`EndSink`]), bounded, oldest dropped.
 
+use super::plan::{plan, Held, Reasons, Write};
 use super::record::{self, ClusterRecord};
 use super::{EtcdError, EtcdOptions};
 use crate::event::{DropEvent, Reason};
@@ -14,9 +15,7 @@ use crate::fork;
 use crate::status::RegistrationState;
 use crate::table::Table;
 use crate::wake::WakeFd;
-use etcd_client::{
-    Client, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
-};
+use etcd_client::{Client, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,7 +38,8 @@ const LAST_RETRY: Duration = Duration::from_secs(5);
 /// End reasons held for publishing; past this the oldest is dropped (its key
 /// is still deleted, without a reason).
 const ENDS_QUEUE: usize = 4096;
-/// Operations per transaction: etcd's default `--max-txn-ops`.
+/// Operations per transaction: etcd's default `--max-txn-ops`. A request
+/// etcd refuses for its size is split in halves, and the smaller size kept.
 const TXN_OPS: usize = 128;
 /// A look at the table even when nothing woke the publisher.
 const BACKSTOP: Duration = Duration::from_secs(1);
@@ -130,7 +130,8 @@ impl Publisher {
             shared: shared.clone(),
             published: BTreeMap::new(),
             records: HashMap::new(),
-            reasons: HashMap::new(),
+            reasons: Reasons::new(ENDS_QUEUE),
+            txn_ops: TXN_OPS,
         };
         let thread = std::thread::Builder::new()
             .name("livereg-etcd".into())
@@ -207,12 +208,19 @@ struct Session {
     answers: LeaseKeepAliveStream,
     keep_alive_every: Duration,
     next_keep_alive: Instant,
+    /// The lease's TTL: with no keep-alive answer for this long, etcd has
+    /// let the lease expire, or is not there (a hung etcd, a black-holed
+    /// route): the connection is given up.
+    ttl: Duration,
+    /// When etcd last answered a keep-alive (or the connection was made).
+    answered: Instant,
 }
 
-/// One write under the lease.
-enum Write {
-    Put(String, String),
-    Delete(String),
+impl Session {
+    /// When the lease is lost for want of answers.
+    fn answer_deadline(&self) -> Instant {
+        self.answered + self.ttl
+    }
 }
 
 /// What woke the publisher's loop.
@@ -254,7 +262,11 @@ impl Retry {
         self.delay = (self.delay * 2).min(LAST_RETRY);
     }
 
-    fn succeeded(&mut self) {
+    /// A round went through: the outage, if any, is over.
+    fn succeeded(&mut self, endpoints: &str) {
+        if self.failing {
+            log::info!("etcd at {endpoints}: publishing again");
+        }
         self.failing = false;
         self.delay = FIRST_RETRY;
     }
@@ -265,15 +277,15 @@ struct Mirror {
     table: Table,
     options: EtcdOptions,
     shared: Arc<Shared>,
-    /// Keys under this table's prefix in etcd: the record put under the
-    /// current lease, or `None` for a key it did not put (an older lease's).
-    published: BTreeMap<String, Option<ClusterRecord>>,
+    /// Keys under this table's prefix in etcd, as last read or written.
+    published: BTreeMap<String, Held>,
     /// Records of live registrations by (slot, generation), made once so
     /// that a rewrite is identical.
     records: HashMap<(u32, u32), ClusterRecord>,
-    /// End reasons not yet published, by key, with the slot and generation
-    /// they belong to.
-    reasons: HashMap<String, (u32, u32, Reason)>,
+    /// End reasons not yet published.
+    reasons: Reasons,
+    /// Operations per transaction that etcd accepts.
+    txn_ops: usize,
 }
 
 impl Mirror {
@@ -293,11 +305,13 @@ impl Mirror {
                 }
                 return;
             }
+            let endpoints = self.options.endpoint_list();
             if session.is_none() && Instant::now() >= retry.at {
+                // A connection alone ends no outage (nor its backoff): a
+                // round that goes through does.
                 match self.connect(lease).await {
                     Ok(connected) => {
                         lease = Some(connected.lease);
-                        retry.succeeded();
                         session = Some(connected);
                     }
                     Err(EtcdError::Stopped) => {}
@@ -306,8 +320,9 @@ impl Mirror {
             }
             if let Some(connected) = session.as_mut() {
                 match self.step(connected).await {
+                    Ok(()) => retry.succeeded(&endpoints),
                     // The loop's top revokes the lease.
-                    Ok(()) | Err(EtcdError::Stopped) => {}
+                    Err(EtcdError::Stopped) => {}
                     Err(error) => {
                         retry.failed(&error);
                         session = None;
@@ -320,7 +335,10 @@ impl Mirror {
                 .connected
                 .store(session.is_some(), Ordering::Release);
             let until = match &session {
-                Some(s) => s.next_keep_alive.min(Instant::now() + BACKSTOP),
+                Some(s) => s
+                    .next_keep_alive
+                    .min(s.answer_deadline())
+                    .min(Instant::now() + BACKSTOP),
                 None => retry.at,
             };
             let woke = tokio::select! {
@@ -335,9 +353,23 @@ impl Mirror {
                 () = tokio::time::sleep_until(until.into()) => Wake::Round,
                 news = lease_news(session.as_mut()) => Wake::Lease(news),
             };
-            let endpoints = self.options.endpoint_list();
+            let unanswered = session
+                .as_ref()
+                .is_some_and(|s| Instant::now() >= s.answer_deadline());
             match woke {
-                Wake::Round | Wake::Lease(LeaseNews::Alive) => continue,
+                Wake::Lease(LeaseNews::Alive) => {
+                    if let Some(s) = session.as_mut() {
+                        s.answered = Instant::now();
+                    }
+                    continue;
+                }
+                Wake::Round if unanswered => {
+                    let ttl = session.as_ref().map_or(Duration::ZERO, |s| s.ttl);
+                    retry.failed(&format_args!(
+                        "etcd at {endpoints}: no keep-alive answer within the lease TTL ({ttl:?}); reconnecting"
+                    ));
+                }
+                Wake::Round => continue,
                 Wake::Lease(LeaseNews::Expired) => {
                     // etcd answers: a new lease at once, no backoff.
                     retry.failed(&format_args!(
@@ -358,13 +390,10 @@ impl Mirror {
     /// Connects, takes the lease (the previous one if etcd still has it,
     /// else a new one) and reads what etcd holds for this table.
     async fn connect(&mut self, previous: Option<i64>) -> Result<Session, EtcdError> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(REQUEST_TIMEOUT)
-            .with_timeout(REQUEST_TIMEOUT);
         let mut client = self
             .ask(
                 "connect",
-                Client::connect(&self.options.endpoints, Some(options)),
+                super::connection::connect(&self.options.endpoints, REQUEST_TIMEOUT),
             )
             .await?;
         let mut held = None;
@@ -401,10 +430,11 @@ impl Mirror {
             .iter()
             .map(|kv| {
                 let key = String::from_utf8_lossy(kv.key()).into_owned();
-                let ours = (kv.lease() == lease)
-                    .then(|| serde_json::from_slice(kv.value()).ok())
-                    .flatten();
-                (key, ours)
+                let held = Held {
+                    record: serde_json::from_slice(kv.value()).ok(),
+                    ours: kv.lease() == lease,
+                };
+                (key, held)
             })
             .collect();
         log::info!(
@@ -423,6 +453,8 @@ impl Mirror {
             keep_alive_every: keep_alive_every(ttl),
             // A kept lease is refreshed at once.
             next_keep_alive: Instant::now(),
+            ttl: Duration::from_secs(ttl.max(1) as u64),
+            answered: Instant::now(),
         })
     }
 
@@ -444,81 +476,79 @@ impl Mirror {
                 return Ok(());
             }
         };
-        // The ended keys' last values (with the reason), then in a second
-        // round the deletes and the new values: a watcher sees why before
-        // the delete, and the delete's previous value says it too.
-        let (mut last_values, mut changes) = (Vec::new(), Vec::new());
-        let gone = self.published.keys().filter(|key| !live.contains_key(*key));
-        for key in gone {
-            if let Some(Some(last)) = self.published.get(key) {
-                let ended = self.reasons.get(key).filter(|(slot, generation, _)| {
-                    (*slot, *generation) == (last.slot, last.generation)
-                });
-                if let Some(&(_, _, reason)) = ended {
-                    let last = ClusterRecord {
-                        ended: Some(reason),
-                        ..last.clone()
-                    };
-                    last_values.push(Write::Put(key.clone(), last.to_json()));
-                }
-            }
-            changes.push(Write::Delete(key.clone()));
-        }
-        for (key, record) in &live {
-            if !matches!(self.published.get(key), Some(Some(held)) if held == record) {
-                changes.push(Write::Put(key.clone(), record.to_json()));
-            }
-        }
-        self.commit(session, "publish ends", last_values).await?;
-        self.commit(session, "publish registrations", changes)
+        let plan = plan(&self.published, &live, &self.reasons);
+        self.commit(session, "publish ends", plan.last_values)
+            .await?;
+        self.commit(session, "publish registrations", plan.changes)
             .await?;
         self.reasons.clear();
         self.published = live
             .into_iter()
-            .map(|(key, record)| (key, Some(record)))
+            .map(|(key, record)| (key, Held::ours(record)))
             .collect();
         Ok(())
     }
 
-    /// Writes `operations`: one alone as a plain request (etcd commits it
-    /// faster than a transaction), more in transactions of up to `TXN_OPS`.
+    /// Writes `operations` in batches of up to `txn_ops`. A batch etcd
+    /// refuses for its size is split in halves (and the smaller size kept),
+    /// never sent again as it was.
     async fn commit(
-        &self,
+        &mut self,
         session: &mut Session,
         context: &str,
         mut operations: Vec<Write>,
     ) -> Result<(), EtcdError> {
-        if operations.len() == 1 {
-            let client = &mut session.client;
-            return match operations.pop() {
-                Some(Write::Put(key, value)) => {
-                    let put = PutOptions::new().with_lease(session.lease);
-                    self.ask(context, client.put(key, value, Some(put)))
-                        .await
-                        .map(drop)
+        while !operations.is_empty() {
+            let rest = operations.split_off(operations.len().min(self.txn_ops));
+            match self.write(session, context, operations.clone()).await {
+                Ok(()) => operations = rest,
+                Err(error) if operations.len() > 1 && too_large(&error) => {
+                    self.txn_ops = operations.len() / 2;
+                    log::info!(
+                        "etcd at {}: {error}; sending at most {} operations per transaction",
+                        self.options.endpoint_list(),
+                        self.txn_ops
+                    );
+                    operations.extend(rest);
                 }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one batch: one operation alone as a plain request (etcd
+    /// commits it faster than a transaction), more as one transaction.
+    async fn write(
+        &self,
+        session: &mut Session,
+        context: &str,
+        mut batch: Vec<Write>,
+    ) -> Result<(), EtcdError> {
+        let put = || Some(PutOptions::new().with_lease(session.lease));
+        if batch.len() == 1 {
+            let client = &mut session.client;
+            return match batch.pop() {
+                Some(Write::Put(key, value)) => self
+                    .ask(context, client.put(key, value, put()))
+                    .await
+                    .map(drop),
                 Some(Write::Delete(key)) => {
                     self.ask(context, client.delete(key, None)).await.map(drop)
                 }
                 None => Ok(()),
             };
         }
-        while !operations.is_empty() {
-            let rest = operations.split_off(operations.len().min(TXN_OPS));
-            let put = || Some(PutOptions::new().with_lease(session.lease));
-            let batch = Txn::new().and_then(
-                operations
-                    .into_iter()
-                    .map(|write| match write {
-                        Write::Put(key, value) => TxnOp::put(key, value, put()),
-                        Write::Delete(key) => TxnOp::delete(key, None),
-                    })
-                    .collect::<Vec<_>>(),
-            );
-            self.ask(context, session.client.txn(batch)).await?;
-            operations = rest;
-        }
-        Ok(())
+        let batch = Txn::new().and_then(
+            batch
+                .into_iter()
+                .map(|write| match write {
+                    Write::Put(key, value) => TxnOp::put(key, value, put()),
+                    Write::Delete(key) => TxnOp::delete(key, None),
+                })
+                .collect::<Vec<_>>(),
+        );
+        self.ask(context, session.client.txn(batch)).await.map(drop)
     }
 
     /// Moves the drop handler's reasons into `reasons`.
@@ -534,12 +564,7 @@ impl Mirror {
         for end in ends {
             let key = self.key(end.instance_id);
             self.reasons
-                .insert(key, (end.slot, end.generation, end.reason));
-        }
-        // Without a connection nothing consumes them: past the bound, drop
-        // them all (their keys are still deleted, without a reason).
-        if self.reasons.len() > ENDS_QUEUE {
-            self.reasons.clear();
+                .insert(key, end.slot, end.generation, end.reason);
         }
     }
 
@@ -572,11 +597,14 @@ impl Mirror {
                             ended: None,
                         }
                     });
+                    // The reaper's, now: a publisher may outlive a reaper
+                    // restart, or start before its reaper.
+                    record.boot_token = status.boot_token;
                     live.insert(key, record.clone());
                     seen.insert(id);
                 }
                 (RegistrationState::Ending, Some(reason)) => {
-                    self.reasons.insert(key, (id.0, id.1, reason));
+                    self.reasons.insert(key, id.0, id.1, reason);
                 }
                 (RegistrationState::Ending, None) => {}
             }
@@ -623,6 +651,16 @@ impl Mirror {
             }),
         }
     }
+}
+
+/// Whether etcd refused a request for its size (more operations than its
+/// `--max-txn-ops`, or more bytes than its `--max-request-bytes`).
+fn too_large(error: &EtcdError) -> bool {
+    let EtcdError::Etcd { source, .. } = error else {
+        return false;
+    };
+    let text = source.to_string();
+    text.contains("too many operations in txn request") || text.contains("request is too large")
 }
 
 /// A third of the lease's TTL.

@@ -35,10 +35,17 @@ pub struct EtcdServer {
     peer_port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// Flags beyond the defaults (e.g. `--max-txn-ops 2`).
+    extra: Vec<String>,
 }
 
 impl EtcdServer {
     pub fn start(tag: &str) -> EtcdServer {
+        EtcdServer::start_with(tag, &[])
+    }
+
+    /// As [`EtcdServer::start`], with `extra` flags.
+    pub fn start_with(tag: &str, extra: &[&str]) -> EtcdServer {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "livereg-etcd-{tag}-{}-{}",
@@ -53,6 +60,7 @@ impl EtcdServer {
             peer_port,
             dir,
             child: None,
+            extra: extra.iter().map(|flag| flag.to_string()).collect(),
         };
         server.resume();
         server
@@ -93,6 +101,7 @@ impl EtcdServer {
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("test={peer}")])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -42,17 +42,34 @@ impl TableMemory {
         };
         match (self.file(), self.heap_reaper_flag()) {
             (Some(file), _) => {
-                let own = LockDescriptor::new(
-                    lock::reopen(file)
-                        .map_err(|e| Error::os(&self.name, "open for the reaper lock", e))?,
-                );
+                // A failed attempt keeps its descriptor for the next one:
+                // closing it would wake the active reaper's lock round (it
+                // listens for closes on the table), so a standby polling for
+                // the role would make the active reaper scan at every poll.
+                let mut candidate = self
+                    .reaper_candidate
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let epoch = fork::install();
+                let own = match candidate.take() {
+                    Some((descriptor, opened_in)) if opened_in == epoch => descriptor,
+                    // (A forked child's copy is already /dev/null: dropping it
+                    // closes nothing of the table's.)
+                    _ => LockDescriptor::new(
+                        lock::reopen(file)
+                            .map_err(|e| Error::os(&self.name, "open for the reaper lock", e))?,
+                    ),
+                };
                 match lock::try_lock(&own, lock::REAPER_LOCK) {
                     Ok(true) => Ok(ReaperRole {
                         memory: self.clone(),
                         lock: Some(own),
-                        fork_epoch: fork::install(),
+                        fork_epoch: epoch,
                     }),
-                    Ok(false) => Err(busy()),
+                    Ok(false) => {
+                        *candidate = Some((own, epoch));
+                        Err(busy())
+                    }
                     Err(e) => Err(Error::os(&self.name, "take the reaper lock", e)),
                 }
             }

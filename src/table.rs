@@ -26,6 +26,7 @@ use crate::layout::{
     SCANS_PER_TIMEOUT, SLOT_SIZE, STAMPS_COARSE, STAMPS_PRECISE, STAMP_CLOCK_SINCE_MINOR,
     VERSION_MAJOR, VERSION_MINOR,
 };
+use crate::fork::LockDescriptor;
 use crate::location;
 use crate::sync::AtomicU64;
 use crate::sync::Ordering::{Relaxed, Release};
@@ -192,6 +193,10 @@ pub(crate) struct TableMemory {
     /// Serialises registrations of this process; the kernel lock orders them
     /// against other processes.
     registrations: Mutex<()>,
+    /// The descriptor of this handle's last failed attempt at the reaper
+    /// role, with the fork epoch it was opened in: kept for the next attempt
+    /// (see `locks.rs`).
+    pub(crate) reaper_candidate: Mutex<Option<(LockDescriptor, u64)>>,
 }
 
 enum Backing {
@@ -317,6 +322,7 @@ impl Table {
             stamps,
             backing,
             registrations: Mutex::new(()),
+            reaper_candidate: Mutex::new(None),
         };
         Table {
             memory: Arc::new(memory),

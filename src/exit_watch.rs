@@ -140,7 +140,7 @@ fn watch_loop(
 
 /// How long after a close the watcher wakes the reaper for a second lock
 /// round: time for the closing process to drop the file's locks.
-const CLOSE_RECHECK: std::time::Duration = std::time::Duration::from_millis(5);
+pub(crate) const CLOSE_RECHECK: std::time::Duration = std::time::Duration::from_millis(5);
 
 impl ExitWatcher {
     /// Starts the watcher thread for the table behind `inner`.

@@ -8,7 +8,7 @@ use crate::dropper::{
 };
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
-use crate::exit_watch::{ExitWatcher, LockCheck};
+use crate::exit_watch::{ExitWatcher, LockCheck, CLOSE_RECHECK};
 use crate::layout::{
     Slot, BUSY, FLAG_COARSE_STAMPS, FLAG_PROXY, PROCESS_TAG_SHIFT, SCANS_PER_TIMEOUT,
 };
@@ -281,6 +281,11 @@ pub struct Reaper {
     locks: LockTests,
 }
 
+/// How long after a round for a close its second round is due: half the
+/// exit watcher's [`CLOSE_RECHECK`] (the close was heard before this round
+/// ran, and the watcher's wake-up for the second comes that long after it).
+const RECHECK_AFTER_NS: u64 = CLOSE_RECHECK.as_nanos() as u64 / 2;
+
 /// Every this many scans (four timeouts), the locks of registrations no
 /// pidfd watches are tested even if no descriptor on the table was closed: a
 /// safety net, should a close ever go unheard.
@@ -307,12 +312,14 @@ type Registrant = (u32, u64, u64, u32);
 struct LockTests {
     /// Whether this scan is a round.
     round: bool,
-    /// Rounds still owed to the last close heard: the kernel tells of a
-    /// close (`fsnotify_close`) just *before* it drops the file's locks
-    /// (`locks_remove_file`), so the round at once may find a dying
-    /// process's lock still held; the exit watcher wakes the reaper again a
-    /// few milliseconds later for the second.
-    owed: u8,
+    /// When the second round owed to the last close heard is due (reaper
+    /// clock): the kernel tells of a close (`fsnotify_close`) just *before*
+    /// it drops the file's locks (`locks_remove_file`), so the round at once
+    /// may find a dying process's lock still held. The owed round is the
+    /// first scan at or after this time (the exit watcher wakes the reaper
+    /// [`CLOSE_RECHECK`] after the close for it); an unrelated scan before
+    /// then does not pay it.
+    recheck_at: Option<u64>,
     /// This round's registering processes whose tested lock is held.
     alive: std::collections::HashSet<Registrant>,
     /// Scans since the last round (`u32::MAX` before the first).
@@ -330,7 +337,7 @@ impl Default for LockTests {
     fn default() -> Self {
         LockTests {
             round: false,
-            owed: 0,
+            recheck_at: None,
             alive: std::collections::HashSet::new(),
             scans_since_round: u32::MAX,
             tested: 0,
@@ -341,12 +348,15 @@ impl Default for LockTests {
 }
 
 impl LockTests {
-    fn start_scan(&mut self, locks_moved: bool) {
-        if locks_moved {
-            self.owed = 2;
+    fn start_scan(&mut self, locks_moved: bool, now_ns: u64) {
+        let recheck_due = self.recheck_at.is_some_and(|at| now_ns >= at);
+        if recheck_due {
+            self.recheck_at = None;
         }
-        self.round = self.owed > 0 || self.scans_since_round >= LOCK_BACKSTOP_SCANS;
-        self.owed = self.owed.saturating_sub(1);
+        if locks_moved {
+            self.recheck_at = Some(now_ns.saturating_add(RECHECK_AFTER_NS));
+        }
+        self.round = locks_moved || recheck_due || self.scans_since_round >= LOCK_BACKSTOP_SCANS;
         self.alive.clear();
         if self.round {
             self.use_snapshot = self.tested >= LOCK_SNAPSHOT_FROM;
@@ -398,7 +408,7 @@ impl Reaper {
             .watcher
             .as_ref()
             .map_or(true, ExitWatcher::take_locks_moved);
-        self.locks.start_scan(moved);
+        self.locks.start_scan(moved, now_ns);
         let clear_ticket = header.clear_requested.load(Acquire);
         let served = header
             .clear_completed
@@ -845,5 +855,45 @@ impl AsFd for Reaper {
 impl AsRawFd for Reaper {
     fn as_raw_fd(&self) -> RawFd {
         self.wake.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_close_owes_a_second_lock_round_by_time_not_by_scan_count() {
+        let mut locks = LockTests::default();
+        locks.start_scan(false, 0); // the first scan is a round
+        assert!(locks.round);
+        locks.start_scan(true, 100 * MS); // a close heard: a round now…
+        assert!(locks.round);
+        // …an unrelated scan a moment later does not pay the owed one…
+        locks.start_scan(false, 100 * MS + MS);
+        assert!(!locks.round);
+        // …the scan the watcher's wake-up brings does.
+        locks.start_scan(false, 100 * MS + CLOSE_RECHECK.as_nanos() as u64);
+        assert!(locks.round);
+        // Paid: the next scans are not rounds until the next close.
+        locks.start_scan(false, 200 * MS);
+        assert!(!locks.round);
+    }
+
+    #[test]
+    fn with_no_close_heard_locks_are_tested_on_the_backstop() {
+        let mut locks = LockTests::default();
+        locks.start_scan(false, 0);
+        let mut scans = 0;
+        loop {
+            scans += 1;
+            locks.start_scan(false, scans * 250 * MS);
+            if locks.round {
+                break;
+            }
+        }
+        assert_eq!(scans, u64::from(LOCK_BACKSTOP_SCANS) + 1);
     }
 }

@@ -20,13 +20,13 @@ use crate::clock::{
     coarse_resolution_ns, duration_ns, Clock, StampClock, Stamps, MIN_TIMEOUT_TICKS,
 };
 use crate::error::{Error, Result};
+use crate::fork::LockDescriptor;
 use crate::layout::{
     object_size, observations_start, slots_end, table_size, Header, InfoArea, Slot, HEADER_SIZE,
     INFO_AREA_SIZE, INFO_SINCE_MINOR, MAGIC, MAX_CAPACITY, OBSERVATIONS_SINCE_MINOR, READY,
     SCANS_PER_TIMEOUT, SLOT_SIZE, STAMPS_COARSE, STAMPS_PRECISE, STAMP_CLOCK_SINCE_MINOR,
     VERSION_MAJOR, VERSION_MINOR,
 };
-use crate::fork::LockDescriptor;
 use crate::location;
 use crate::sync::AtomicU64;
 use crate::sync::Ordering::{Relaxed, Release};

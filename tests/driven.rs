@@ -102,7 +102,7 @@ fn one_boot_token_across_scans_and_never_more_than_an_interval_to_wait() {
 }
 
 #[test]
-fn the_descriptor_wakes_the_loop_for_a_deregistration_a_kill_and_a_clear() {
+fn the_descriptor_wakes_the_loop_for_a_deregistration_a_kill_a_clear_and_a_reset() {
     // A long timeout: only a wake-up can end anything within the test.
     let temp = TempTable::new("driven-wake", &options(Duration::from_secs(30)));
     let mut reaper = temp.table.reaper().build().unwrap();
@@ -155,10 +155,20 @@ fn the_descriptor_wakes_the_loop_for_a_deregistration_a_kill_and_a_clear() {
         (2, Reason::ProcessExited)
     );
 
-    // A clear requested by another process, completed between scans.
+    // A clear requested by another process, completed between scans: the
+    // registration stays.
     let _kept = temp.table.register(3, "cleared").unwrap();
     reaper.scan().unwrap();
     let mut clear = livereg(&["clear", &temp.name, "--wait", "10s"]);
+    let mut cleared = None;
+    let ended = drive(&mut reaper, Duration::from_secs(10), |_| {
+        cleared = cleared.or_else(|| clear.try_wait().unwrap());
+        cleared.is_some()
+    });
+    assert!(cleared.unwrap().success());
+    assert!(ended.is_empty(), "a clear ends nothing: {ended:?}");
+    // A reset, likewise: it ends the registration.
+    let mut reset = livereg(&["clear", &temp.name, "--reset", "--wait", "10s"]);
     let ended = drive(&mut reaper, Duration::from_secs(10), |ended| {
         !ended.is_empty()
     });
@@ -166,7 +176,7 @@ fn the_descriptor_wakes_the_loop_for_a_deregistration_a_kill_and_a_clear() {
         (ended[0].instance_id, ended[0].reason),
         (3, Reason::Cleared)
     );
-    assert!(clear.wait().unwrap().success());
+    assert!(reset.wait().unwrap().success());
 }
 
 #[test]

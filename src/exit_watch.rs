@@ -4,8 +4,10 @@
 //!
 //! A recorded pid is never trusted alone: it may belong to another PID
 //! namespace (a container sharing `/dev/shm`), or have been reused. The reaper
-//! opens a pidfd for it, then checks that the process it names started when the
-//! registration says (`/proc/PID/stat`); only then does it watch. Otherwise the
+//! watches it only if the registration's process tag says the registrant lives
+//! in the reaper's own PID namespace, and only after opening a pidfd for it
+//! and checking that the process it names started when the registration says
+//! (`/proc/PID/stat`). Otherwise the
 //! registration relies on its lock: every registrant holds the lock through a
 //! descriptor of its own on the table, which the kernel closes when it dies,
 //! in any namespace. The watcher also waits on an inotify watch for those
@@ -14,7 +16,7 @@
 //! every scan.
 
 use crate::fork;
-use crate::layout::{Slot, FLAG_PIDFD, FLAG_PROXY};
+use crate::layout::{namespace_tag, Slot, FLAG_PIDFD, FLAG_PROXY, PROCESS_TAG_SHIFT};
 use crate::os::inotify::CloseWatch;
 use crate::os::{pidfd, process};
 use crate::sync::Ordering::Relaxed;
@@ -222,9 +224,13 @@ impl ExitWatcher {
             _ => {}
         }
         self.forget(index);
-        let proxy = slot.flags.load(Relaxed) & FLAG_PROXY != 0;
+        let flags = slot.flags.load(Relaxed);
+        let proxy = flags & FLAG_PROXY != 0;
+        // The pid means the registrant only in the namespace it was read in:
+        // watched only if the registrant says that namespace is ours.
+        let ours = flags >> PROCESS_TAG_SHIFT == namespace_tag(process::pid_namespace());
         let process = (slot.pid.load(Relaxed), slot.process_start.load(Relaxed));
-        self.watches[at] = if !proxy && self.watch(process) {
+        self.watches[at] = if !proxy && ours && self.watch(process) {
             slot.flags.fetch_or(FLAG_PIDFD, Relaxed);
             Watch::Watching {
                 generation,

@@ -152,6 +152,8 @@ pub mod header_offsets {
     pub const READY: usize = offset_of!(Header, ready);
     /// `ended`: the first six per-reason counters (8 bytes each).
     pub const ENDED: usize = offset_of!(Header, ended);
+    /// A slot's `flags` (4 bytes), from the slot's start.
+    pub const SLOT_FLAGS: usize = offset_of!(super::Slot, flags);
 }
 
 /// One registration's cache-line pair.
@@ -209,11 +211,19 @@ pub(crate) const FLAG_PROXY: u32 = 2;
 /// the table's coarse clock, so the reaper adds `STAMP_LAG_TICKS` of the
 /// table's resolution to its stamps (layout 1.4).
 pub(crate) const FLAG_COARSE_STAMPS: u32 = 4;
-/// Bits 16..32 of [`Slot::flags`], set by the registrant: a random tag of its
-/// process (layout 1.4), so that two processes with the same pid and start
-/// tick in different PID namespaces (two containers' first processes, started
-/// together) are told apart when the reaper tests one lock per process.
+/// Bits 16..32 of [`Slot::flags`], set by the registrant: the
+/// [`namespace_tag`] of its PID namespace (layout 1.5; a random tag of its
+/// process in 1.4), so that two processes with the same pid and start tick
+/// in different PID namespaces (two containers' first processes, started
+/// together) are told apart when the reaper tests one lock per process, and
+/// the reaper watches a pid through a pidfd only if the registrant says it
+/// lives in the reaper's own PID namespace (where that pid names it).
 pub(crate) const PROCESS_TAG_SHIFT: u32 = 16;
+
+/// A PID namespace's inode folded to the 16 bits of a slot's process tag.
+pub(crate) fn namespace_tag(inode: u64) -> u32 {
+    ((inode ^ inode >> 16 ^ inode >> 32 ^ inode >> 48) & 0xFFFF) as u32
+}
 /// [`Header::stamp_clock`]: heartbeats stamp `CLOCK_MONOTONIC`.
 pub(crate) const STAMPS_PRECISE: u32 = 0;
 /// [`Header::stamp_clock`]: heartbeats stamp `CLOCK_MONOTONIC_COARSE`.

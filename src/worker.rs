@@ -508,16 +508,12 @@ impl Worker {
     }
 }
 
-/// This process's random 16-bit tag (see [`PROCESS_TAG_SHIFT`]), drawn once
-/// from the standard library's OS-seeded hasher keys. A forked child keeps it
-/// and is told apart by its pid.
+/// This process's 16-bit tag (see [`PROCESS_TAG_SHIFT`]): its PID
+/// namespace's, so the reaper can tell whether the recorded pid is one it can
+/// watch. A forked child in the same namespace shares it and is told apart by
+/// its pid.
 fn process_tag() -> u32 {
-    static TAG: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *TAG.get_or_init(|| {
-        use std::hash::BuildHasher;
-        let random = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
-        (random & 0xFFFF) as u32
-    })
+    crate::layout::namespace_tag(crate::os::process::pid_namespace())
 }
 
 impl Drop for Worker {

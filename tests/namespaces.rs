@@ -251,3 +251,51 @@ fn a_process_with_several_registrations_loses_them_all_at_once_and_only_its_own(
         status.ended
     );
 }
+
+/// A registrant from another PID namespace whose pid and start tick happen to
+/// name a process of the reaper's own (here: this test process itself, as
+/// its slot says, with the process tag of another namespace).
+#[test]
+fn a_pid_recorded_in_another_namespace_is_never_watched_through_a_pidfd() {
+    use livereg::{header_offsets, ExitDetection, HEADER_SIZE, SLOT_SIZE};
+    use std::os::unix::fs::FileExt;
+
+    let temp = TempTable::new("ns-tag", &TableOptions::default());
+    let mine = temp.table.register(1, "mine").unwrap();
+    let theirs = temp.table.register(2, "from elsewhere").unwrap();
+    let slot_of = |id: u64| {
+        let status = temp.table.status().unwrap();
+        status
+            .registrations
+            .iter()
+            .find(|r| r.instance_id == id)
+            .unwrap()
+            .slot as usize
+    };
+    let shm = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/dev/shm/{}", temp.name))
+        .unwrap();
+    let at = (HEADER_SIZE + slot_of(2) * SLOT_SIZE + header_offsets::SLOT_FLAGS) as u64;
+    let mut flags = [0u8; 4];
+    shm.read_exact_at(&mut flags, at).unwrap();
+    let other_tag = (u32::from_ne_bytes(flags) >> 16) ^ 0x5a5a;
+    let tampered = (u32::from_ne_bytes(flags) & 0xFFFF) | other_tag << 16;
+    shm.write_all_at(&tampered.to_ne_bytes(), at).unwrap();
+
+    let mut reaper = temp.table.reaper().build().unwrap();
+    reaper.scan().unwrap();
+    let detection = |id: u64| {
+        let status = temp.table.status().unwrap();
+        status
+            .registrations
+            .iter()
+            .find(|r| r.instance_id == id)
+            .unwrap()
+            .exit_detection
+    };
+    assert_eq!(detection(1), ExitDetection::PidfdAndLock);
+    assert_eq!(detection(2), ExitDetection::Lock, "another namespace's pid");
+    drop((mine, theirs));
+}

@@ -12,6 +12,17 @@ pub(crate) fn own_start_time() -> u64 {
     START.get(|| start_time("self").unwrap_or(0))
 }
 
+/// The inode of this process's PID namespace (`/proc/self/ns/pid`), in
+/// which its pid means it; 0 if unknown. A forked child reads its own.
+pub(crate) fn pid_namespace() -> u64 {
+    static NAMESPACE: PerProcess = PerProcess::new();
+    NAMESPACE.get(|| {
+        std::fs::metadata("/proc/self/ns/pid")
+            .map(|meta| meta.ino())
+            .unwrap_or(0)
+    })
+}
+
 /// The inode of this process's time namespace (`/proc/self/ns/time`), which
 /// names the `CLOCK_MONOTONIC` it reads: processes in one time namespace read
 /// one clock. 0 if unknown (no `/proc`, or a kernel without time namespaces,

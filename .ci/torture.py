@@ -13,7 +13,10 @@ outlives them holding copies of their descriptors.
 At the end it checks:
 
 - no worker that kept beating is ever evicted for silence (timeout/grace),
-  and a stopped one never before `timeout` after it stopped;
+  and a stopped one never before `timeout` after it stopped; the reaper's
+  decision (the silence its drop event reports) falls within
+  [timeout, timeout + timeout/4 + slack] (grace likewise); when the hook
+  started after the stop is reported separately, not judged;
 - every killed worker is dropped within its bound (timeout + timeout/4 plus
   slack, counted from the kill or from the reaper's restart if it was down);
 - every registration ends exactly once, or again only across a reaper kill
@@ -47,12 +50,15 @@ TIMEOUT = 0.5
 BOUND = TIMEOUT + TIMEOUT / 4
 SLACK = 1.0
 BEAT_INTERVAL = 0.05
+GRACE = 1.0
 CLEAR_WAIT = 5.0
 PROGRESS_TIMEOUT = 1.0
 WORKERS = 16
 
-# One line of the --on-drop hook's log: what ended, why, and when (wall clock).
-Drop = namedtuple("Drop", "instance reason pid slot generation at")
+# One line of the --on-drop hook's log: what ended, why, when the hook started
+# (wall clock), and how long the registration had been silent when the reaper
+# ended it (its own measure; None where not logged).
+Drop = namedtuple("Drop", "instance reason pid slot generation at silent", defaults=(None,))
 
 
 class Life:
@@ -81,8 +87,9 @@ class Life:
 class Ledger:
     """Everything the run did, and the judgement of the drops against it."""
 
-    def __init__(self, timeout=TIMEOUT, slack=SLACK, beat_interval=BEAT_INTERVAL):
+    def __init__(self, timeout=TIMEOUT, slack=SLACK, beat_interval=BEAT_INTERVAL, grace=GRACE):
         self.timeout = timeout
+        self.grace = grace
         self.bound = timeout + timeout / 4
         self.slack = slack
         self.beat_interval = beat_interval
@@ -131,7 +138,18 @@ class Ledger:
                 violations.append(
                     f"instance {drop.instance} (registration {key}) evicted {drop.at - stopped:.3f}s after "
                     f"its SIGSTOP, before its timeout of {self.timeout}s")
-            latency(drop.reason, drop.at - stopped, self.bound + self.beat_interval + self.slack)
+            # The decision, as the reaper measured it: within its bound.
+            if drop.silent is not None:
+                budget = self.timeout if drop.reason == "timeout" else self.grace
+                late = budget + self.timeout / 4 + self.slack
+                latency(f"{drop.reason} decision (silence)", drop.silent, late)
+                if not budget <= drop.silent <= late:
+                    violations.append(
+                        f"instance {drop.instance} (registration {key}) ended {drop.reason} after "
+                        f"{drop.silent:.3f}s of silence, outside [{budget}, {late}]s")
+            # When its hook started: reported, not judged (the pool may be busy).
+            latency(f"{drop.reason} hook start after stop", drop.at - stopped,
+                    self.bound + self.beat_interval + self.slack)
         # 1b. Only an engine that hangs on purpose is ended for making no
         # progress (busy workers that step, idle ones, stopped ones never).
         for key, drop in first_drop.items():
@@ -368,8 +386,9 @@ def read_drops(path):
     drops = []
     with open(path) as log:
         for line in log:
-            instance, reason, pid, slot, generation, at = line.split()
-            drops.append(Drop(int(instance), reason, int(pid), int(slot), int(generation), float(at)))
+            instance, reason, pid, slot, generation, at, silent = line.split()
+            drops.append(Drop(int(instance), reason, int(pid), int(slot), int(generation), float(at),
+                              float(silent)))
     return drops
 
 
@@ -381,7 +400,8 @@ def main():
     open(drops_path, "w").close()
     # The hook is the drop; one in ten is slow (instances ending in 7), and
     # must delay nobody else's.
-    hook = (f'echo "$LIVEREG_INSTANCE_ID $LIVEREG_REASON $LIVEREG_PID $LIVEREG_SLOT $LIVEREG_GENERATION $(date +%s.%N)"'
+    hook = (f'echo "$LIVEREG_INSTANCE_ID $LIVEREG_REASON $LIVEREG_PID $LIVEREG_SLOT $LIVEREG_GENERATION $(date +%s.%N)'
+            f' $LIVEREG_SILENT_SECONDS"'
             f' >> {drops_path}; case $LIVEREG_INSTANCE_ID in *7) sleep 1;; esac')
     offsets = time_namespaces()
     own_pids = pid_namespaces()

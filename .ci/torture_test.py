@@ -89,6 +89,19 @@ class PidReuse(unittest.TestCase):
         self.assertEqual(len(violations), 1)
         self.assertIn("(registration (2, 1)) ended stalled but its engine never hung", violations[0])
 
+    def test_the_reapers_decision_is_judged_and_a_late_hook_only_reported(self):
+        ledger = Ledger(timeout=0.5, slack=1.0)
+        ledger.lives = [life(100, [(1, 1)], stops=[(10.0, None)])]
+        # Decided after 0.55 s of silence (in bound), hook started 2.5 s after
+        # the stop (a busy pool): reported, not a violation.
+        violations, summary = ledger.judge([Drop(1, "timeout", 100, 1, 1, 12.5, 0.55)])
+        self.assertEqual(violations, [])
+        self.assertEqual(summary["worst"]["timeout hook start after stop"][0], 2.5)
+        # Decided after 1.8 s of silence: past [0.5, 0.5 + 0.125 + 1.0].
+        violations, _ = ledger.judge([Drop(1, "timeout", 100, 1, 1, 11.9, 1.8)])
+        self.assertEqual(len(violations), 1)
+        self.assertIn("ended timeout after 1.800s of silence, outside [0.5, 1.625]s", violations[0])
+
     def test_a_registration_ends_cleared_only_after_a_reset(self):
         ledger = Ledger()
         ledger.lives = [life(100, [(3, 7)])]

@@ -29,7 +29,8 @@ pub struct Args {
     name: String,
     /// Shell command run (`sh -c`) once per ended registration, with
     /// LIVEREG_INSTANCE_ID, LIVEREG_REASON, LIVEREG_PID, LIVEREG_LABEL,
-    /// LIVEREG_SLOT and LIVEREG_GENERATION in its environment.
+    /// LIVEREG_SLOT, LIVEREG_GENERATION and LIVEREG_SILENT_SECONDS (how long
+    /// it had been silent when the reaper ended it) in its environment.
     #[arg(long)]
     on_drop: Option<String>,
     /// How long a hook may run; then its process group is killed and the
@@ -229,6 +230,10 @@ fn run_hook(command: &str, event: &DropEvent, timeout: Duration) -> Result<(), H
         .env("LIVEREG_LABEL", &event.label)
         .env("LIVEREG_SLOT", event.slot.to_string())
         .env("LIVEREG_GENERATION", event.generation.to_string())
+        .env(
+            "LIVEREG_SILENT_SECONDS",
+            format!("{:.6}", event.silent_for.as_secs_f64()),
+        )
         .process_group(0)
         .spawn()
         .map_err(|e| format!("--on-drop hook did not start: {e}"))?;

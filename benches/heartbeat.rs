@@ -267,7 +267,7 @@ fn coarse_stamps(threads: usize, iters: u64) -> Duration {
     })
 }
 
-/// `Worker::progress` (SPEC 1.19: one atomic add, no clock) against a bare
+/// `Worker::progress` (one atomic add, no clock) against a bare
 /// atomic add on a private line, same run.
 fn progress(c: &mut Criterion) {
     let mut group = c.benchmark_group("progress");

@@ -91,7 +91,7 @@ fn sweep(c: &mut Criterion) {
             |b, _| b.iter(|| reaper.scan().unwrap()),
         );
     }
-    // The sweep with progress judged (SPEC 1.19): every worker busy, its
+    // The sweep with progress judged: every worker busy, its
     // progress word read and remembered per slot.
     for n in sizes(65_536) {
         group.throughput(Throughput::Elements(u64::from(n)));

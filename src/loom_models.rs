@@ -254,7 +254,7 @@ fn crashed_registrant_and_crashed_reaper_leave_recoverable_slots() {
 fn an_id_registers_again_only_after_its_drop_handlers_returned() {
     // Slot 0 holds instance 1, ended and awaiting its drop. The reaper's
     // handler frees what the server held for it, then releases the slot; a
-    // registrant of the same id waits for the release (SPEC 1.14) and must
+    // registrant of the same id waits for the release (an id never comes back before its drop) and must
     // then see everything the handler did.
     loom::model(|| {
         let old = Arc::new(Slot::new());

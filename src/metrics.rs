@@ -1,5 +1,5 @@
-//! A table's metrics in the OpenMetrics text format (names in SPEC §3
-//! "Observability"), encoded by `prometheus-client`, and the two histograms
+//! A table's metrics in the OpenMetrics text format (the names
+//! `docs/operations.md` lists), encoded by `prometheus-client`, and the two histograms
 //! the reaper keeps in the header for them (scan duration, silence at
 //! eviction), so that any process can render them.
 

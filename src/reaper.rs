@@ -629,7 +629,7 @@ impl Reaper {
         }
     }
 
-    /// A live registration's progress (SPEC 1.19): busy and unchanged for
+    /// A live registration's progress: busy and unchanged for
     /// the progress timeout, on this reaper's clock from when it saw the word
     /// change, it ends `Stalled`. Idle never stalls.
     fn judge_progress(&mut self, index: u32, slot: &Slot, generation: u32, now_ns: u64) -> Verdict {

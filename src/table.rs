@@ -79,7 +79,7 @@ pub struct TableOptions {
     /// `reap_timeout`.
     pub registration_grace: Duration,
     /// How long a busy worker may make no progress before it ends
-    /// `Stalled` (SPEC 1.19); zero (the default) turns the check off.
+    /// `Stalled`; zero (the default) turns the check off.
     /// At least one scan interval.
     pub progress_timeout: Duration,
     /// Which clock registrants stamp heartbeats with (default

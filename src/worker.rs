@@ -365,7 +365,7 @@ impl Worker {
         }
     }
 
-    /// Says whether the engine has work in flight (SPEC 1.19): while busy,
+    /// Says whether the engine has work in flight: while busy,
     /// it must make [`progress`](Worker::progress) at least every
     /// `progress_timeout` of the table, or it ends `Stalled`. Idle, it never
     /// stalls, however long it waits.

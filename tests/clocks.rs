@@ -1,4 +1,4 @@
-//! Clocks are compared only within one time namespace (SPEC 1.13): a reaper
+//! Clocks are compared only within one time namespace: a reaper
 //! trusts stamps of its own clock on every scan, and judges any other
 //! registration by when its beat word changed, never early. First on injected
 //! clocks, then with workers in real Linux time namespaces.

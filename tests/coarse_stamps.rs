@@ -1,4 +1,4 @@
-//! Heartbeats stamped with the coarse clock (SPEC §1 "Time"): a stamp lags
+//! Heartbeats stamped with the coarse clock (docs/semantics.md, "Time"): a stamp lags
 //! its heartbeat, so the reaper adds `STAMP_LAG_TICKS` resolutions before
 //! judging; a registration is never evicted before `reap_timeout` of real
 //! silence, and at most `scan_interval + STAMP_LAG_TICKS × resolution` after.

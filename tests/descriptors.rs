@@ -1,4 +1,4 @@
-//! Bounded resources (SPEC 1.17): a reaper's descriptors grow with the
+//! Bounded resources: a reaper's descriptors grow with the
 //! registering processes, not with registrations, and running short of them
 //! degrades exit detection to the next scan, never to an error.
 

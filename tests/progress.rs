@@ -1,4 +1,4 @@
-//! Progress beside liveness (SPEC 1.19), on an injected clock: a busy worker
+//! Progress beside liveness, on an injected clock: a busy worker
 //! that makes no progress ends `Stalled`; an idle one, or one that only
 //! beats, never does.
 

@@ -210,8 +210,8 @@ livereg_result livereg_set_info(livereg_table *table, const void *data, size_t l
 livereg_result livereg_get_info(livereg_table *table, void *buf, size_t cap, size_t *len);
 
 /* Writes the table's metrics in the OpenMetrics text format (ending in
- * "# EOF", every sample labelled table="NAME"; the names are in the README's
- * "Operating it") and a terminating NUL into buf, and the text's length
+ * "# EOF", every sample labelled table="NAME"; the names are in
+ * docs/operations.md) and a terminating NUL into buf, and the text's length
  * (without the NUL) into *len: for a server that serves its own /metrics. If
  * cap is under *len + 1, writes nothing, sets *len and returns
  * INVALID_ARGUMENT: call once with buf NULL and cap 0 for the size. */

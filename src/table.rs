@@ -653,7 +653,7 @@ impl TableMemory {
     /// reading its slots: a process that can write the table can also
     /// truncate it, and touching a page past the end would fault (SIGBUS).
     /// A truncation racing the reads that follow this check is the remaining
-    /// window (see the README, "Hostile peers").
+    /// window (see docs/semantics.md, "Hostile peers").
     ///
     /// # Errors
     ///

@@ -366,7 +366,7 @@ impl Drop for InsideHandlers {
 ///
 /// # Errors
 ///
-/// [`Error::Busy`](crate::Error::Busy) naming the call, inside a handler.
+/// [`Error::Busy`](crate::error::Error::Busy) naming the call, inside a handler.
 pub(crate) fn refuse_inside_handler(inner: &Arc<TableMemory>, what: &str) -> Result<()> {
     let inside = INSIDE_HANDLERS.with(|inside| {
         inside.borrow().as_ref().is_some_and(|running| {
@@ -377,7 +377,7 @@ pub(crate) fn refuse_inside_handler(inner: &Arc<TableMemory>, what: &str) -> Res
         })
     });
     if inside {
-        Err(crate::Error::Busy(format!(
+        Err(crate::error::Error::Busy(format!(
             "table '{}': cannot {what} from inside a handler of its reaper: the reaper waits for the handler to return",
             inner.name
         )))

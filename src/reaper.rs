@@ -70,7 +70,7 @@ impl Table {
 impl ReaperBuilder {
     /// Adds a drop-state handler, called once for every registration that
     /// ends. A handler that returns an error or panics is counted and logged
-    /// in [`Status::handler_failures`](crate::Status); the others still run.
+    /// in [`Status::handler_failures`](crate::status::Status); the others still run.
     ///
     /// On a reaper thread ([`ReaperBuilder::spawn`]) drops run on handler
     /// threads, several at once when a handler is slow: handlers are `Fn +
@@ -95,7 +95,7 @@ impl ReaperBuilder {
     }
 
     /// How long a handler may run before it is logged and counted in
-    /// [`Status::handlers_overdue`](crate::Status) (default
+    /// [`Status::handlers_overdue`](crate::status::Status) (default
     /// [`HANDLER_DEADLINE`], 30 s). It keeps running: its slot stays held
     /// until it returns.
     pub fn handler_deadline(mut self, deadline: Duration) -> Self {
@@ -119,9 +119,9 @@ impl ReaperBuilder {
     ///
     /// # Errors
     ///
-    /// - [`Error::Busy`](crate::Error::Busy): another reaper holds the table
+    /// - [`Error::Busy`](crate::error::Error::Busy): another reaper holds the table
     ///   (in any process, or through another handle in this one).
-    /// - [`Error::Io`](crate::Error::Io): the lock could not be taken.
+    /// - [`Error::Io`](crate::error::Error::Io): the lock could not be taken.
     pub fn build(self) -> Result<Reaper> {
         let inner = &self.table.memory;
         let role = inner.take_reaper_role()?;
@@ -151,7 +151,7 @@ impl ReaperBuilder {
             Some(_) => ExitWatcher::start(inner.clone()).ok(),
             None => None,
         };
-        let wake = WakeFd::start(inner.clone()).map_err(|source| crate::Error::Io {
+        let wake = WakeFd::start(inner.clone()).map_err(|source| crate::error::Error::Io {
             context: format!(
                 "table '{}': start the reaper's wake-up descriptor",
                 inner.name
@@ -231,7 +231,7 @@ pub struct ScanReport {
     pub ended: Vec<DropEvent>,
     /// Handlers that failed or panicked in this scan (when the handlers run
     /// on the scanning thread; a reaper thread's are counted in
-    /// [`Status::handler_failures`](crate::Status) as they finish).
+    /// [`Status::handler_failures`](crate::status::Status) as they finish).
     pub handler_failures: u32,
     /// Slots whose contents no writer of ours produces, skipped.
     pub corrupt_slots: u32,
@@ -381,15 +381,15 @@ impl Reaper {
     ///
     /// # Errors
     ///
-    /// - [`Error::Corrupt`](crate::Error::Corrupt) if the object was
+    /// - [`Error::Corrupt`](crate::error::Error::Corrupt) if the object was
     ///   truncated (checked before any slot is read; nothing is done then).
-    /// - [`Error::Busy`](crate::Error::Busy) in a forked child: the role
+    /// - [`Error::Busy`](crate::error::Error::Busy) in a forked child: the role
     ///   stays the parent's.
     pub fn scan_once(&mut self, now_ns: u64) -> Result<ScanReport> {
         let started = monotonic_ns();
         let inner = self.table.memory.clone();
         if !self.role.held_here() {
-            return Err(crate::Error::Busy(format!(
+            return Err(crate::error::Error::Busy(format!(
                 "table '{}': this reaper was inherited through fork: the role is the parent's; build a reaper in the child",
                 inner.name
             )));

@@ -46,7 +46,7 @@ impl ReaperBuilder {
     ///
     /// # Errors
     ///
-    /// As [`ReaperBuilder::build`], or [`Error::Io`](crate::Error::Io) if the
+    /// As [`ReaperBuilder::build`], or [`Error::Io`](crate::error::Error::Io) if the
     /// thread cannot be spawned.
     pub fn spawn(self) -> Result<ReaperThread> {
         let table = self.table_handle();
@@ -64,7 +64,7 @@ impl ReaperBuilder {
         let thread = std::thread::Builder::new()
             .name("livereg-reaper".into())
             .spawn(move || run(&mut reaper, &stopping))
-            .map_err(|source| crate::Error::Io {
+            .map_err(|source| crate::error::Error::Io {
                 context: format!("table '{}': spawn the reaper thread", table.name()),
                 source,
             })?;
@@ -107,15 +107,15 @@ impl ReaperThread {
     /// # Errors
     ///
     /// Once the thread has ended without being stopped (its role is then
-    /// given back): the error that ended it ([`Error::Corrupt`](crate::Error::Corrupt)),
-    /// or [`Error::Panic`](crate::Error::Panic) naming a panic.
+    /// given back): the error that ended it ([`Error::Corrupt`](crate::error::Error::Corrupt)),
+    /// or [`Error::Panic`](crate::error::Error::Panic) naming a panic.
     pub fn check(&mut self) -> Result<()> {
         match &self.thread {
             Some(thread) if thread.is_finished() => {}
             _ => return Ok(()),
         }
         let ended = |why: String| {
-            crate::Error::Panic(format!(
+            crate::error::Error::Panic(format!(
                 "table '{}': the reaper thread ended: {why}",
                 self.table.name()
             ))
@@ -137,7 +137,7 @@ impl ReaperThread {
     ///
     /// # Errors
     ///
-    /// [`Error::Busy`](crate::Error::Busy) when called from one of this
+    /// [`Error::Busy`](crate::error::Error::Busy) when called from one of this
     /// reaper's own handlers, which the stop would wait for: the reaper is
     /// told to stop, and does once the handler has returned.
     pub fn stop(mut self) -> Result<()> {

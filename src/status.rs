@@ -179,9 +179,9 @@ impl Table {
     ///
     /// # Errors
     ///
-    /// [`Error::Corrupt`](crate::Error::Corrupt) if the object was truncated
+    /// [`Error::Corrupt`](crate::error::Error::Corrupt) if the object was truncated
     /// under this handle (its slots are not read then).
-    pub fn status(&self) -> crate::Result<Status> {
+    pub fn status(&self) -> crate::error::Result<Status> {
         let inner = &self.memory;
         inner.check_size()?;
         let header = inner.header();

@@ -337,7 +337,7 @@ impl Worker {
     }
 
     /// Proves this worker alive: one clock read (the coarse clock where the
-    /// table stamps with it, see [`StampClock`](crate::StampClock)) and at
+    /// table stamps with it, see [`StampClock`](crate::clock::StampClock)) and at
     /// most one compare-and-swap on its own slot (none when the slot already
     /// holds this stamp, as for every beat within a coarse tick), no system
     /// call, no allocation.

@@ -91,7 +91,7 @@ pub enum EtcdError {
     Stopped,
     /// The table could not be read.
     #[error(transparent)]
-    Table(#[from] crate::Error),
+    Table(#[from] crate::error::Error),
     /// The publisher's thread or runtime could not start.
     #[error("etcd publisher: {0}")]
     Io(#[from] std::io::Error),

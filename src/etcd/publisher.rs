@@ -570,7 +570,7 @@ impl Mirror {
 
     /// The table's live registrations as keys and records; those ending
     /// (drop pending) leave their reasons in `reasons`.
-    fn live(&mut self) -> Result<BTreeMap<String, ClusterRecord>, crate::Error> {
+    fn live(&mut self) -> Result<BTreeMap<String, ClusterRecord>, crate::error::Error> {
         let status = self.table.status()?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -18,7 +18,7 @@ pub enum Reason {
     ProcessExited = 3,
     /// The worker deregistered: a clean exit.
     Deregistered = 4,
-    /// A clear ended every registration.
+    /// A reset ended every registration.
     Cleared = 5,
     /// A new registration of the same instance id replaced it.
     Replaced = 6,
@@ -43,10 +43,11 @@ impl Reason {
     /// will (silence, exit, stall), rather than the registrant or a
     /// requester (deregistration, clear, replacement).
     pub fn is_eviction(self) -> bool {
-        matches!(
-            self,
-            Reason::Timeout | Reason::Grace | Reason::ProcessExited | Reason::Stalled
-        )
+        // Exhaustive: a new reason does not compile until it is placed.
+        match self {
+            Reason::Timeout | Reason::Grace | Reason::ProcessExited | Reason::Stalled => true,
+            Reason::Deregistered | Reason::Cleared | Reason::Replaced => false,
+        }
     }
 
     /// The reason with numeric value `code`, if there is one.

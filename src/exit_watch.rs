@@ -18,7 +18,7 @@
 use crate::fork;
 use crate::layout::{namespace_tag, Slot, FLAG_PIDFD, FLAG_PROXY, PROCESS_TAG_SHIFT};
 use crate::os::inotify::CloseWatch;
-use crate::os::{pidfd, process};
+use crate::os::{epoll, eventfd, pidfd, process};
 use crate::sync::Ordering::Relaxed;
 use crate::table::TableMemory;
 use std::collections::HashMap;
@@ -75,7 +75,7 @@ struct Watched {
 /// process, however many registrations it holds, so the reaper's descriptors
 /// grow with processes, not registrations.
 pub(crate) struct ExitWatcher {
-    epoll: Arc<pidfd::Epoll>,
+    epoll: Arc<epoll::Epoll>,
     stop: OwnedFd,
     thread: Option<JoinHandle<()>>,
     watches: Vec<Watch>,
@@ -99,7 +99,7 @@ pub(crate) struct ExitWatcher {
 /// wakes the reaper once more [`CLOSE_RECHECK`] later, for the second lock
 /// round the close is owed.
 fn watch_loop(
-    epoll: &pidfd::Epoll,
+    epoll: &epoll::Epoll,
     fired: &Mutex<Vec<u64>>,
     watch: Option<CloseWatch>,
     closed: Option<Arc<AtomicBool>>,
@@ -147,8 +147,8 @@ pub(crate) const CLOSE_RECHECK: std::time::Duration = std::time::Duration::from_
 impl ExitWatcher {
     /// Starts the watcher thread for the table behind `inner`.
     pub(crate) fn start(inner: Arc<TableMemory>) -> std::io::Result<ExitWatcher> {
-        let epoll = Arc::new(pidfd::Epoll::new()?);
-        let stop = pidfd::event()?;
+        let epoll = Arc::new(epoll::Epoll::new()?);
+        let stop = eventfd::event()?;
         epoll.add(&stop, STOP)?;
         let watch = inner
             .file()
@@ -337,7 +337,7 @@ impl Drop for ExitWatcher {
             std::mem::forget(self.thread.take());
             return;
         }
-        pidfd::signal(&self.stop);
+        eventfd::signal(&self.stop);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

@@ -289,9 +289,17 @@ pub(crate) struct InfoArea {
 impl Header {
     /// The counter of registrations ended for `reason`.
     pub fn ended_counter(&self, reason: crate::event::Reason) -> &AtomicU64 {
-        self.ended
-            .get(reason.index())
-            .unwrap_or(&self.ended_stalled)
+        use crate::event::Reason;
+        // Exhaustive: a new reason does not compile until it has a counter.
+        match reason {
+            Reason::Timeout
+            | Reason::Grace
+            | Reason::ProcessExited
+            | Reason::Deregistered
+            | Reason::Cleared
+            | Reason::Replaced => &self.ended[reason.index()],
+            Reason::Stalled => &self.ended_stalled,
+        }
     }
 }
 

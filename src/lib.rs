@@ -49,8 +49,6 @@ mod sync;
 #[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]
-mod dropper;
-#[cfg(not(loom))]
 mod error;
 #[cfg(all(not(loom), feature = "etcd"))]
 pub mod etcd;
@@ -58,6 +56,8 @@ pub mod etcd;
 mod exit_watch;
 #[cfg(not(loom))]
 mod fork;
+#[cfg(not(loom))]
+mod handlers;
 #[cfg(not(loom))]
 mod location;
 #[cfg(not(loom))]
@@ -87,9 +87,9 @@ pub use clock::{
     MIN_TIMEOUT_TICKS, STAMP_LAG_TICKS,
 };
 #[cfg(not(loom))]
-pub use dropper::{HandlerError, HANDLER_DEADLINE};
-#[cfg(not(loom))]
 pub use error::{Error, Result, ResultCode, RESULT_CODES};
+#[cfg(not(loom))]
+pub use handlers::{HandlerError, HANDLER_DEADLINE};
 #[cfg(not(loom))]
 pub use reaper::{Reaper, ReaperBuilder, ScanReport};
 #[cfg(not(loom))]

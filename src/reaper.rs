@@ -1,14 +1,14 @@
 //! The reaper: scans the slots, ends what went silent or whose process
 //! exited, and hands the ended registrations to their drop handlers
-//! ([`crate::dropper`]), which free the slots.
+//! ([`crate::handlers`]), which free the slots.
 
 use crate::clock::{monotonic_ns, Clock, Stamps, STAMP_LAG_TICKS};
-use crate::dropper::{
-    ClearHandler, DropHandler, HandlerError, HandlerPool, Handlers, Job, Running, HANDLER_DEADLINE,
-};
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
 use crate::exit_watch::{ExitWatcher, LockCheck, CLOSE_RECHECK};
+use crate::handlers::{
+    ClearHandler, DropHandler, HandlerError, HandlerPool, Handlers, Job, Running, HANDLER_DEADLINE,
+};
 use crate::layout::{
     Slot, BUSY, FLAG_COARSE_STAMPS, FLAG_PROXY, PROCESS_TAG_SHIFT, SCANS_PER_TIMEOUT,
 };
@@ -534,7 +534,8 @@ impl Reaper {
         self.table.memory.header().boot_token.load(Acquire)
     }
 
-    /// Decides one `LIVE` slot's fate and, if it ends, makes it so.
+    /// One `LIVE` slot's fate this scan: observe it, [`decide`], then carry
+    /// the decision out.
     fn judge(
         &mut self,
         index: u32,
@@ -547,14 +548,52 @@ impl Reaper {
         if !protocol::beat_matches(word, generation) {
             return Verdict::Corrupt;
         }
-        let (signal_ns, budget, timed_reason) = match protocol::decode_beat(word) {
-            Beat::Ended(Some(reason)) => {
-                return Verdict::Ended {
+        let observed = self.observe(index, slot, generation, word, now_ns);
+        match decide(observed, resetting, self.timeout_ns) {
+            Decision::Corrupt => Verdict::Corrupt,
+            Decision::Drop(reason) => Verdict::Ended {
+                reason,
+                silent_ns: 0,
+            },
+            Decision::JudgeProgress => self.judge_progress(index, slot, generation, now_ns),
+            Decision::Reset => match protocol::end(slot, generation, Reason::Cleared) {
+                Ok(()) => Verdict::Ended {
+                    reason: Reason::Cleared,
+                    silent_ns: 0,
+                },
+                Err(Gone::Ended(Some(reason))) => Verdict::Ended {
                     reason,
                     silent_ns: 0,
+                },
+                Err(_) => Verdict::Corrupt,
+            },
+            Decision::Evict { reason, silent_ns } => {
+                match protocol::evict(slot, generation, word, reason) {
+                    Ok(()) => Verdict::Ended { reason, silent_ns },
+                    Err(found) => match protocol::decode_beat(found) {
+                        // A deregistration (or another ending) got there first.
+                        Beat::Ended(Some(reason)) => Verdict::Ended { reason, silent_ns },
+                        // A heartbeat landed between our read and our CAS: it counts.
+                        _ => Verdict::Keep,
+                    },
                 }
             }
-            Beat::Ended(None) => return Verdict::Corrupt,
+        }
+    }
+
+    /// What this scan sees of a `LIVE` slot whose beat word is `word`: its
+    /// ending, or how long it has been silent (on this reaper's clock),
+    /// against which budget, and whether its process is gone.
+    fn observe(
+        &mut self,
+        index: u32,
+        slot: &Slot,
+        generation: u32,
+        word: u64,
+        now_ns: u64,
+    ) -> Observed {
+        let (signal_ns, budget_ns, timed_reason) = match protocol::decode_beat(word) {
+            Beat::Ended(reason) => return Observed::Ended(reason),
             Beat::Never => (
                 slot.registered_ns.load(Relaxed),
                 self.grace_ns,
@@ -568,23 +607,9 @@ impl Reaper {
                 Reason::Timeout,
             ),
         };
-        if resetting {
-            return match protocol::end(slot, generation, Reason::Cleared) {
-                Ok(()) => Verdict::Ended {
-                    reason: Reason::Cleared,
-                    silent_ns: 0,
-                },
-                Err(Gone::Ended(Some(reason))) => Verdict::Ended {
-                    reason,
-                    silent_ns: 0,
-                },
-                Err(_) => Verdict::Corrupt,
-            };
-        }
         let own_clock =
             self.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == self.clock_id;
         let last_signal = self.last_signal(index, word, own_clock.then_some(signal_ns), now_ns);
-        let silent_ns = now_ns.saturating_sub(last_signal);
         let test = match &mut self.watcher {
             Some(watcher) => watcher.lock_check(index, generation, slot),
             None => LockCheck::Now,
@@ -596,21 +621,11 @@ impl Reaper {
                 self.locks.round && self.lock_dropped(index, generation, slot)
             }
         };
-        let reason = if exited {
-            Reason::ProcessExited
-        } else if self.timeout_ns > 0 && silent_ns >= budget {
-            timed_reason
-        } else {
-            return self.judge_progress(index, slot, generation, now_ns);
-        };
-        match protocol::evict(slot, generation, word, reason) {
-            Ok(()) => Verdict::Ended { reason, silent_ns },
-            Err(found) => match protocol::decode_beat(found) {
-                // A deregistration (or another ending) got there first.
-                Beat::Ended(Some(reason)) => Verdict::Ended { reason, silent_ns },
-                // A heartbeat landed between our read and our CAS: it counts.
-                _ => Verdict::Keep,
-            },
+        Observed::Live {
+            silent_ns: now_ns.saturating_sub(last_signal),
+            budget_ns,
+            timed_reason,
+            exited,
         }
     }
 
@@ -783,6 +798,67 @@ enum Verdict {
     Ended { reason: Reason, silent_ns: u64 },
 }
 
+/// What one scan observed of a `LIVE` slot, as plain values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Observed {
+    /// Its beat word says it ended, with the reason its ender recorded
+    /// (`None`: a word no writer of ours produces).
+    Ended(Option<Reason>),
+    /// Not ended: silent for `silent_ns` (this reaper's clock) against
+    /// `budget_ns` (the timeout, or the grace before a first beat, whose
+    /// reason is `timed_reason`), and whether its process is gone.
+    Live {
+        silent_ns: u64,
+        budget_ns: u64,
+        timed_reason: Reason,
+        exited: bool,
+    },
+}
+
+/// A slot's fate, decided from plain values only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    /// Ended by its registrant or a requester: run its drop.
+    Drop(Reason),
+    /// A reset ends it, whatever its beats.
+    Reset,
+    /// End it for `reason`, unless a heartbeat lands first (the eviction is
+    /// a compare-and-swap on the word the decision was made on).
+    Evict { reason: Reason, silent_ns: u64 },
+    /// Alive; a busy worker's progress is judged next.
+    JudgeProgress,
+    /// Contents no writer of ours produces.
+    Corrupt,
+}
+
+/// The verdict on one slot: an ending first, then a reset, a process gone,
+/// silence past its budget (never when reaping is off); else alive.
+fn decide(observed: Observed, resetting: bool, timeout_ns: u64) -> Decision {
+    match observed {
+        Observed::Ended(Some(reason)) => Decision::Drop(reason),
+        Observed::Ended(None) => Decision::Corrupt,
+        Observed::Live { .. } if resetting => Decision::Reset,
+        Observed::Live {
+            exited: true,
+            silent_ns,
+            ..
+        } => Decision::Evict {
+            reason: Reason::ProcessExited,
+            silent_ns,
+        },
+        Observed::Live {
+            silent_ns,
+            budget_ns,
+            timed_reason,
+            ..
+        } if timeout_ns > 0 && silent_ns >= budget_ns => Decision::Evict {
+            reason: timed_reason,
+            silent_ns,
+        },
+        Observed::Live { .. } => Decision::JudgeProgress,
+    }
+}
+
 /// One line per ended registration, at info: what ended, whose, why, and
 /// after how much silence (for the operator reading the reaper's log).
 fn log_ended(table: &str, event: &DropEvent) {
@@ -863,6 +939,63 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+
+    fn live(silent_ms: u64, budget_ms: u64, exited: bool) -> Observed {
+        Observed::Live {
+            silent_ns: silent_ms * MS,
+            budget_ns: budget_ms * MS,
+            timed_reason: Reason::Timeout,
+            exited,
+        }
+    }
+
+    #[test]
+    fn silence_ends_a_registration_at_its_budget_never_before() {
+        assert_eq!(
+            decide(live(999, 1000, false), false, 1000 * MS),
+            Decision::JudgeProgress
+        );
+        assert_eq!(
+            decide(live(1000, 1000, false), false, 1000 * MS),
+            Decision::Evict {
+                reason: Reason::Timeout,
+                silent_ns: 1000 * MS
+            }
+        );
+    }
+
+    #[test]
+    fn a_gone_process_ends_at_once_and_reaping_off_ends_nothing_silent() {
+        assert_eq!(
+            decide(live(1, 1000, true), false, 1000 * MS),
+            Decision::Evict {
+                reason: Reason::ProcessExited,
+                silent_ns: MS
+            }
+        );
+        assert_eq!(
+            decide(live(5000, 1000, false), false, 0),
+            Decision::JudgeProgress
+        );
+    }
+
+    #[test]
+    fn an_ending_is_dropped_before_a_reset_and_a_reset_before_everything_else() {
+        let deregistered = Observed::Ended(Some(Reason::Deregistered));
+        assert_eq!(
+            decide(deregistered, true, MS),
+            Decision::Drop(Reason::Deregistered)
+        );
+        assert_eq!(decide(Observed::Ended(None), false, MS), Decision::Corrupt);
+        assert_eq!(
+            decide(live(0, 1000, true), true, 1000 * MS),
+            Decision::Reset
+        );
+        assert_eq!(
+            decide(live(5000, 1000, false), true, 1000 * MS),
+            Decision::Reset
+        );
+    }
 
     #[test]
     fn a_close_owes_a_second_lock_round_by_time_not_by_scan_count() {

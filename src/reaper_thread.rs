@@ -122,7 +122,7 @@ impl ReaperThread {
         };
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(Err(error))) => Err(error),
-            Some(Err(panic)) => Err(ended(crate::dropper::panic_message(&*panic))),
+            Some(Err(panic)) => Err(ended(crate::handlers::panic_message(&*panic))),
             _ => Err(ended("it returned".to_owned())),
         }
     }
@@ -141,7 +141,7 @@ impl ReaperThread {
     /// reaper's own handlers, which the stop would wait for: the reaper is
     /// told to stop, and does once the handler has returned.
     pub fn stop(mut self) -> Result<()> {
-        let inside = crate::dropper::refuse_inside_handler(&self.table.memory, "stop the reaper");
+        let inside = crate::handlers::refuse_inside_handler(&self.table.memory, "stop the reaper");
         self.halt();
         inside
     }
@@ -154,7 +154,7 @@ impl ReaperThread {
             std::mem::forget(self.thread.take());
             return;
         }
-        if crate::dropper::refuse_inside_handler(&self.table.memory, "stop the reaper").is_err() {
+        if crate::handlers::refuse_inside_handler(&self.table.memory, "stop the reaper").is_err() {
             // Called from one of its handlers: joining would wait for the
             // caller itself. Ask it to stop, and let it go.
             self.stop.store(true, Ordering::Release);

@@ -134,7 +134,7 @@ impl Table {
 
     fn request(&self, request: Request, wait: Duration) -> Result<()> {
         let verb = request.verb();
-        crate::dropper::refuse_inside_handler(&self.memory, &format!("{verb} the table"))?;
+        crate::handlers::refuse_inside_handler(&self.memory, &format!("{verb} the table"))?;
         if !self.reaper_alive() {
             return Err(self.memory.no_reaper());
         }

@@ -9,7 +9,7 @@
 use crate::clock::{deadline_after, time_left};
 use crate::error::Result;
 use crate::fork;
-use crate::os::{futex, pidfd};
+use crate::os::{eventfd, futex};
 use crate::sync::Ordering::{Acquire, Release};
 use crate::table::TableMemory;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -117,7 +117,7 @@ impl WakeFd {
     /// Creates the eventfd and starts the thread that forwards the table's
     /// wake-ups to it.
     pub(crate) fn start(inner: Arc<TableMemory>) -> std::io::Result<WakeFd> {
-        let event = Arc::new(pidfd::event_nonblocking()?);
+        let event = Arc::new(eventfd::event_nonblocking()?);
         let stop = Arc::new(AtomicBool::new(false));
         let (signal, stopping, table) = (event.clone(), stop.clone(), inner.clone());
         // Read now, not when the thread first runs: a wake-up in between
@@ -138,7 +138,7 @@ impl WakeFd {
 
     /// Consumes the pending wake-ups (the scan about to run answers them).
     pub(crate) fn drain(&self) {
-        pidfd::drain(&self.event);
+        eventfd::drain(&self.event);
     }
 }
 
@@ -151,13 +151,13 @@ fn forward(inner: &TableMemory, mut seen: u32, event: &OwnedFd, stop: &AtomicBoo
     while !stop.load(Ordering::Acquire) {
         futex::wait(wake, seen, FORWARDER_TICK);
         if inner.check_size().is_err() {
-            pidfd::signal(event);
+            eventfd::signal(event);
             return;
         }
         let now = wake.load(Acquire);
         if now != seen {
             seen = now;
-            pidfd::signal(event);
+            eventfd::signal(event);
         }
     }
 }

@@ -179,7 +179,7 @@ impl<'t> Registration<'t> {
                     inner.name, self.instance_id
                 ))
             };
-            crate::dropper::refuse_inside_handler(inner, "register it again")
+            crate::handlers::refuse_inside_handler(inner, "register it again")
                 .map_err(|_| pending("this is a handler of the reaper that runs that drop"))?;
             let slot = inner.slot(index);
             let released = inner.wait_settled(crate::clock::time_left(deadline), || {

@@ -1,0 +1,84 @@
+//! An `epoll(7)` set: one thread waits on many descriptors at once (pidfds,
+//! the close watch, a stop event).
+
+use super::check;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// An epoll set whose entries fire once each (`EPOLLONESHOT`).
+pub(crate) struct Epoll(OwnedFd);
+
+impl Epoll {
+    /// `epoll_create1(EPOLL_CLOEXEC)`.
+    pub(crate) fn new() -> io::Result<Epoll> {
+        // SAFETY: no memory is passed; returns a new descriptor or -1.
+        let fd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }.into())?;
+        // SAFETY: a fresh descriptor, owned by nobody else.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
+    }
+
+    /// `epoll_ctl(EPOLL_CTL_ADD, fd, {EPOLLIN | EPOLLONESHOT, key})`. The
+    /// entry leaves the set when `fd` is closed.
+    pub(crate) fn add(&self, fd: &impl AsRawFd, key: u64) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32,
+            u64: key,
+        };
+        // SAFETY: both descriptors are open; `event` is valid for the call.
+        check(
+            unsafe {
+                libc::epoll_ctl(
+                    self.0.as_raw_fd(),
+                    libc::EPOLL_CTL_ADD,
+                    fd.as_raw_fd(),
+                    &mut event,
+                )
+            }
+            .into(),
+        )
+        .map(drop)
+    }
+
+    /// `epoll_ctl(EPOLL_CTL_ADD, fd, {EPOLLIN, key})`: an entry that fires
+    /// for as long as `fd` is readable (its reader drains it).
+    pub(crate) fn add_level(&self, fd: &impl AsRawFd, key: u64) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: key,
+        };
+        // SAFETY: both descriptors are open; `event` is valid for the call.
+        check(
+            unsafe {
+                libc::epoll_ctl(
+                    self.0.as_raw_fd(),
+                    libc::EPOLL_CTL_ADD,
+                    fd.as_raw_fd(),
+                    &mut event,
+                )
+            }
+            .into(),
+        )
+        .map(drop)
+    }
+
+    /// `epoll_wait`: blocks until an entry fires, or `timeout` (if any)
+    /// passes; returns the keys that fired (none on a timeout).
+    pub(crate) fn wait(&self, timeout: Option<std::time::Duration>) -> io::Result<Vec<u64>> {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        let timeout_ms = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
+        // SAFETY: `events` is a writable array of the length passed.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.0.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                timeout_ms,
+            )
+        };
+        match check(n.into()) {
+            Ok(n) => Ok(events[..n as usize].iter().map(|e| e.u64).collect()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+}

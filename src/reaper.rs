@@ -387,7 +387,23 @@ impl Reaper {
     ///   stays the parent's.
     pub fn scan_once(&mut self, now_ns: u64) -> Result<ScanReport> {
         let started = monotonic_ns();
-        let inner = self.table.memory.clone();
+        self.begin_scan(now_ns)?;
+        let clear = self.pending_clear();
+        let mut report = ScanReport {
+            cleared: clear.is_some(),
+            reset: clear.is_some_and(|clear| clear.reset),
+            ..ScanReport::default()
+        };
+        self.sweep(now_ns, &mut report);
+        self.dispatch(&mut report, clear);
+        self.finish_scan(&report, started);
+        Ok(report)
+    }
+
+    /// Checks the role and the table's size, answers the wake-ups so far and
+    /// beats the reaper's heartbeat; notes what the exit watcher saw.
+    fn begin_scan(&mut self, now_ns: u64) -> Result<()> {
+        let inner = &self.table.memory;
         if !self.role.held_here() {
             return Err(crate::error::Error::Busy(format!(
                 "table '{}': this reaper was inherited through fork: the role is the parent's; build a reaper in the child",
@@ -398,8 +414,7 @@ impl Reaper {
         // This scan answers every wake-up so far.
         self.wake.drain();
         self.last_scan_ns = Some(now_ns);
-        let header = inner.header();
-        header.reaper_heartbeat_ns.store(now_ns, Release);
+        inner.header().reaper_heartbeat_ns.store(now_ns, Release);
         if let Some(watcher) = &mut self.watcher {
             watcher.collect_fired();
         }
@@ -409,24 +424,31 @@ impl Reaper {
             .as_ref()
             .map_or(true, ExitWatcher::take_locks_moved);
         self.locks.start_scan(moved, now_ns);
-        let clear_ticket = header.clear_requested.load(Acquire);
+        Ok(())
+    }
+
+    /// The clear this scan carries out, if one is requested and not yet
+    /// served or queued; a reset if one was requested with it.
+    fn pending_clear(&mut self) -> Option<PendingClear> {
+        let header = self.table.memory.header();
+        let ticket = header.clear_requested.load(Acquire);
         let served = header
             .clear_completed
             .load(Acquire)
             .max(header.clear_expired.load(Acquire));
-        let clearing = clear_ticket > served.max(self.clear_issued);
+        if ticket <= served.max(self.clear_issued) {
+            return None;
+        }
         // A reset's count is raised before its ticket: seen with the ticket.
         let resets = header.reset_requested.load(Acquire);
-        let resetting = clearing && resets > self.resets_served;
-        if resetting {
-            self.resets_served = resets;
-        }
-        let mut report = ScanReport {
-            cleared: clearing,
-            reset: resetting,
-            ..ScanReport::default()
-        };
+        let reset = resets > self.resets_served;
+        self.resets_served = resets;
+        Some(PendingClear { ticket, reset })
+    }
 
+    /// Judges every slot, recording what ended (and corrupt slots).
+    fn sweep(&mut self, now_ns: u64, report: &mut ScanReport) {
+        let inner = self.table.memory.clone();
         for index in 0..inner.capacity {
             let slot = inner.slot(index);
             let state = slot.state.load(Acquire);
@@ -450,7 +472,7 @@ impl Reaper {
                     continue;
                 }
             }
-            match self.judge(index, slot, generation, now_ns, resetting) {
+            match self.judge(index, slot, generation, now_ns, report.reset) {
                 Verdict::Keep => {}
                 Verdict::Corrupt => report.corrupt_slots += 1,
                 Verdict::Ended { reason, silent_ns } => {
@@ -463,43 +485,51 @@ impl Reaper {
                 }
             }
         }
+    }
 
+    /// Runs (inline) or queues (on the handler threads) the drops of what
+    /// ended, then the clear's handlers.
+    fn dispatch(&mut self, report: &mut ScanReport, clear: Option<PendingClear>) {
         if let Some(watcher) = &mut self.watcher {
             for event in &report.ended {
                 watcher.forget(event.slot);
             }
         }
+        let name = &self.table.memory.name;
         match &mut self.handlers {
             Dispatch::Inline(handlers) => {
                 for event in &report.ended {
                     report.handler_failures += handlers.drop_registration(event);
                 }
-                if clearing {
-                    report.handler_failures += handlers.complete_clear(clear_ticket);
+                if let Some(clear) = clear {
+                    report.handler_failures += handlers.complete_clear(clear.ticket);
                 }
             }
             Dispatch::Pool(pool) => {
                 for event in &report.ended {
                     self.in_flight[event.slot as usize] = event.generation.wrapping_add(1);
-                    queue(pool, Job::Drop(event.clone()), &inner.name);
+                    queue(pool, Job::Drop(event.clone()), name);
                 }
-                if clearing {
-                    queue(pool, Job::Clear(clear_ticket), &inner.name);
-                    self.clear_issued = clear_ticket;
+                if let Some(clear) = clear {
+                    queue(pool, Job::Clear(clear.ticket), name);
+                    self.clear_issued = clear.ticket;
                 }
                 pool.check_overdue();
             }
         }
+    }
 
+    /// Counts the scan and records its duration for status and metrics.
+    fn finish_scan(&mut self, report: &ScanReport, started_ns: u64) {
         self.locks.end_scan();
+        let header = self.table.memory.header();
         header.scans.fetch_add(1, Relaxed);
         header
             .corrupt_slots
             .store(u64::from(report.corrupt_slots), Relaxed);
-        let duration_ns = monotonic_ns().saturating_sub(started);
+        let duration_ns = monotonic_ns().saturating_sub(started_ns);
         header.last_scan_duration_ns.store(duration_ns, Relaxed);
         metrics::observe_scan(header, duration_ns);
-        Ok(report)
     }
 
     /// One scan now, on the table's clock.
@@ -796,6 +826,13 @@ enum Verdict {
     /// It ended for `reason` after `silent_ns` of silence (0 for explicit
     /// endings).
     Ended { reason: Reason, silent_ns: u64 },
+}
+
+/// A clear a scan carries out: its ticket, and whether it is a reset.
+#[derive(Clone, Copy)]
+struct PendingClear {
+    ticket: u64,
+    reset: bool,
 }
 
 /// What one scan observed of a `LIVE` slot, as plain values.

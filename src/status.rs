@@ -185,65 +185,17 @@ impl Table {
         let inner = &self.memory;
         inner.check_size()?;
         let header = inner.header();
-        let now = self.clock.now_ns();
-        let age = |then: u64| seconds(now.saturating_sub(then));
-        let clock_id = self.clock.identity();
-        let reaper_clock =
-            clock_id != Clock::UNKNOWN && header.reaper_clock_id.load(Relaxed) == clock_id;
-        let shared = inner.file().is_some();
+        let view = View {
+            now: self.clock.now_ns(),
+            clock_id: self.clock.identity(),
+            reaper_clock: self.clock.identity() != Clock::UNKNOWN
+                && header.reaper_clock_id.load(Relaxed) == self.clock.identity(),
+            shared: inner.file().is_some(),
+        };
         let registrations: Vec<RegistrationStatus> = (0..inner.capacity)
-            .filter_map(|index| {
-                let slot = inner.slot(index);
-                let (generation, phase) = protocol::split_state(slot.state.load(Acquire));
-                let word = slot.beat.load(Acquire);
-                if phase != LIVE || !protocol::beat_matches(word, generation) {
-                    return None;
-                }
-                let registered_ns = slot.registered_ns.load(Relaxed);
-                let (last_beat, ended_reason) = match protocol::decode_beat(word) {
-                    Beat::Never => (None, None),
-                    Beat::At(stamp) => (Some(stamp), None),
-                    Beat::Ended(reason) => match protocol::final_beat(slot) {
-                        Beat::At(stamp) => (Some(stamp), reason),
-                        _ => (None, reason),
-                    },
-                };
-                // Ages on this handle's clock mean something only for
-                // registrants that stamp with it (not another time namespace).
-                let same_clock =
-                    clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == clock_id;
-                Some(RegistrationStatus {
-                    slot: index,
-                    generation,
-                    instance_id: slot.instance_id.load(Relaxed),
-                    label: slot.load_label(),
-                    pid: slot.pid.load(Relaxed),
-                    state: if matches!(protocol::decode_beat(word), Beat::Ended(_)) {
-                        RegistrationState::Ending
-                    } else {
-                        RegistrationState::Live
-                    },
-                    ended_reason,
-                    heartbeats: slot.beats.load(Relaxed),
-                    busy: slot.progress.load(Relaxed) & BUSY != 0,
-                    progress_steps: (slot.progress.load(Relaxed) & !STALL_MARK) >> 1,
-                    last_progress_age_seconds: inner
-                        .progress_seen(index)
-                        .map(|seen| seen.load(Relaxed))
-                        .filter(|&seen| seen != 0 && reaper_clock)
-                        .map(age),
-                    last_heartbeat_age_seconds: last_beat
-                        .filter(|_| same_clock)
-                        .map(|stamp| age(stamp.ns_near(now))),
-                    registered_age_seconds: same_clock.then(|| age(registered_ns)),
-                    exit_detection: match (shared, slot.flags.load(Relaxed) & FLAG_PIDFD != 0) {
-                        (false, _) => ExitDetection::Nothing,
-                        (true, false) => ExitDetection::Lock,
-                        (true, true) => ExitDetection::PidfdAndLock,
-                    },
-                })
-            })
+            .filter_map(|index| self.registration_status(index, &view))
             .collect();
+        let age = |then: u64| view.age(then);
         let ended: BTreeMap<Reason, u64> = Reason::ALL
             .into_iter()
             .map(|reason| (reason, header.ended_counter(reason).load(Relaxed)))
@@ -281,6 +233,78 @@ impl Table {
             clears_requested: header.clear_requested.load(Relaxed),
             clears_completed: header.clear_completed.load(Relaxed),
             registrations,
+        })
+    }
+}
+
+/// What a status read knows of its own handle: the time now, its clock's
+/// identity, whether that is the reaper's clock, whether the table is shared.
+struct View {
+    now: u64,
+    clock_id: u64,
+    reaper_clock: bool,
+    shared: bool,
+}
+
+impl View {
+    fn age(&self, then: u64) -> f64 {
+        seconds(self.now.saturating_sub(then))
+    }
+}
+
+impl Table {
+    /// Slot `index` as `status` shows it, if it holds a registration.
+    fn registration_status(&self, index: u32, view: &View) -> Option<RegistrationStatus> {
+        let inner = &self.memory;
+        let slot = inner.slot(index);
+        let (generation, phase) = protocol::split_state(slot.state.load(Acquire));
+        let word = slot.beat.load(Acquire);
+        if phase != LIVE || !protocol::beat_matches(word, generation) {
+            return None;
+        }
+        let (last_beat, ended_reason) = match protocol::decode_beat(word) {
+            Beat::Never => (None, None),
+            Beat::At(stamp) => (Some(stamp), None),
+            Beat::Ended(reason) => match protocol::final_beat(slot) {
+                Beat::At(stamp) => (Some(stamp), reason),
+                _ => (None, reason),
+            },
+        };
+        // Ages on this handle's clock mean something only for registrants
+        // that stamp with it (not another time namespace).
+        let same_clock =
+            view.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == view.clock_id;
+        let progress = slot.progress.load(Relaxed);
+        Some(RegistrationStatus {
+            slot: index,
+            generation,
+            instance_id: slot.instance_id.load(Relaxed),
+            label: slot.load_label(),
+            pid: slot.pid.load(Relaxed),
+            state: if matches!(protocol::decode_beat(word), Beat::Ended(_)) {
+                RegistrationState::Ending
+            } else {
+                RegistrationState::Live
+            },
+            ended_reason,
+            heartbeats: slot.beats.load(Relaxed),
+            busy: progress & BUSY != 0,
+            progress_steps: (progress & !STALL_MARK) >> 1,
+            last_progress_age_seconds: inner
+                .progress_seen(index)
+                .map(|seen| seen.load(Relaxed))
+                .filter(|&seen| seen != 0 && view.reaper_clock)
+                .map(|seen| view.age(seen)),
+            last_heartbeat_age_seconds: last_beat
+                .filter(|_| same_clock)
+                .map(|stamp| view.age(stamp.ns_near(view.now))),
+            registered_age_seconds: same_clock
+                .then(|| view.age(slot.registered_ns.load(Relaxed))),
+            exit_detection: match (view.shared, slot.flags.load(Relaxed) & FLAG_PIDFD != 0) {
+                (false, _) => ExitDetection::Nothing,
+                (true, false) => ExitDetection::Lock,
+                (true, true) => ExitDetection::PidfdAndLock,
+            },
         })
     }
 }

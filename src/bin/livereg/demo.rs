@@ -20,6 +20,19 @@ const SLACK: Duration = Duration::from_millis(250);
 /// How long a busy engine may make no progress.
 const PROGRESS_TIMEOUT: Duration = Duration::from_millis(1000);
 
+/// What a step of the story returns.
+type Step = Result<(), Box<dyn std::error::Error>>;
+
+/// How often the reaper scans.
+fn scan_interval() -> Duration {
+    TIMEOUT / livereg::SCANS_PER_TIMEOUT
+}
+
+/// The latest a silent worker is evicted: a timeout and a scan.
+fn eviction_bound() -> Duration {
+    TIMEOUT + scan_interval()
+}
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Number of worker processes (at least 4: killed, hung, clean, cleared).
@@ -329,10 +342,7 @@ impl Demo {
 
     /// A clear: the server's clear handler runs once, and the workers `kept`
     /// stay registered, beating.
-    fn clear_keeps_workers(
-        &mut self,
-        kept: std::ops::RangeInclusive<u64>,
-    ) -> Result<(), Box<dyn std::error::Error>> {
+    fn clear_keeps_workers(&mut self, kept: std::ops::RangeInclusive<u64>) -> Step {
         self.say("a clear is requested through the table: the server's clear handler runs; every worker keeps its registration.");
         let cleared_at = Instant::now();
         self.table.clear(Duration::from_secs(5))?;
@@ -381,10 +391,28 @@ impl Demo {
         Ok(())
     }
 
-    fn scenarios(&mut self, workers: &mut [Worker]) -> Result<(), Box<dyn std::error::Error>> {
-        let bound = TIMEOUT + TIMEOUT / livereg::SCANS_PER_TIMEOUT;
-        let scan = TIMEOUT / livereg::SCANS_PER_TIMEOUT;
+    /// The story, step by step; each step checks what it showed.
+    fn scenarios(&mut self, workers: &mut [Worker]) -> Step {
+        self.start(workers)?;
+        self.go_on()?;
+        self.crash(workers)?;
+        self.go_on()?;
+        self.hang(workers)?;
+        self.go_on()?;
+        self.clean_exit(workers)?;
+        self.go_on()?;
+        self.clear_keeps_workers(4..=workers.len() as u64)?;
+        self.go_on()?;
+        self.reset_ends_workers(workers)?;
+        self.go_on()?;
+        self.resume_hung(workers)?;
+        self.go_on()?;
+        self.stall(workers)?;
+        self.shutdown(workers)
+    }
 
+    /// Every worker registers and beats; a full timeout evicts none.
+    fn start(&mut self, workers: &[Worker]) -> Step {
         self.say(&format!(
             "starting {} workers, each beating every {}",
             workers.len(),
@@ -408,8 +436,12 @@ impl Demo {
             "{} workers live and beating; nobody evicted after a full timeout",
             status.tracked_instances
         ));
+        Ok(())
+    }
 
-        self.go_on()?;
+    /// SIGKILL: the crash is seen at once (pidfd), at the next scan at worst.
+    fn crash(&mut self, workers: &[Worker]) -> Step {
+        let scan = scan_interval();
         self.say(
             "SIGKILL worker 1: a crash. Its pidfd wakes the reaper at once; its slot lock, dropped by the kernel, confirms it.",
         );
@@ -423,8 +455,12 @@ impl Demo {
             scan,
             &format!("next scan <= {}", duration::show(scan)),
         );
+        Ok(())
+    }
 
-        self.go_on()?;
+    /// SIGSTOP: a hang is evicted by the timeout, never before it.
+    fn hang(&mut self, workers: &[Worker]) -> Step {
+        let bound = eviction_bound();
         self.say("SIGSTOP worker 2: a hang. Alive, holding its lock, silent: only the timeout catches it.");
         let stopped_at = Instant::now();
         signal(&workers[1], libc::SIGSTOP);
@@ -440,8 +476,11 @@ impl Demo {
                 duration::show(bound)
             ),
         );
+        Ok(())
+    }
 
-        self.go_on()?;
+    /// A clean exit deregisters and wakes the idle reaper.
+    fn clean_exit(&mut self, workers: &mut [Worker]) -> Step {
         self.say("worker 3 exits cleanly: it deregisters, and the idle reaper is woken at once.");
         let closed_at = Instant::now();
         workers[2].stdin = None;
@@ -453,11 +492,11 @@ impl Demo {
             Duration::from_millis(5),
             "5ms (wake-up)",
         );
+        Ok(())
+    }
 
-        self.go_on()?;
-        self.clear_keeps_workers(4..=workers.len() as u64)?;
-
-        self.go_on()?;
+    /// A reset ends every registration; each worker hears it and comes back.
+    fn reset_ends_workers(&mut self, workers: &[Worker]) -> Step {
         self.say("a reset is requested through the table: every live registration ends.");
         let cleared_at = Instant::now();
         self.table.reset(Duration::from_secs(5))?;
@@ -485,8 +524,11 @@ impl Demo {
             ));
             self.expect("reset, came back", id, "registered again", back, BEAT_EVERY);
         }
+        Ok(())
+    }
 
-        self.go_on()?;
+    /// The hung worker, resumed, learns it was evicted and registers again.
+    fn resume_hung(&mut self, workers: &[Worker]) -> Step {
         self.say("SIGCONT worker 2: its next heartbeat returns Evicted, so it registers again.");
         let resumed_at = Instant::now();
         signal(&workers[1], libc::SIGCONT);
@@ -508,8 +550,12 @@ impl Demo {
             back,
             BEAT_EVERY,
         );
+        Ok(())
+    }
 
-        self.go_on()?;
+    /// A busy worker whose engine loop hangs (its heartbeat beats on) ends stalled.
+    fn stall(&mut self, workers: &[Worker]) -> Step {
+        let scan = scan_interval();
         let stuck_id = workers.len() as u64 + 1;
         let name = self.table.name().to_owned();
         self.say(&format!(
@@ -533,7 +579,6 @@ impl Demo {
             }
         }
         let hang = last_step.ok_or("the stuck worker made no progress")?;
-        let scan = TIMEOUT / livereg::SCANS_PER_TIMEOUT;
         self.expect_drop(
             "busy, no progress",
             stuck_id,
@@ -552,7 +597,11 @@ impl Demo {
         self.say(
             "the other workers never said they were busy: idle, they are never judged by progress, however long they wait.",
         );
+        Ok(())
+    }
 
+    /// The survivors stop cleanly: each deregisters.
+    fn shutdown(&mut self, workers: &mut [Worker]) -> Step {
         let live = self.table.status()?;
         self.say(&format!(
             "{} workers live again; stopping them cleanly",
@@ -575,6 +624,7 @@ impl Demo {
         }
         Ok(())
     }
+
 
     /// Stops the scenarios once the demo was interrupted.
     fn go_on(&self) -> Result<(), Box<dyn std::error::Error>> {

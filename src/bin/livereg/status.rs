@@ -4,7 +4,7 @@
 use crate::duration::{self, age};
 use crate::etcd_args::EtcdArgs;
 use crate::{cluster, signals, Outcome};
-use livereg::{Reason, RegistrationState, Status, Table};
+use livereg::{Reason, RegistrationState, RegistrationStatus, Status, Table};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -147,24 +147,22 @@ fn wall_clock() -> String {
 
 /// The human view: a header block, then one line per registration.
 pub fn render(status: &Status) -> String {
-    let last_scan = status
-        .reaper_heartbeat_age_seconds
-        .map_or("never".to_owned(), |seconds| {
-            format!("{} ago", age(seconds))
-        });
-    let reaper = if status.reaper_stalled {
-        format!(
-            "STALLED (pid {} holds the table but its last scan was {last_scan}: a handler stuck, or the process stopped)",
-            status.reaper_pid,
-        )
-    } else if status.reaper_alive {
-        format!(
-            "alive (pid {}, boot token {:#018x}, last scan {last_scan})",
-            status.reaper_pid, status.boot_token,
-        )
-    } else {
-        format!("NONE ALIVE (registrations are not being reaped; last scan {last_scan})")
-    };
+    let mut out = header(status);
+    out += &format!(
+        "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}  {:<16}\n",
+        "SLOT", "INSTANCE", "LABEL", "PID", "STATE", "LAST BEAT", "BEATS", "REGISTERED", "PROGRESS"
+    );
+    for r in &status.registrations {
+        out += &line(r);
+    }
+    if status.registrations.is_empty() {
+        out += "(no registrations)\n";
+    }
+    out
+}
+
+/// The header block: the table's settings, its reaper, what ended.
+fn header(status: &Status) -> String {
     let ended: Vec<String> = status
         .ended
         .iter()
@@ -187,9 +185,9 @@ pub fn render(status: &Status) -> String {
     } else {
         String::new()
     };
-    let mut out = format!(
+    format!(
         "table '{}': {}/{} slots live, timeout {}, grace {}{progress}, scan every {}{stamps}\n\
-         reaper: {reaper}\n\
+         reaper: {}\n\
          ended: {} (total {}), handler failures {}, handlers overdue {}, corrupt slots {}\n\n",
         status.table,
         status.tracked_instances,
@@ -197,44 +195,61 @@ pub fn render(status: &Status) -> String {
         age(status.reap_timeout_seconds),
         age(status.registration_grace_seconds),
         age(status.scan_interval_seconds),
+        reaper(status),
         ended.join(", "),
         status.ended_total,
         status.handler_failures,
         status.handlers_overdue,
         status.corrupt_slots,
-    );
-    out += &format!(
+    )
+}
+
+/// The reaper in a few words: alive, stalled, or none.
+fn reaper(status: &Status) -> String {
+    let last_scan = status
+        .reaper_heartbeat_age_seconds
+        .map_or("never".to_owned(), |seconds| {
+            format!("{} ago", age(seconds))
+        });
+    if status.reaper_stalled {
+        format!(
+            "STALLED (pid {} holds the table but its last scan was {last_scan}: a handler stuck, or the process stopped)",
+            status.reaper_pid,
+        )
+    } else if status.reaper_alive {
+        format!(
+            "alive (pid {}, boot token {:#018x}, last scan {last_scan})",
+            status.reaper_pid, status.boot_token,
+        )
+    } else {
+        format!("NONE ALIVE (registrations are not being reaped; last scan {last_scan})")
+    }
+}
+
+/// One registration's line.
+fn line(r: &RegistrationStatus) -> String {
+    let state = match r.ended_reason {
+        Some(reason) => format!("ending ({reason})"),
+        None => r.state.as_str().to_owned(),
+    };
+    // Another time namespace's stamps have no age on this clock.
+    let foreign = r.registered_age_seconds.is_none();
+    let last = match r.last_heartbeat_age_seconds {
+        Some(s) => format!("{} ago", age(s)),
+        None if foreign && r.heartbeats > 0 => "other clock".into(),
+        None => "never".into(),
+    };
+    let registered = r
+        .registered_age_seconds
+        .map(|s| format!("{} ago", age(s)))
+        .unwrap_or_else(|| "other clock".into());
+    let progress = match (r.busy, r.last_progress_age_seconds) {
+        (false, _) => "idle".to_owned(),
+        (true, Some(quiet)) => format!("busy, {} quiet", age(quiet)),
+        (true, None) => "busy".to_owned(),
+    };
+    format!(
         "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}  {:<16}\n",
-        "SLOT", "INSTANCE", "LABEL", "PID", "STATE", "LAST BEAT", "BEATS", "REGISTERED", "PROGRESS"
-    );
-    for r in &status.registrations {
-        let state = match r.ended_reason {
-            Some(reason) => format!("ending ({reason})"),
-            None => r.state.as_str().to_owned(),
-        };
-        // Another time namespace's stamps have no age on this clock.
-        let foreign = r.registered_age_seconds.is_none();
-        let last = match r.last_heartbeat_age_seconds {
-            Some(s) => format!("{} ago", age(s)),
-            None if foreign && r.heartbeats > 0 => "other clock".into(),
-            None => "never".into(),
-        };
-        let registered = r
-            .registered_age_seconds
-            .map(|s| format!("{} ago", age(s)))
-            .unwrap_or_else(|| "other clock".into());
-        let progress = match (r.busy, r.last_progress_age_seconds) {
-            (false, _) => "idle".to_owned(),
-            (true, Some(quiet)) => format!("busy, {} quiet", age(quiet)),
-            (true, None) => "busy".to_owned(),
-        };
-        out += &format!(
-            "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}  {:<16}\n",
-            r.slot, r.instance_id, r.label, r.pid, state, last, r.heartbeats, registered, progress,
-        );
-    }
-    if status.registrations.is_empty() {
-        out += "(no registrations)\n";
-    }
-    out
+        r.slot, r.instance_id, r.label, r.pid, state, last, r.heartbeats, registered, progress,
+    )
 }

@@ -69,18 +69,10 @@ fn register(table: &Table, args: &Args) -> Result<Worker, Error> {
 }
 
 pub fn run(args: Args) -> Outcome {
-    // SAFETY:
-    // - PR_SET_PDEATHSIG takes a signal number and touches no memory: if the
-    //   demo or test that started this worker dies, so does the worker.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    die_with_parent();
     let table = Table::open(&args.who.name)?;
     let mut worker = register(&table, &args)?;
-    let mut others = Vec::new();
-    for n in 1..=args.also {
-        let other = table.register(args.who.instance + n, &args.who.label)?;
-        say(&format!("also {} {}", other.slot(), other.generation()));
-        others.push(other);
-    }
+    let others = register_others(&table, &args)?;
     if args.never_beat {
         std::mem::forget(worker);
         loop {
@@ -88,37 +80,19 @@ pub fn run(args: Args) -> Outcome {
         }
     }
     if args.fork_child {
-        // SAFETY:
-        // - the child only sleeps (async-signal-safe) until killed; it never
-        //   returns into the worker's code or touches the inherited handle.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            loop {
-                // SAFETY: `pause` has no memory effects.
-                unsafe { libc::pause() };
-            }
-        }
-        say(&format!("forked {pid}"));
+        fork_a_sleeper();
     }
     let started = Instant::now();
-    let stdin_closed = Arc::new(AtomicBool::new(false));
-    if args.until_stdin_closes {
-        let closed = stdin_closed.clone();
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-            closed.store(true, Ordering::SeqCst);
-        });
-    }
+    let stdin_closed = watch_stdin(args.until_stdin_closes);
     let tick = args.interval.min(Duration::from_millis(1));
     let mut next_beat = started + args.interval;
     let mut said_hung = false;
     loop {
         std::thread::sleep(tick);
-        if args
+        let time_is_up = args
             .exit_after
-            .is_some_and(|after| started.elapsed() >= after)
-            || stdin_closed.load(Ordering::SeqCst)
-        {
+            .is_some_and(|after| started.elapsed() >= after);
+        if time_is_up || stdin_closed.load(Ordering::SeqCst) {
             worker.deregister()?;
             say("deregistered");
             return Ok(ExitCode::SUCCESS);
@@ -127,39 +101,105 @@ pub fn run(args: Args) -> Outcome {
             continue;
         }
         next_beat = Instant::now() + args.interval;
-        let hung = args
-            .stall_after
-            .is_some_and(|after| started.elapsed() >= after);
-        if args.busy && !hung {
-            let _ = worker.progress();
-            if args.stall_after.is_some() {
-                say("step");
-            }
-        } else if args.busy && !said_hung {
-            say("hung");
-            said_hung = true;
-        }
+        make_progress(&args, &worker, started, &mut said_hung);
         for other in &others {
             let _ = other.heartbeat();
         }
-        match worker.heartbeat() {
-            Ok(()) => {}
-            Err(Error::Evicted { .. }) => {
-                say("evicted");
-                if !args.reregister {
-                    return Ok(ExitCode::from(3));
-                }
-                worker = loop {
-                    match register(&table, &args) {
-                        Ok(worker) => break worker,
-                        Err(Error::Exists(_) | Error::Timeout(_)) => {
-                            std::thread::sleep(args.interval)
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
-                };
-            }
-            Err(e) => return Err(e.into()),
+        if let Some(code) = beat(&table, &args, &mut worker)? {
+            return Ok(code);
         }
+    }
+}
+
+/// If the demo or test that started this worker dies, so does the worker.
+fn die_with_parent() {
+    // SAFETY:
+    // - PR_SET_PDEATHSIG takes a signal number and touches no memory.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+}
+
+/// `--also N`: N more registrations of this process, beaten beside the first.
+fn register_others(table: &Table, args: &Args) -> Result<Vec<Worker>, Error> {
+    (1..=args.also)
+        .map(|n| {
+            let other = table.register(args.who.instance + n, &args.who.label)?;
+            say(&format!("also {} {}", other.slot(), other.generation()));
+            Ok(other)
+        })
+        .collect()
+}
+
+/// `--fork-child`: a child that sleeps until killed, holding copies of this
+/// worker's descriptors.
+fn fork_a_sleeper() {
+    // SAFETY:
+    // - the child only sleeps (async-signal-safe) until killed; it never
+    //   returns into the worker's code or touches the inherited handle.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        loop {
+            // SAFETY: `pause` has no memory effects.
+            unsafe { libc::pause() };
+        }
+    }
+    say(&format!("forked {pid}"));
+}
+
+/// Set once stdin closes (with `--until-stdin-closes`; never otherwise).
+fn watch_stdin(watch: bool) -> Arc<AtomicBool> {
+    let closed = Arc::new(AtomicBool::new(false));
+    if watch {
+        let closing = closed.clone();
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            closing.store(true, Ordering::SeqCst);
+        });
+    }
+    closed
+}
+
+/// `--busy`: one step of progress per beat, until `--stall-after` hangs the
+/// engine loop (said once).
+fn make_progress(args: &Args, worker: &Worker, started: Instant, said_hung: &mut bool) {
+    if !args.busy {
+        return;
+    }
+    let hung = args
+        .stall_after
+        .is_some_and(|after| started.elapsed() >= after);
+    if !hung {
+        let _ = worker.progress();
+        if args.stall_after.is_some() {
+            say("step");
+        }
+    } else if !*said_hung {
+        say("hung");
+        *said_hung = true;
+    }
+}
+
+/// One heartbeat. Evicted: registers again with `--reregister`, else the
+/// exit code 3.
+fn beat(table: &Table, args: &Args, worker: &mut Worker) -> Result<Option<ExitCode>, Error> {
+    match worker.heartbeat() {
+        Ok(()) => Ok(None),
+        Err(Error::Evicted { .. }) => {
+            say("evicted");
+            if !args.reregister {
+                return Ok(Some(ExitCode::from(3)));
+            }
+            *worker = loop {
+                match register(table, args) {
+                    Ok(worker) => break worker,
+                    // Live still, or its drop pending: try again.
+                    Err(Error::Exists(_) | Error::Busy(_) | Error::Timeout(_)) => {
+                        std::thread::sleep(args.interval)
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }

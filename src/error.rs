@@ -76,7 +76,9 @@ pub struct ResultCode {
     pub value: u32,
     /// The C name without its `LIVEREG_` prefix.
     pub name: &'static str,
-    /// The Python exception's name without its `Error` suffix (empty for `OK`).
+    /// The Python exception's name without its `Error` suffix (empty for
+    /// `OK`); never a builtin's (`PermissionError`, `TimeoutError`, `IOError`
+    /// would shadow Python's own on `from livereg import *`).
     pub title: &'static str,
     /// What it means, in a line.
     pub meaning: &'static str,
@@ -96,65 +98,46 @@ const fn code(
     }
 }
 
-/// Every result code, in value order: the one list the C header, the C ABI's
-/// `livereg_result_str` and the Python exception classes are derived from (or
-/// checked against).
-pub const RESULT_CODES: [ResultCode; 14] = [
-    code(0, "OK", "", "Success."),
-    code(
-        1,
-        "EVICTED",
-        "Evicted",
-        "The registration ended: register again.",
-    ),
-    code(2, "FULL", "Full", "Every slot of the table is taken."),
-    code(
-        3,
-        "EXISTS",
-        "Exists",
-        "The table, or a live registration of the id, exists.",
-    ),
-    code(4, "NOT_FOUND", "NotFound", "No table of that name."),
-    code(
-        5,
-        "INVALID_ARGUMENT",
-        "InvalidArgument",
-        "An argument broke the contract.",
-    ),
-    code(
-        6,
-        "INCOMPATIBLE",
-        "Incompatible",
-        "The table was made by an incompatible layout.",
-    ),
-    code(
-        7,
-        "CORRUPT",
-        "Corrupt",
-        "The table's contents are impossible.",
-    ),
-    code(
-        8,
-        "PERMISSION",
-        "Permission",
-        "The OS refused access to the table.",
-    ),
-    code(9, "TIMEOUT", "Timeout", "A deadline passed first."),
-    code(
-        10,
-        "NO_REAPER",
-        "NoReaper",
-        "No live reaper holds the table.",
-    ),
-    code(
-        11,
-        "BUSY",
-        "Busy",
-        "Another party holds what was asked for.",
-    ),
-    code(12, "IO", "IO", "An OS call failed."),
-    code(13, "PANIC", "Panic", "A panic was caught at the boundary."),
-];
+/// The one list of result codes, in value order: `(value, C identifier, C
+/// name, Python title, meaning)` for each. It hands every row to
+/// `$callback!`, which is how [`RESULT_CODES`] here and the C ABI's
+/// `livereg_result` enum are made; the C header, which cannot be generated
+/// by a macro, is checked against it by the C library's tests.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! result_code_list {
+    ($callback:ident) => {
+        $callback! {
+            (0, LIVEREG_OK, "OK", "", "Success."),
+            (1, LIVEREG_EVICTED, "EVICTED", "Evicted", "The registration ended: register again."),
+            (2, LIVEREG_FULL, "FULL", "Full", "Every slot of the table is taken."),
+            (3, LIVEREG_EXISTS, "EXISTS", "Exists", "The table, or a live registration of the id, exists."),
+            (4, LIVEREG_NOT_FOUND, "NOT_FOUND", "NotFound", "No table of that name."),
+            (5, LIVEREG_INVALID_ARGUMENT, "INVALID_ARGUMENT", "InvalidArgument", "An argument broke the contract."),
+            (6, LIVEREG_INCOMPATIBLE, "INCOMPATIBLE", "Incompatible", "The table was made by an incompatible layout."),
+            (7, LIVEREG_CORRUPT, "CORRUPT", "Corrupt", "The table's contents are impossible."),
+            (8, LIVEREG_PERMISSION, "PERMISSION", "PermissionDenied", "The OS refused access to the table."),
+            (9, LIVEREG_TIMEOUT, "TIMEOUT", "DeadlineExceeded", "A deadline passed first."),
+            (10, LIVEREG_NO_REAPER, "NO_REAPER", "NoReaper", "No live reaper holds the table."),
+            (11, LIVEREG_BUSY, "BUSY", "Busy", "Another party holds what was asked for."),
+            (12, LIVEREG_IO, "IO", "SystemCall", "An OS call failed."),
+            (13, LIVEREG_PANIC, "PANIC", "Panic", "A panic was caught at the boundary."),
+        }
+    };
+}
+
+macro_rules! result_codes_array {
+    ($(($value:literal, $c:ident, $name:literal, $title:literal, $meaning:literal)),* $(,)?) => {
+        /// Every result code, in value order (made from the one list,
+        /// `result_code_list!`): the C header, the C ABI's
+        /// `livereg_result_str` and the Python exception classes are derived
+        /// from it, or checked against it.
+        pub const RESULT_CODES: [ResultCode; [$($value),*].len()] =
+            [$(code($value, $name, $title, $meaning)),*];
+    };
+}
+
+crate::result_code_list!(result_codes_array);
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -4,41 +4,62 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
-/// Why a registration ended. The numeric values are part of the table format
-/// and of the C ABI (`LIVEREG_REASON_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[repr(u8)]
-pub enum Reason {
-    /// It had beaten at least once and then stayed silent for `reap_timeout`.
-    Timeout = 1,
-    /// It registered, never beat, and stayed silent for `registration_grace`.
-    Grace = 2,
-    /// Its process exited (or was killed) while registered.
-    ProcessExited = 3,
-    /// The worker deregistered: a clean exit.
-    Deregistered = 4,
-    /// A reset ended every registration.
-    Cleared = 5,
-    /// A new registration of the same instance id replaced it.
-    Replaced = 6,
-    /// It was busy and made no progress for the table's `progress_timeout`
-    /// (its heartbeat may have gone on: the engine is stuck, not dead).
-    Stalled = 7,
+/// The one list of reasons, in value order: `(value, variant, C identifier,
+/// name, meaning)` for each. It hands every row to `$callback!`, which is how
+/// [`Reason`] here and the C ABI's `livereg_reason` enum are made; the C
+/// header is checked against it by the C library's tests.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! reason_list {
+    ($callback:ident) => {
+        $callback! {
+            (1, Timeout, LIVEREG_REASON_TIMEOUT, "timeout",
+                "It had beaten at least once and then stayed silent for `reap_timeout`."),
+            (2, Grace, LIVEREG_REASON_GRACE, "grace",
+                "It registered, never beat, and stayed silent for `registration_grace`."),
+            (3, ProcessExited, LIVEREG_REASON_PROCESS_EXITED, "process_exited",
+                "Its process exited (or was killed) while registered."),
+            (4, Deregistered, LIVEREG_REASON_DEREGISTERED, "deregistered",
+                "The worker deregistered: a clean exit."),
+            (5, Cleared, LIVEREG_REASON_CLEARED, "cleared",
+                "A reset ended every registration."),
+            (6, Replaced, LIVEREG_REASON_REPLACED, "replaced",
+                "A new registration of the same instance id replaced it."),
+            (7, Stalled, LIVEREG_REASON_STALLED, "stalled",
+                "It was busy and made no progress for the table's `progress_timeout` (its heartbeat may have gone on: the engine is stuck, not dead)."),
+        }
+    };
 }
 
-impl Reason {
-    /// Every reason, in numeric order.
-    pub const ALL: [Reason; 7] = [
-        Reason::Timeout,
-        Reason::Grace,
-        Reason::ProcessExited,
-        Reason::Deregistered,
-        Reason::Cleared,
-        Reason::Replaced,
-        Reason::Stalled,
-    ];
+macro_rules! reason_enum {
+    ($(($value:literal, $variant:ident, $c:ident, $name:literal, $meaning:literal)),* $(,)?) => {
+        /// Why a registration ended. The numeric values are part of the table
+        /// format and of the C ABI (`LIVEREG_REASON_*`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        #[repr(u8)]
+        pub enum Reason {
+            $(#[doc = $meaning] $variant = $value,)*
+        }
 
+        impl Reason {
+            /// Every reason, in numeric order.
+            pub const ALL: [Reason; [$($value),*].len()] = [$(Reason::$variant),*];
+
+            /// The lower-case name used by the CLI, JSON and hook environment
+            /// (`timeout`, `grace`, `process_exited`, …).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Reason::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+crate::reason_list!(reason_enum);
+
+impl Reason {
     /// Whether the reaper ended the registration against its registrant's
     /// will (silence, exit, stall), rather than the registrant or a
     /// requester (deregistration, clear, replacement).
@@ -53,20 +74,6 @@ impl Reason {
     /// The reason with numeric value `code`, if there is one.
     pub fn from_code(code: u8) -> Option<Reason> {
         Reason::ALL.into_iter().find(|r| *r as u8 == code)
-    }
-
-    /// The lower-case name used by the CLI, JSON and hook environment
-    /// (`timeout`, `grace`, `process_exited`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Timeout => "timeout",
-            Reason::Grace => "grace",
-            Reason::ProcessExited => "process_exited",
-            Reason::Deregistered => "deregistered",
-            Reason::Cleared => "cleared",
-            Reason::Replaced => "replaced",
-            Reason::Stalled => "stalled",
-        }
     }
 
     /// Index into per-reason counters.

@@ -298,8 +298,7 @@ impl Table {
             last_heartbeat_age_seconds: last_beat
                 .filter(|_| same_clock)
                 .map(|stamp| view.age(stamp.ns_near(view.now))),
-            registered_age_seconds: same_clock
-                .then(|| view.age(slot.registered_ns.load(Relaxed))),
+            registered_age_seconds: same_clock.then(|| view.age(slot.registered_ns.load(Relaxed))),
             exit_detection: match (view.shared, slot.flags.load(Relaxed) & FLAG_PIDFD != 0) {
                 (false, _) => ExitDetection::Nothing,
                 (true, false) => ExitDetection::Lock,

@@ -29,7 +29,7 @@ class Liveness:
                 worker = self.table.register(self.instance_id, label="py-engine")
                 print(f"registered ({why})", flush=True)
                 return worker
-            except (livereg.ExistsError, livereg.TimeoutError):
+            except (livereg.ExistsError, livereg.DeadlineExceededError):
                 time.sleep(0.05)  # the old registration's drop is still running
 
     def beat(self) -> None:

@@ -3,99 +3,53 @@
 use livereg::Reason;
 use std::ffi::{c_char, c_void};
 
-/// Result of every fallible function. Values are stable.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum livereg_result {
-    /// Success.
-    LIVEREG_OK = 0,
-    /// The worker's registration has ended; register again.
-    LIVEREG_EVICTED = 1,
-    /// No free slot.
-    LIVEREG_FULL = 2,
-    /// The table, or a live registration of the id, exists.
-    LIVEREG_EXISTS = 3,
-    /// No such table.
-    LIVEREG_NOT_FOUND = 4,
-    /// A NULL, a bad name, id 0, a long label, bad options.
-    LIVEREG_INVALID_ARGUMENT = 5,
-    /// Another layout version or slot size.
-    LIVEREG_INCOMPATIBLE = 6,
-    /// Impossible table contents.
-    LIVEREG_CORRUPT = 7,
-    /// The OS refused access.
-    LIVEREG_PERMISSION = 8,
-    /// A deadline passed.
-    LIVEREG_TIMEOUT = 9,
-    /// No reaper is alive.
-    LIVEREG_NO_REAPER = 10,
-    /// Another reaper holds the table, or the registration lock is stuck.
-    LIVEREG_BUSY = 11,
-    /// Another OS failure.
-    LIVEREG_IO = 12,
-    /// A panic was caught at the boundary.
-    LIVEREG_PANIC = 13,
+macro_rules! c_results {
+    ($(($value:literal, $c:ident, $name:literal, $title:literal, $meaning:literal)),* $(,)?) => {
+        /// Result of every fallible function. Values are stable.
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum livereg_result {
+            $(#[doc = $meaning] $c = $value,)*
+        }
+
+        impl livereg_result {
+            /// Every value, in order.
+            pub const ALL: [livereg_result; [$($value),*].len()] = [$(livereg_result::$c),*];
+        }
+    };
 }
 
-impl livereg_result {
-    /// Every value, in order (checked against the core crate's
-    /// `RESULT_CODES` and the header by the drift check).
-    pub const ALL: [livereg_result; 14] = [
-        livereg_result::LIVEREG_OK,
-        livereg_result::LIVEREG_EVICTED,
-        livereg_result::LIVEREG_FULL,
-        livereg_result::LIVEREG_EXISTS,
-        livereg_result::LIVEREG_NOT_FOUND,
-        livereg_result::LIVEREG_INVALID_ARGUMENT,
-        livereg_result::LIVEREG_INCOMPATIBLE,
-        livereg_result::LIVEREG_CORRUPT,
-        livereg_result::LIVEREG_PERMISSION,
-        livereg_result::LIVEREG_TIMEOUT,
-        livereg_result::LIVEREG_NO_REAPER,
-        livereg_result::LIVEREG_BUSY,
-        livereg_result::LIVEREG_IO,
-        livereg_result::LIVEREG_PANIC,
-    ];
+// The core crate's one list of result codes.
+livereg::result_code_list!(c_results);
 
+impl livereg_result {
     /// The result of value `value`, if there is one.
     pub fn from_value(value: u32) -> Option<livereg_result> {
         Self::ALL.get(usize::try_from(value).ok()?).copied()
     }
 }
 
-/// Why a registration ended.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum livereg_reason {
-    /// Silent for the reap timeout after beating.
-    LIVEREG_REASON_TIMEOUT = 1,
-    /// Silent for the registration grace, never beat.
-    LIVEREG_REASON_GRACE = 2,
-    /// Its process exited.
-    LIVEREG_REASON_PROCESS_EXITED = 3,
-    /// It deregistered.
-    LIVEREG_REASON_DEREGISTERED = 4,
-    /// A clear ended it.
-    LIVEREG_REASON_CLEARED = 5,
-    /// A new registration of its id replaced it.
-    LIVEREG_REASON_REPLACED = 6,
-    /// Busy with no progress for the table's progress timeout.
-    LIVEREG_REASON_STALLED = 7,
+macro_rules! c_reasons {
+    ($(($value:literal, $variant:ident, $c:ident, $name:literal, $meaning:literal)),* $(,)?) => {
+        /// Why a registration ended.
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum livereg_reason {
+            $(#[doc = $meaning] $c = $value,)*
+        }
+
+        impl From<Reason> for livereg_reason {
+            fn from(reason: Reason) -> Self {
+                match reason {
+                    $(Reason::$variant => livereg_reason::$c,)*
+                }
+            }
+        }
+    };
 }
 
-impl From<Reason> for livereg_reason {
-    fn from(reason: Reason) -> Self {
-        match reason {
-            Reason::Timeout => livereg_reason::LIVEREG_REASON_TIMEOUT,
-            Reason::Grace => livereg_reason::LIVEREG_REASON_GRACE,
-            Reason::ProcessExited => livereg_reason::LIVEREG_REASON_PROCESS_EXITED,
-            Reason::Deregistered => livereg_reason::LIVEREG_REASON_DEREGISTERED,
-            Reason::Cleared => livereg_reason::LIVEREG_REASON_CLEARED,
-            Reason::Replaced => livereg_reason::LIVEREG_REASON_REPLACED,
-            Reason::Stalled => livereg_reason::LIVEREG_REASON_STALLED,
-        }
-    }
-}
+// The core crate's one list of reasons.
+livereg::reason_list!(c_reasons);
 
 /// How `livereg_create` makes a table.
 #[repr(C)]

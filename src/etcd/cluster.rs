@@ -75,6 +75,9 @@ impl ClusterStatus {
     }
 }
 
+/// host → table → (lease, live records).
+type Grouped = BTreeMap<String, BTreeMap<String, (i64, Vec<ClusterRecord>)>>;
+
 async fn read(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdError> {
     let failed = |context: &str| {
         let context = context.to_owned();
@@ -92,31 +95,9 @@ async fn read(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdE
         .get(under.as_str(), Some(GetOptions::new().with_prefix()))
         .await
         .map_err(failed(&format!("read {under}")))?;
-    // host → table → (lease, records)
-    let mut hosts: BTreeMap<String, BTreeMap<String, (i64, Vec<ClusterRecord>)>> = BTreeMap::new();
-    let mut foreign_keys = 0;
-    for kv in keys.kvs() {
-        let key = String::from_utf8_lossy(kv.key());
-        let parsed = record::parse_key(prefix, &key);
-        let value = serde_json::from_slice::<ClusterRecord>(kv.value());
-        let (Some((host, table, _)), Ok(value)) = (parsed, value) else {
-            foreign_keys += 1;
-            continue;
-        };
-        if value.ended.is_some() {
-            // Its registration ended: the key holds its last value for a
-            // moment, until the publisher's delete.
-            continue;
-        }
-        let entry = hosts
-            .entry(host.to_owned())
-            .or_default()
-            .entry(table.to_owned())
-            .or_insert((kv.lease(), Vec::new()));
-        entry.1.push(value);
-    }
+    let (grouped, foreign_keys) = group(prefix, keys.kvs());
     let mut ttl_left: HashMap<i64, Option<i64>> = HashMap::new();
-    for lease in hosts
+    for lease in grouped
         .values()
         .flat_map(|tables| tables.values().map(|t| t.0))
     {
@@ -129,7 +110,44 @@ async fn read(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdE
             .map_err(failed("read a lease"))?;
         ttl_left.insert(lease, (left.ttl() >= 0).then_some(left.ttl()));
     }
-    let hosts = hosts
+    Ok(ClusterStatus {
+        prefix: record::trim_prefix(prefix).to_owned(),
+        hosts: hosts(grouped, &ttl_left),
+        foreign_keys,
+    })
+}
+
+/// The live records under `prefix` by host and table, and how many keys
+/// are not records.
+fn group(prefix: &str, kvs: &[etcd_client::KeyValue]) -> (Grouped, usize) {
+    let mut grouped = Grouped::new();
+    let mut foreign_keys = 0;
+    for kv in kvs {
+        let key = String::from_utf8_lossy(kv.key());
+        let parsed = record::parse_key(prefix, &key);
+        let value = serde_json::from_slice::<ClusterRecord>(kv.value());
+        let (Some((host, table, _)), Ok(value)) = (parsed, value) else {
+            foreign_keys += 1;
+            continue;
+        };
+        if value.ended.is_some() {
+            // Its registration ended: the key holds its last value for a
+            // moment, until the publisher's delete.
+            continue;
+        }
+        let entry = grouped
+            .entry(host.to_owned())
+            .or_default()
+            .entry(table.to_owned())
+            .or_insert((kv.lease(), Vec::new()));
+        entry.1.push(value);
+    }
+    (grouped, foreign_keys)
+}
+
+/// Each host with its tables, their leases' TTLs left and registrations.
+fn hosts(grouped: Grouped, ttl_left: &HashMap<i64, Option<i64>>) -> Vec<HostStatus> {
+    grouped
         .into_iter()
         .map(|(host, tables)| {
             let tables: Vec<ClusterTable> = tables
@@ -151,10 +169,5 @@ async fn read(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdE
                 tables,
             }
         })
-        .collect();
-    Ok(ClusterStatus {
-        prefix: record::trim_prefix(prefix).to_owned(),
-        hosts,
-        foreign_keys,
-    })
+        .collect()
 }

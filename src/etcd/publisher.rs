@@ -272,6 +272,67 @@ impl Retry {
     }
 }
 
+/// The publisher's hold on etcd: its connection (if any), the lease it
+/// keeps across reconnects, and when to try again.
+struct Link {
+    session: Option<Session>,
+    lease: Option<i64>,
+    retry: Retry,
+}
+
+impl Link {
+    fn new() -> Link {
+        Link {
+            session: None,
+            lease: None,
+            retry: Retry {
+                at: Instant::now(),
+                delay: FIRST_RETRY,
+                failing: false,
+            },
+        }
+    }
+
+    /// Takes in what woke the loop: a keep-alive answer refreshes the
+    /// deadline; no answer by the deadline, an expired lease or a broken
+    /// stream gives the connection up.
+    fn heed(&mut self, woke: Wake, endpoints: &str) {
+        let unanswered = self
+            .session
+            .as_ref()
+            .is_some_and(|s| Instant::now() >= s.answer_deadline());
+        match woke {
+            Wake::Lease(LeaseNews::Alive) => {
+                if let Some(s) = self.session.as_mut() {
+                    s.answered = Instant::now();
+                }
+                return;
+            }
+            Wake::Round if unanswered => {
+                let ttl = self.session.as_ref().map_or(Duration::ZERO, |s| s.ttl);
+                self.retry.failed(&format_args!(
+                    "etcd at {endpoints}: no keep-alive answer within the lease TTL ({ttl:?}); reconnecting"
+                ));
+            }
+            Wake::Round => return,
+            Wake::Lease(LeaseNews::Expired) => {
+                // etcd answers: a new lease at once, no backoff.
+                self.retry.failed(&format_args!(
+                    "etcd at {endpoints}: the lease expired (etcd answered TTL 0); taking a new one"
+                ));
+                self.retry.at = Instant::now();
+                self.lease = None;
+            }
+            // The connection broke: reconnect with backoff.
+            Wake::Lease(LeaseNews::Broken(why)) => {
+                self.retry
+                    .failed(&format_args!("etcd at {endpoints}: {why}"));
+            }
+        }
+        self.session = None;
+    }
+}
+
 /// The thread's state: what etcd holds for this table, as far as it knows.
 struct Mirror {
     table: Table,
@@ -290,100 +351,75 @@ struct Mirror {
 
 impl Mirror {
     async fn run(mut self, mut wake: AsyncFd<WakeFd>) {
-        let mut session: Option<Session> = None;
-        let mut lease: Option<i64> = None;
-        let mut retry = Retry {
-            at: Instant::now(),
-            delay: FIRST_RETRY,
-            failing: false,
-        };
+        let mut link = Link::new();
         loop {
             if self.shared.stop.load(Ordering::Acquire) {
-                if let Some(mut session) = session {
+                if let Some(mut session) = link.session {
                     let revoke = session.client.lease_revoke(session.lease);
                     let _ = tokio::time::timeout(REVOKE_TIMEOUT, revoke).await;
                 }
                 return;
             }
-            let endpoints = self.options.endpoint_list();
-            if session.is_none() && Instant::now() >= retry.at {
-                // A connection alone ends no outage (nor its backoff): a
-                // round that goes through does.
-                match self.connect(lease).await {
-                    Ok(connected) => {
-                        lease = Some(connected.lease);
-                        session = Some(connected);
-                    }
-                    Err(EtcdError::Stopped) => {}
-                    Err(error) => retry.failed(&error),
-                }
-            }
-            if let Some(connected) = session.as_mut() {
-                match self.step(connected).await {
-                    Ok(()) => retry.succeeded(&endpoints),
-                    // The loop's top revokes the lease.
-                    Err(EtcdError::Stopped) => {}
-                    Err(error) => {
-                        retry.failed(&error);
-                        session = None;
-                    }
-                }
-            } else {
-                self.take_ends();
-            }
+            self.round(&mut link).await;
             self.shared
                 .connected
-                .store(session.is_some(), Ordering::Release);
-            let until = match &session {
-                Some(s) => s
-                    .next_keep_alive
-                    .min(s.answer_deadline())
-                    .min(Instant::now() + BACKSTOP),
-                None => retry.at,
-            };
-            let woke = tokio::select! {
-                () = self.shared.notify.notified() => Wake::Round,
-                ready = wake.readable_mut() => {
-                    if let Ok(mut ready) = ready {
-                        ready.get_inner().drain();
-                        ready.clear_ready();
-                    }
-                    Wake::Round
+                .store(link.session.is_some(), Ordering::Release);
+            let woke = self.wait(&mut link, &mut wake).await;
+            link.heed(woke, &self.options.endpoint_list());
+        }
+    }
+
+    /// Connects if it is time to, then brings etcd in step with the table.
+    /// A connection alone ends no outage (nor its backoff): a round that
+    /// goes through does.
+    async fn round(&mut self, link: &mut Link) {
+        if link.session.is_none() && Instant::now() >= link.retry.at {
+            match self.connect(link.lease).await {
+                Ok(connected) => {
+                    link.lease = Some(connected.lease);
+                    link.session = Some(connected);
                 }
-                () = tokio::time::sleep_until(until.into()) => Wake::Round,
-                news = lease_news(session.as_mut()) => Wake::Lease(news),
-            };
-            let unanswered = session
-                .as_ref()
-                .is_some_and(|s| Instant::now() >= s.answer_deadline());
-            match woke {
-                Wake::Lease(LeaseNews::Alive) => {
-                    if let Some(s) = session.as_mut() {
-                        s.answered = Instant::now();
-                    }
-                    continue;
-                }
-                Wake::Round if unanswered => {
-                    let ttl = session.as_ref().map_or(Duration::ZERO, |s| s.ttl);
-                    retry.failed(&format_args!(
-                        "etcd at {endpoints}: no keep-alive answer within the lease TTL ({ttl:?}); reconnecting"
-                    ));
-                }
-                Wake::Round => continue,
-                Wake::Lease(LeaseNews::Expired) => {
-                    // etcd answers: a new lease at once, no backoff.
-                    retry.failed(&format_args!(
-                        "etcd at {endpoints}: the lease expired (etcd answered TTL 0); taking a new one"
-                    ));
-                    retry.at = Instant::now();
-                    lease = None;
-                }
-                // The connection broke: reconnect with backoff.
-                Wake::Lease(LeaseNews::Broken(why)) => {
-                    retry.failed(&format_args!("etcd at {endpoints}: {why}"));
-                }
+                Err(EtcdError::Stopped) => {}
+                Err(error) => link.retry.failed(&error),
             }
-            session = None;
+        }
+        let Some(connected) = link.session.as_mut() else {
+            self.take_ends();
+            return;
+        };
+        match self.step(connected).await {
+            Ok(()) => link.retry.succeeded(&self.options.endpoint_list()),
+            // The loop's top revokes the lease.
+            Err(EtcdError::Stopped) => {}
+            Err(error) => {
+                link.retry.failed(&error);
+                link.session = None;
+            }
+        }
+    }
+
+    /// Waits for what comes first: a request to stop or an end, the table's
+    /// wake word, a keep-alive answer, or the next thing due (a keep-alive,
+    /// the answer deadline, the backstop, a retry).
+    async fn wait(&self, link: &mut Link, wake: &mut AsyncFd<WakeFd>) -> Wake {
+        let until = match &link.session {
+            Some(s) => s
+                .next_keep_alive
+                .min(s.answer_deadline())
+                .min(Instant::now() + BACKSTOP),
+            None => link.retry.at,
+        };
+        tokio::select! {
+            () = self.shared.notify.notified() => Wake::Round,
+            ready = wake.readable_mut() => {
+                if let Ok(mut ready) = ready {
+                    ready.get_inner().drain();
+                    ready.clear_ready();
+                }
+                Wake::Round
+            }
+            () = tokio::time::sleep_until(until.into()) => Wake::Round,
+            news = lease_news(link.session.as_mut()) => Wake::Lease(news),
         }
     }
 

@@ -30,6 +30,19 @@ fn seconds(value: f64, what: &str) -> PyResult<Duration> {
 }
 
 impl Table {
+    /// The status as `livereg status --json` writes it, parsed to a dict.
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let table = self.live()?;
+        let status = py.detach(move || table.status()).or_raise()?;
+        let json = serde_json::to_string(&status).map_err(|error| {
+            errors::new(
+                errors::BASE,
+                format!("status could not be serialised: {error}"),
+            )
+        })?;
+        py.import("json")?.call_method1("loads", (json,))
+    }
+
     fn new(table: livereg::Table) -> Table {
         Table {
             name: table.name().to_owned(),
@@ -107,20 +120,14 @@ impl Table {
         }
     }
 
-    /// A snapshot: the reference's `worker_liveness` keys (`enabled`,
-    /// `reap_timeout_seconds`, `registration_grace_seconds`,
-    /// `tracked_instances`), the reaper's health and counters, and every
-    /// registration under `registrations`.
+    /// A snapshot as a `livereg.Status` (typed: every key of `livereg
+    /// status --json` as an attribute, `registrations` a list of
+    /// `livereg.RegistrationStatus`).
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let table = self.live()?;
-        let status = py.detach(move || table.status()).or_raise()?;
-        let json = serde_json::to_string(&status).map_err(|error| {
-            errors::new(
-                errors::BASE,
-                format!("status could not be serialised: {error}"),
-            )
-        })?;
-        py.import("json")?.call_method1("loads", (json,))
+        let snapshot = self.snapshot(py)?;
+        py.import("livereg._status")?
+            .getattr("Status")?
+            .call_method1("from_dict", (snapshot,))
     }
 
     /// The table's metrics in the OpenMetrics text format (ending in
@@ -130,10 +137,12 @@ impl Table {
         py.detach(move || table.metrics_text()).or_raise()
     }
 
-    /// `status()` without the per-registration list: what a health endpoint
-    /// reports.
+    /// The snapshot as a plain dict without the per-registration list: the
+    /// reference's `worker_liveness` keys (`enabled`, `reap_timeout_seconds`,
+    /// `registration_grace_seconds`, `tracked_instances`), the reaper's
+    /// health and counters; what a health endpoint returns as JSON.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let status = self.status(py)?;
+        let status = self.snapshot(py)?;
         status.cast::<PyDict>()?.del_item("registrations")?;
         Ok(status)
     }

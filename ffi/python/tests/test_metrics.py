@@ -46,7 +46,7 @@ def livereg_bin() -> str:
 
 def test_metrics_text_parses_and_moves_when_a_worker_is_killed(make_table: MakeTable) -> None:
     table = make_table(reap_timeout=2.0, registration_grace=4.0)
-    name = str(table.status()["table"])
+    name = table.status().table
     drops: "queue.Queue[livereg.DropEvent]" = queue.Queue()
     before = samples(table.metrics_text())
     assert value(before, "livereg_registrations", name) == 0
@@ -85,7 +85,7 @@ def daemon(make_table: MakeTable) -> Iterator[Tuple[str, str]]:
     """``livereg reap --metrics-addr 127.0.0.1:0`` on a new table: its name
     and the URL it says it serves."""
     table = make_table(reap_timeout=2.0, registration_grace=4.0)
-    name = str(table.status()["table"])
+    name = table.status().table
     reaper = subprocess.Popen(
         [livereg_bin(), "reap", name, "--metrics-addr", "127.0.0.1:0"],
         stderr=subprocess.PIPE,
@@ -136,7 +136,7 @@ def test_the_daemon_serves_metrics_over_http_and_they_move_after_a_kill(daemon: 
 
 def test_status_format_openmetrics_parses(make_table: MakeTable) -> None:
     table = make_table(reap_timeout=2.0, registration_grace=4.0)
-    name = str(table.status()["table"])
+    name = table.status().table
     worker = table.register(5, "gpu5")
     text = subprocess.run(
         [livereg_bin(), "status", name, "--format", "openmetrics"], capture_output=True, text=True, check=True

@@ -30,10 +30,16 @@ def test_register_ping_deregister(make_table: MakeTable) -> None:
 def test_label_may_be_none_and_status_lists_registrations(make_table: MakeTable) -> None:
     table = make_table()
     with table.register(2), table.register(3, label="gpu3"):
-        rows = {row["instance_id"]: row for row in table.status()["registrations"]}
-        assert rows[2]["label"] == ""
-        assert rows[3]["label"] == "gpu3"
-        assert rows[3]["state"] == "live"
+        status = table.status()
+        assert isinstance(status, livereg.Status)
+        rows = {row.instance_id: row for row in status.registrations}
+        assert isinstance(rows[2], livereg.RegistrationStatus)
+        assert rows[2].label == ""
+        assert rows[3].label == "gpu3"
+        assert rows[3].state == "live"
+        assert rows[3].ended_reason is None
+        assert status.ended[livereg.Reason.TIMEOUT] == 0
+        assert status.reaper_heartbeat_age_seconds is None  # no reaper ever ran
 
 
 def test_bad_arguments_raise_invalid_argument_with_code_and_message(make_table: MakeTable) -> None:
@@ -151,11 +157,11 @@ def test_the_stubs_list_every_reason_and_every_error_class() -> None:
 def test_the_stamp_clock_is_chosen_at_creation_and_shown_in_status(make_table: MakeTable) -> None:
     # A 10 s timeout is hundreds of coarse ticks: "auto" stamps coarsely.
     coarse = make_table(reap_timeout=10.0).status()
-    assert coarse["stamp_clock"] == "coarse"
-    assert 0 < coarse["stamp_resolution_seconds"] <= 10.0 / 200
+    assert coarse.stamp_clock == "coarse"
+    assert 0 < coarse.stamp_resolution_seconds <= 10.0 / 200
     precise = make_table(reap_timeout=10.0, clock="precise").status()
-    assert precise["stamp_clock"] == "precise"
-    assert precise["stamp_resolution_seconds"] == 0.0
+    assert precise.stamp_clock == "precise"
+    assert precise.stamp_resolution_seconds == 0.0
     # Too short a timeout for the coarse clock's ticks, and a bad name.
     with pytest.raises(livereg.InvalidArgumentError, match="expected a timeout of at least"):
         make_table(reap_timeout=0.01, clock="coarse")

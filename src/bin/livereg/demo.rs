@@ -625,7 +625,6 @@ impl Demo {
         Ok(())
     }
 
-
     /// Stops the scenarios once the demo was interrupted.
     fn go_on(&self) -> Result<(), Box<dyn std::error::Error>> {
         if self.interrupted {

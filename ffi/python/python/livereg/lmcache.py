@@ -281,9 +281,7 @@ class LiveregManagement:
     def _live(self) -> Dict[int, Tuple[int, int]]:
         """Live registrations: instance id → (slot, generation)."""
         return {
-            r["instance_id"]: (r["slot"], r["generation"])
-            for r in self._table.status()["registrations"]
-            if r["state"] == "live"
+            r.instance_id: (r.slot, r.generation) for r in self._table.status().registrations if r.state == "live"
         }
 
     def reap_cycle(self) -> List[int]:
@@ -534,7 +532,7 @@ class WorkerLiveness:
             try:
                 worker = self._table.register(self.instance_id, label=self._label)
                 break
-            except (livereg.ExistsError, livereg.BusyError, livereg.TimeoutError):
+            except (livereg.ExistsError, livereg.BusyError, livereg.DeadlineExceededError):
                 # A live or ending registration of this id (a previous
                 # process of this worker, or one the server holds for it).
                 if deadline is not None and time.monotonic() > deadline:

@@ -1,0 +1,95 @@
+"""``Table.status()``: a table's snapshot as typed objects.
+
+``Status`` has every key of ``livereg status --json`` as an attribute, with
+``ended`` keyed by :class:`livereg.Reason` and ``registrations`` a list of
+:class:`RegistrationStatus`. Absent facts are ``None`` (a reaper that never
+ran has no heartbeat age; another time namespace's stamps have no age here).
+``Table.stats()`` stays a plain dict (what a health endpoint returns as JSON).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional
+
+from livereg._reason import Reason
+
+__all__ = ["RegistrationStatus", "Status"]
+
+
+def _known(cls: Any, row: Mapping[str, Any]) -> Dict[str, Any]:
+    """The keys of ``row`` that ``cls`` has fields for (newer keys are
+    ignored, so an older package reads a newer library's snapshot)."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    return {key: value for key, value in row.items() if key in names}
+
+
+def _reason(name: Optional[str]) -> Optional[Reason]:
+    return None if name is None else Reason[name.upper()]
+
+
+@dataclasses.dataclass(frozen=True)
+class RegistrationStatus:
+    """One occupied slot."""
+
+    slot: int
+    generation: int
+    instance_id: int
+    label: str
+    pid: int
+    #: ``"live"``, or ``"ending"`` while its drop is pending.
+    state: str
+    ended_reason: Optional[Reason]
+    heartbeats: int
+    busy: bool
+    progress_steps: int
+    last_progress_age_seconds: Optional[float]
+    last_heartbeat_age_seconds: Optional[float]
+    registered_age_seconds: Optional[float]
+    #: ``"pidfd+lock"``, ``"lock"`` or ``"none"``.
+    exit_detection: str
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> "RegistrationStatus":
+        fields = _known(cls, row)
+        fields["ended_reason"] = _reason(fields.get("ended_reason"))
+        return cls(**fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    """A snapshot of a table: its settings, its reaper, what ended, and every
+    registration."""
+
+    table: str
+    enabled: bool
+    reap_timeout_seconds: float
+    registration_grace_seconds: float
+    scan_interval_seconds: float
+    progress_timeout_seconds: float
+    stamp_clock: str
+    stamp_resolution_seconds: float
+    tracked_instances: int
+    capacity: int
+    reaper_alive: bool
+    reaper_stalled: bool
+    reaper_pid: int
+    boot_token: int
+    reaper_heartbeat_age_seconds: Optional[float]
+    scans: int
+    last_scan_seconds: float
+    ended: Dict[Reason, int]
+    ended_total: int
+    handler_failures: int
+    handlers_overdue: int
+    corrupt_slots: int
+    clears_requested: int
+    clears_completed: int
+    registrations: List[RegistrationStatus]
+
+    @classmethod
+    def from_dict(cls, snapshot: Mapping[str, Any]) -> "Status":
+        fields = _known(cls, snapshot)
+        fields["ended"] = {Reason[name.upper()]: count for name, count in snapshot["ended"].items()}
+        fields["registrations"] = [RegistrationStatus.from_dict(row) for row in snapshot["registrations"]]
+        return cls(**fields)

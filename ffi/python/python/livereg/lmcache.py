@@ -362,7 +362,10 @@ class LiveregManagement:
         except livereg.Error as error:
             logger.warning("ping(%d): not kept alive: %s", instance_id, error)
             return
-        worker.ping()
+        try:
+            worker.ping()
+        except livereg.EvictedError:
+            return  # ended at once (a reset): the next ping registers again
         with self._lock:
             self._on_behalf[instance_id] = worker
 

@@ -167,24 +167,35 @@ mod tests {
     }
 
     #[test]
-    fn a_new_registration_is_put_and_an_ended_one_told_then_deleted() {
-        let (a, b) = (record(1, 0, 0), record(2, 1, 0));
-        let published = BTreeMap::from([("k1".to_owned(), Held::ours(a.clone()))]);
-        let live = BTreeMap::from([("k2".to_owned(), b.clone())]);
-        let mut ends = Reasons::new(8);
-        ends.insert("k1".into(), 0, 0, Reason::ProcessExited);
-        let plan = plan(&published, &live, &ends);
-        assert_eq!(
-            plan.last_values,
-            vec![Write::Put("k1".into(), ended(&a, Reason::ProcessExited))]
-        );
-        assert_eq!(
-            plan.changes,
-            vec![
-                Write::Delete("k1".into()),
-                Write::Put("k2".into(), b.to_json())
-            ]
-        );
+    fn an_ended_registration_is_told_then_deleted_and_a_new_one_put() {
+        // Under this publisher's lease, or a previous reaper's (a takeover):
+        // the end is told either way, and the live key moves to this lease.
+        for ours in [true, false] {
+            let (a, b) = (record(1, 0, 0), record(2, 1, 0));
+            let held = |record: &ClusterRecord| Held {
+                record: Some(record.clone()),
+                ours,
+            };
+            let mut published = BTreeMap::from([("k1".to_owned(), held(&a))]);
+            if !ours {
+                published.insert("k2".to_owned(), held(&b));
+            }
+            let live = BTreeMap::from([("k2".to_owned(), b.clone())]);
+            let mut ends = Reasons::new(8);
+            ends.insert("k1".into(), 0, 0, Reason::ProcessExited);
+            let plan = plan(&published, &live, &ends);
+            assert_eq!(
+                plan.last_values,
+                vec![Write::Put("k1".into(), ended(&a, Reason::ProcessExited))]
+            );
+            assert_eq!(
+                plan.changes,
+                vec![
+                    Write::Delete("k1".into()),
+                    Write::Put("k2".into(), b.to_json())
+                ]
+            );
+        }
     }
 
     #[test]
@@ -196,43 +207,6 @@ mod tests {
         let plan = plan(&published, &BTreeMap::new(), &ends);
         assert!(plan.last_values.is_empty());
         assert_eq!(plan.changes, vec![Write::Delete("k1".into())]);
-    }
-
-    #[test]
-    fn keys_of_a_previous_lease_are_moved_and_their_ends_told() {
-        // A reaper took over: etcd holds the old reaper's keys.
-        let (a, b) = (record(1, 0, 0), record(2, 1, 0));
-        let published = BTreeMap::from([
-            (
-                "k1".to_owned(),
-                Held {
-                    record: Some(a.clone()),
-                    ours: false,
-                },
-            ),
-            (
-                "k2".to_owned(),
-                Held {
-                    record: Some(b.clone()),
-                    ours: false,
-                },
-            ),
-        ]);
-        let live = BTreeMap::from([("k2".to_owned(), b.clone())]);
-        let mut ends = Reasons::new(8);
-        ends.insert("k1".into(), 0, 0, Reason::Timeout);
-        let plan = plan(&published, &live, &ends);
-        assert_eq!(
-            plan.last_values,
-            vec![Write::Put("k1".into(), ended(&a, Reason::Timeout))]
-        );
-        assert_eq!(
-            plan.changes,
-            vec![
-                Write::Delete("k1".into()),
-                Write::Put("k2".into(), b.to_json())
-            ]
-        );
     }
 
     #[test]

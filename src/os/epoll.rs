@@ -20,45 +20,30 @@ impl Epoll {
     /// `epoll_ctl(EPOLL_CTL_ADD, fd, {EPOLLIN | EPOLLONESHOT, key})`. The
     /// entry leaves the set when `fd` is closed.
     pub(crate) fn add(&self, fd: &impl AsRawFd, key: u64) -> io::Result<()> {
-        let mut event = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32,
-            u64: key,
-        };
-        // SAFETY: both descriptors are open; `event` is valid for the call.
-        check(
-            unsafe {
-                libc::epoll_ctl(
-                    self.0.as_raw_fd(),
-                    libc::EPOLL_CTL_ADD,
-                    fd.as_raw_fd(),
-                    &mut event,
-                )
-            }
-            .into(),
-        )
-        .map(drop)
+        self.insert(fd, key, libc::EPOLLIN | libc::EPOLLONESHOT)
     }
 
     /// `epoll_ctl(EPOLL_CTL_ADD, fd, {EPOLLIN, key})`: an entry that fires
     /// for as long as `fd` is readable (its reader drains it).
     pub(crate) fn add_level(&self, fd: &impl AsRawFd, key: u64) -> io::Result<()> {
+        self.insert(fd, key, libc::EPOLLIN)
+    }
+
+    fn insert(&self, fd: &impl AsRawFd, key: u64, events: libc::c_int) -> io::Result<()> {
         let mut event = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
+            events: events as u32,
             u64: key,
         };
         // SAFETY: both descriptors are open; `event` is valid for the call.
-        check(
-            unsafe {
-                libc::epoll_ctl(
-                    self.0.as_raw_fd(),
-                    libc::EPOLL_CTL_ADD,
-                    fd.as_raw_fd(),
-                    &mut event,
-                )
-            }
-            .into(),
-        )
-        .map(drop)
+        let rc = unsafe {
+            libc::epoll_ctl(
+                self.0.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                &mut event,
+            )
+        };
+        check(rc.into()).map(drop)
     }
 
     /// `epoll_wait`: blocks until an entry fires, or `timeout` (if any)

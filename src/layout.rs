@@ -181,7 +181,8 @@ pub(crate) struct Slot {
     /// Identity of the clock the registrant stamps with (its time
     /// namespace; see [`crate::Clock::identity`]); 0 before layout 1.1.
     pub clock_id: AtomicU64,
-    /// `steps << 1 | busy`, and [`STALL_MARK`] once the
+    /// `steps << 1 | busy`, [`BUSY_PERIOD`] flipped at every becoming busy,
+    /// and [`STALL_MARK`] once the
     /// reaper ends it for making no progress (layout 1.3); see
     /// [`crate::protocol::progress`].
     pub progress: AtomicU64,
@@ -233,8 +234,14 @@ pub(crate) const BUSY: u64 = 1;
 /// Bit of [`Slot::progress`]: the reaper judged the registration stalled on
 /// the word below this bit; it is ending, and progress no longer counts.
 pub(crate) const STALL_MARK: u64 = 1 << 63;
-/// What one step of progress adds (the count lives above [`BUSY`]).
+/// What one step of progress adds (the count lives above [`BUSY`], below
+/// [`BUSY_PERIOD`]).
 pub(crate) const PROGRESS_STEP: u64 = 2;
+/// Bit of [`Slot::progress`], flipped each time the worker becomes busy
+/// (layout 1.5): the word changes even when no step was made between an idle
+/// and a busy that fell between two scans, so the reaper never times a new
+/// busy period from an old one.
+pub(crate) const BUSY_PERIOD: u64 = 1 << 62;
 
 /// The first minor version with the reaper's observations area.
 pub(crate) const OBSERVATIONS_SINCE_MINOR: u32 = 3;

@@ -26,7 +26,7 @@
 //! it so, and the next reaper runs the drop again.
 
 use crate::event::Reason;
-use crate::layout::{Slot, BUSY, PROGRESS_STEP, STALL_MARK};
+use crate::layout::{Slot, BUSY, BUSY_PERIOD, PROGRESS_STEP, STALL_MARK};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 /// Phase of a slot nobody holds.
@@ -320,7 +320,7 @@ pub(crate) fn progress(slot: &Slot, generation: u32) -> Result<(), Gone> {
 /// Marks the registration busy or idle; like [`progress`], refused once the
 /// reaper marked it stalled.
 ///
-/// Becoming busy (from idle) also counts one step, so the word always
+/// Becoming busy (from idle) also flips [`BUSY_PERIOD`], so the word always
 /// changes: a worker that went idle and busy again between two scans would
 /// otherwise leave the very word the reaper last saw, and its new busy
 /// period would be timed from the old one (a stall declared early). Setting
@@ -329,9 +329,8 @@ pub(crate) fn set_busy(slot: &Slot, generation: u32, busy: bool) -> Result<(), G
     still_live(slot, generation)?;
     let before = if busy {
         // AcqRel on success: pairs with the reaper's mark, as in `progress`.
-        let become_busy = |word: u64| {
-            (word & (BUSY | STALL_MARK) == 0).then(|| word.wrapping_add(PROGRESS_STEP) | BUSY)
-        };
+        let become_busy =
+            |word: u64| (word & (BUSY | STALL_MARK) == 0).then_some(word ^ BUSY_PERIOD | BUSY);
         match slot.progress.fetch_update(AcqRel, Acquire, become_busy) {
             Ok(before) | Err(before) => before,
         }

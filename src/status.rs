@@ -3,7 +3,7 @@
 use crate::clock::{Clock, StampClock};
 use crate::event::Reason;
 
-use crate::layout::{BUSY, FLAG_PIDFD, SCANS_PER_TIMEOUT, STALL_MARK};
+use crate::layout::{BUSY, BUSY_PERIOD, FLAG_PIDFD, SCANS_PER_TIMEOUT, STALL_MARK};
 use crate::protocol::{self, Beat, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
@@ -289,7 +289,7 @@ impl Table {
             ended_reason,
             heartbeats: slot.beats.load(Relaxed),
             busy: progress & BUSY != 0,
-            progress_steps: (progress & !STALL_MARK) >> 1,
+            progress_steps: (progress & !(STALL_MARK | BUSY_PERIOD)) >> 1,
             last_progress_age_seconds: inner
                 .progress_seen(index)
                 .map(|seen| seen.load(Relaxed))

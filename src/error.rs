@@ -137,7 +137,7 @@ macro_rules! result_codes_array {
     };
 }
 
-crate::result_code_list!(result_codes_array);
+result_code_list!(result_codes_array);
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -57,7 +57,7 @@ macro_rules! reason_enum {
     };
 }
 
-crate::reason_list!(reason_enum);
+reason_list!(reason_enum);
 
 impl Reason {
     /// Whether the reaper ended the registration against its registrant's

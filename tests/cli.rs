@@ -1006,6 +1006,99 @@ fn status_watch_redraws_in_a_terminal_and_marks_what_ended_since_the_last_frame(
     assert!(screen.contains("process_exited +1"), "{screen}");
 }
 
+/// The address a `reap --metrics-addr` daemon logged it serves on (its
+/// first line on stderr).
+fn served_address(daemon: &mut Background) -> String {
+    let mut line = String::new();
+    BufReader::new(daemon.0.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in: {line}"))
+        .to_owned()
+}
+
+/// `GET path` from `address`: the whole response.
+fn http_get(address: &str, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+    response
+}
+
+#[test]
+fn healthz_is_200_while_reaping_and_503_with_the_reason_while_standing_by() {
+    let (name, _guard) = created("healthz", &["--timeout", "400ms", "--grace", "800ms"]);
+    // A port alone: loopback.
+    let mut active = Background::spawn(&["reap", &name, "--metrics-addr", "0"]);
+    let at_active = served_address(&mut active);
+    assert!(at_active.starts_with("127.0.0.1:"), "{at_active}");
+    wait_until("the reaper", || reaper_alive(&name));
+    wait_until("a scan", || status_json(&name)["scans"].as_u64() > Some(0));
+    let healthy = http_get(&at_active, "/healthz");
+    assert!(healthy.starts_with("HTTP/1.1 200"), "{healthy}");
+    assert!(
+        healthy.contains(&format!("ok: reaping table '{name}'")),
+        "{healthy}"
+    );
+
+    let mut standby = Background::spawn(&["reap", &name, "--standby", "--metrics-addr", "0"]);
+    let at_standby = served_address(&mut standby);
+    let waiting = http_get(&at_standby, "/healthz");
+    assert!(waiting.starts_with("HTTP/1.1 503"), "{waiting}");
+    assert!(waiting.contains("standing by: another reaper"), "{waiting}");
+
+    active.signal(libc::SIGKILL);
+    wait_until("the standby to take over and report healthy", || {
+        http_get(&at_standby, "/healthz").starts_with("HTTP/1.1 200")
+    });
+    standby.signal(libc::SIGTERM);
+}
+
+#[test]
+fn probe_instance_exits_0_only_for_a_live_instance_and_says_why_not() {
+    let (name, _guard) = created(
+        "probe-instance",
+        &["--timeout", "400ms", "--grace", "800ms"],
+    );
+    fails_with(
+        &livereg(&["probe", &name, "--instance", "7"]),
+        &format!("instance 7 is not registered in table '{name}'"),
+    );
+    let mut worker = Background::spawn(&["worker", &name, "--instance", "7", "--interval", "50ms"]);
+    let line = BufReader::new(worker.0.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert!(line.starts_with("registered"), "{line}");
+    let live = livereg(&["probe", &name, "--instance", "7"]);
+    assert!(live.status.success(), "{}", stderr(&live));
+    assert!(
+        stdout(&live).starts_with("instance 7 live"),
+        "{}",
+        stdout(&live)
+    );
+    // Stopped after a beat, with no reaper to end it: silent past its timeout.
+    wait_until("a heartbeat", || {
+        status_json(&name)["registrations"][0]["heartbeats"].as_u64() > Some(0)
+    });
+    worker.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(700));
+    fails_with(
+        &livereg(&["probe", &name, "--instance", "7"]),
+        "past the timeout",
+    );
+    worker.signal(libc::SIGCONT);
+}
+
 #[test]
 fn status_renders_openmetrics_and_reap_serves_it_over_http() {
     let (name, _guard) = created("metrics", &["--timeout", "400ms", "--grace", "800ms"]);
@@ -1017,27 +1110,8 @@ fn status_renders_openmetrics_and_reap_serves_it_over_http() {
     );
 
     let mut reaper = Background::spawn(&["reap", &name, "--metrics-addr", "127.0.0.1:0"]);
-    let mut line = String::new();
-    BufReader::new(reaper.0.stderr.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_else(|| panic!("no address in: {line}"))
-        .to_owned();
-    let get = |path: &str| {
-        let mut stream = std::net::TcpStream::connect(&address).unwrap();
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut response = String::new();
-        std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
-        response
-    };
+    let address = served_address(&mut reaper);
+    let get = |path: &str| http_get(&address, path);
     wait_until("the reaper", || reaper_alive(&name));
     let response = get("/metrics");
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");

@@ -50,6 +50,8 @@ mod probe;
 mod reap;
 mod rm;
 mod run;
+#[cfg(test)]
+mod sample_status;
 mod serve;
 mod signals;
 mod status;
@@ -76,7 +78,8 @@ enum Command {
     Reap(reap::Args),
     /// Show a table's registrations and its reaper.
     Status(status::Args),
-    /// Exit 0 and print the boot token if a reaper is alive.
+    /// Exit 0 and print the boot token if a reaper is alive (with
+    /// --instance N: exit 0 only if instance N is live and not stalled).
     Probe(probe::Args),
     /// Ask the reaper to run its clear handlers (--reset: end every
     /// registration first) and wait for it.

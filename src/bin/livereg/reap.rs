@@ -9,7 +9,7 @@
 use crate::cluster::{Ends, Publishing};
 use crate::etcd_args::PublishArgs;
 use crate::notify::{self, Notifier};
-use crate::serve::MetricsServer;
+use crate::serve::{MetricsServer, Role};
 use crate::{duration, signals, Outcome};
 use livereg::{DropEvent, Error, HandlerError, ReaperThread, Reason, Table};
 use std::os::unix::process::CommandExt;
@@ -47,8 +47,11 @@ pub struct Args {
     #[arg(long)]
     notify: bool,
     /// Serve the table's metrics (OpenMetrics text) on HTTP `GET /metrics`
-    /// at this address, e.g. 0.0.0.0:9464 (port 0: any free port, logged).
-    #[arg(long, value_name = "HOST:PORT")]
+    /// and this daemon's health on `GET /healthz` (200 while it reaps and
+    /// has scanned within two intervals, else 503 and why) at this address;
+    /// a port alone binds 127.0.0.1 (e.g. 9464; 0.0.0.0:9464 for every
+    /// interface; port 0: any free port, logged).
+    #[arg(long, value_name = "[HOST:]PORT")]
     metrics_addr: Option<String>,
     #[command(flatten)]
     etcd: PublishArgs,
@@ -66,14 +69,16 @@ pub fn run(args: Args) -> Outcome {
         )
         .into());
     }
+    let role = Role::default();
     let metrics = match &args.metrics_addr {
-        Some(address) => Some(MetricsServer::start(address, table.clone())?),
+        Some(address) => Some(MetricsServer::start(address, table.clone(), role.clone())?),
         None => None,
     };
     let ends = Ends::new();
     let Some((mut reaper, scans_before)) = take_role(&table, &args, &ends)? else {
         return Ok(ExitCode::SUCCESS);
     };
+    role.set(true);
     // Only the reaper that holds the table publishes it.
     let publisher = match etcd {
         Some(publishing) => Some(publishing.start(&table, &ends)?),
@@ -94,6 +99,7 @@ pub fn run(args: Args) -> Outcome {
         std::thread::sleep(SIGNAL_POLL);
     }
     systemd.stopping();
+    role.set(false);
     if let Some(metrics) = metrics {
         metrics.stop();
     }

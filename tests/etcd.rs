@@ -5,6 +5,8 @@
 //! local reaping.
 #![cfg(feature = "etcd")]
 
+#[path = "common/certs.rs"]
+mod certs;
 mod common;
 #[path = "common/etcd_server.rs"]
 mod etcd_server;
@@ -178,6 +180,13 @@ impl Reader {
     fn ids(&mut self, prefix: &str) -> Vec<String> {
         self.keys(prefix).into_keys().collect()
     }
+}
+
+/// Every host's registrations under `prefix`, read through the library.
+fn fetch(endpoints: &[String], prefix: &str) -> ClusterStatus {
+    let mut options = EtcdOptions::new(endpoints.iter().cloned());
+    options.prefix = prefix.to_owned();
+    ClusterStatus::fetch(&options).unwrap()
 }
 
 fn prefix(tag: &str) -> String {
@@ -611,7 +620,7 @@ fn the_library_publisher_reads_back_and_a_clean_stop_revokes_its_keys_at_once() 
         "both registrations read back",
         Duration::from_secs(5),
         || {
-            let read = ClusterStatus::fetch(&endpoints, &prefix).unwrap();
+            let read = fetch(&endpoints, &prefix);
             let found = read.hosts.first().is_some_and(|h| h.live == 2);
             cluster = Some(read);
             found
@@ -648,7 +657,7 @@ fn the_library_publisher_reads_back_and_a_clean_stop_revokes_its_keys_at_once() 
             .block_on(reader.client.put(key, value, None))
             .unwrap();
     }
-    let read = ClusterStatus::fetch(&endpoints, &prefix).unwrap();
+    let read = fetch(&endpoints, &prefix);
     assert_eq!((read.foreign_keys, read.hosts.len()), (3, 1));
 
     // A clean stop revokes the lease (TTL 30 s): the key goes at once.
@@ -790,7 +799,7 @@ fn the_cluster_view_does_not_count_a_key_whose_registration_ended() {
             .block_on(reader.client.put(key, record(id, ended), None))
             .unwrap();
     }
-    let read = ClusterStatus::fetch(&[etcd.address()], &prefix).unwrap();
+    let read = fetch(&[etcd.address()], &prefix);
     assert_eq!(read.hosts[0].live, 1, "{read:?}");
     let ids: Vec<u64> = read.hosts[0].tables[0]
         .registrations
@@ -798,4 +807,266 @@ fn the_cluster_view_does_not_count_a_key_whose_registration_ended() {
         .map(|r| r.instance_id)
         .collect();
     assert_eq!(ids, [1]);
+}
+
+/// A TLS etcd (server certificate from the test's CA, client certificates
+/// required) with authentication on: user `livereg` (password `secret`) may
+/// read and write under `prefix`; `root` (password `rootpw`) owns the rest.
+fn secure_etcd(certs: &certs::TestCerts, prefix: &str) -> EtcdServer {
+    let (server, key, ca) = (
+        certs.path("server.pem"),
+        certs.path("server.key"),
+        certs.path("ca.pem"),
+    );
+    let etcd = EtcdServer::start_with(
+        "secure",
+        &[
+            "--cert-file",
+            &server,
+            "--key-file",
+            &key,
+            "--trusted-ca-file",
+            &ca,
+            "--client-cert-auth",
+        ],
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut root = Client::connect([etcd.endpoint.as_str()], Some(tls_options(certs)))
+            .await
+            .expect("connect over TLS");
+        root.user_add("root", "rootpw", None).await.unwrap();
+        root.user_grant_role("root", "root").await.unwrap();
+        root.role_add("publisher").await.unwrap();
+        let keys = etcd_client::Permission::read_write(prefix.to_owned()).with_prefix();
+        root.role_grant_permission("publisher", keys).await.unwrap();
+        root.user_add("livereg", "secret", None).await.unwrap();
+        root.user_grant_role("livereg", "publisher").await.unwrap();
+        root.auth_enable().await.unwrap();
+    });
+    etcd
+}
+
+fn tls_options(certs: &certs::TestCerts) -> etcd_client::ConnectOptions {
+    etcd_client::ConnectOptions::new().with_tls(
+        etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(certs.read("ca.pem")))
+            .identity(etcd_client::Identity::from_pem(
+                certs.read("client.pem"),
+                certs.read("client.key"),
+            )),
+    )
+}
+
+/// The keys under `prefix`, read as root over TLS.
+fn secure_keys(etcd: &EtcdServer, certs: &certs::TestCerts, prefix: &str) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let options = tls_options(certs).with_user("root", "rootpw");
+        let mut root = Client::connect([etcd.endpoint.as_str()], Some(options))
+            .await
+            .unwrap();
+        let found = root
+            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .await
+            .unwrap();
+        found
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect()
+    })
+}
+
+/// `livereg ARGS`, with `LIVEREG_ETCD_PASSWORD` set to `password`.
+fn livereg_with_password(args: &[&str], password: &str) -> Output {
+    Command::new(LIVEREG)
+        .args(args)
+        .env("LIVEREG_ETCD_PASSWORD", password)
+        .output()
+        .expect("run livereg")
+}
+
+/// Asserts exit 1 and one line on stderr containing each of `says`.
+fn fails_in_one_line(output: &Output, says: &[&str]) {
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "stderr: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    for part in says {
+        assert!(err.contains(part), "expected '{part}' in: {err}");
+    }
+}
+
+#[test]
+fn over_tls_with_a_user_publishing_and_the_cluster_view_work() {
+    let certs = certs::TestCerts::new("tls-ok");
+    let prefix = prefix("tls-ok");
+    let etcd = secure_etcd(&certs, &prefix);
+    let (name, _table) = table("tls-ok", "5s");
+    let password_file = certs.dir.join("password");
+    std::fs::write(&password_file, "secret\n").unwrap();
+    let (ca, cert, key) = (
+        certs.path("ca.pem"),
+        certs.path("client.pem"),
+        certs.path("client.key"),
+    );
+    let endpoint = etcd.endpoint.clone();
+    let secure: Vec<&str> = vec![
+        "--etcd-ca",
+        &ca,
+        "--etcd-cert",
+        &cert,
+        "--etcd-key",
+        &key,
+        "--etcd-user",
+        "livereg",
+    ];
+    let password_flag = password_file.display().to_string();
+    let reap = [
+        &[
+            "reap",
+            name.as_str(),
+            "--etcd",
+            &endpoint,
+            "--etcd-prefix",
+            &prefix,
+        ][..],
+        &["--host", "h", "--etcd-password-file", &password_flag],
+        &secure,
+    ]
+    .concat();
+    let _reaper = Daemon::spawn(&reap);
+    let _worker = worker(&name, 12, "gpu12");
+    let key12 = format!("{prefix}/h/{name}/12");
+    wait_for("the key over TLS", Duration::from_secs(15), || {
+        secure_keys(&etcd, &certs, &prefix).contains(&key12)
+    });
+    let view = [
+        &[
+            "status",
+            "--cluster",
+            "--json",
+            "--etcd",
+            &endpoint,
+            "--etcd-prefix",
+            &prefix,
+        ][..],
+        &secure,
+    ]
+    .concat();
+    let shown = livereg_with_password(&view, "secret");
+    assert!(
+        shown.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    let cluster: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(cluster["hosts"][0]["live"], 1, "{cluster}");
+}
+
+#[test]
+fn a_wrong_ca_a_missing_client_certificate_or_a_wrong_password_fail_in_one_line() {
+    let certs = certs::TestCerts::new("tls-bad");
+    let prefix = prefix("tls-bad");
+    let etcd = secure_etcd(&certs, &prefix);
+    let endpoint = etcd.endpoint.clone();
+    let (ca, other, cert, key) = (
+        certs.path("ca.pem"),
+        certs.path("other-ca.pem"),
+        certs.path("client.pem"),
+        certs.path("client.key"),
+    );
+    let view = |extra: &[&str], password: &str| {
+        let base = [
+            "status",
+            "--cluster",
+            "--etcd",
+            &endpoint,
+            "--etcd-prefix",
+            &prefix,
+        ];
+        livereg_with_password(&[&base[..], extra].concat(), password)
+    };
+    let mutual = ["--etcd-cert", cert.as_str(), "--etcd-key", key.as_str()];
+    let user = ["--etcd-user", "livereg"];
+    // A CA that did not sign etcd's certificate.
+    let wrong_ca = view(
+        &[&["--etcd-ca", other.as_str()][..], &mutual, &user].concat(),
+        "secret",
+    );
+    fails_in_one_line(&wrong_ca, &[&endpoint, "connect"]);
+    // No client certificate, where etcd requires one.
+    let no_cert = view(&[&["--etcd-ca", ca.as_str()][..], &user].concat(), "secret");
+    fails_in_one_line(&no_cert, &[&endpoint]);
+    // The wrong password.
+    let wrong_password = view(
+        &[&["--etcd-ca", ca.as_str()][..], &mutual, &user].concat(),
+        "nope",
+    );
+    fails_in_one_line(&wrong_password, &[&endpoint, "authentication failed"]);
+    // https:// without a CA, and a plaintext endpoint with TLS configured.
+    let plain = format!("http://{}", etcd.address());
+    fails_in_one_line(
+        &livereg(&["status", "--cluster", "--etcd", &endpoint]),
+        &["https:// needs a CA", "--etcd-ca"],
+    );
+    fails_in_one_line(
+        &livereg(&["status", "--cluster", "--etcd", &plain, "--etcd-ca", &ca]),
+        &["plaintext, but TLS is configured"],
+    );
+
+    // A reaper with the wrong password publishes nothing and reaps on.
+    let (name, _table) = table("tls-bad", "5s");
+    let reaper = Command::new(LIVEREG)
+        .args([
+            "reap",
+            &name,
+            "--etcd",
+            &endpoint,
+            "--etcd-prefix",
+            &prefix,
+            "--host",
+            "h",
+        ])
+        .args([
+            "--etcd-ca",
+            &ca,
+            "--etcd-cert",
+            &cert,
+            "--etcd-key",
+            &key,
+            "--etcd-user",
+            "livereg",
+        ])
+        .env("LIVEREG_ETCD_PASSWORD", "nope")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reaper = Daemon(reaper);
+    wait_for("the reaper", Duration::from_secs(10), || {
+        livereg(&["probe", &name]).status.success()
+    });
+    let mut doomed = worker(&name, 13, "doomed");
+    doomed.signal(libc::SIGKILL);
+    doomed.kill();
+    wait_for("the local drop", Duration::from_secs(5), || {
+        let status = livereg(&["status", &name, "--json"]);
+        let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+        status["ended"]["process_exited"] == 1
+    });
+    assert!(secure_keys(&etcd, &certs, &prefix).is_empty());
+    let log = reaper.stderr();
+    assert!(log.contains("authentication failed"), "{log}");
+    assert_eq!(
+        log.matches("local reaping goes on").count(),
+        1,
+        "one warning for the outage: {log}"
+    );
 }

@@ -2,7 +2,7 @@
 //! --cluster`).
 
 use super::record::{self, ClusterRecord};
-use super::EtcdError;
+use super::{EtcdError, EtcdOptions};
 use etcd_client::GetOptions;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -51,24 +51,27 @@ pub struct ClusterTable {
 }
 
 impl ClusterStatus {
-    /// Reads every key under `prefix` and the TTL left on each lease.
+    /// Reads every key under `options.prefix` and the TTL left on each
+    /// lease, reaching etcd as `options` say (endpoints, TLS, credentials;
+    /// the host and TTL are not used).
     ///
     /// # Errors
     ///
-    /// [`EtcdError::Etcd`] or [`EtcdError::Timeout`] if etcd cannot be
-    /// read; [`EtcdError::InvalidOptions`] for an empty endpoint list or an
-    /// `https://` endpoint (this build has no TLS).
-    pub fn fetch(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdError> {
-        super::check_endpoints(endpoints)?;
+    /// [`EtcdError::Etcd`] or [`EtcdError::Timeout`] if etcd cannot be read
+    /// (unreachable, a certificate that does not verify, refused
+    /// credentials); [`EtcdError::InvalidOptions`] for an empty endpoint list
+    /// or endpoints that disagree with the TLS setting.
+    pub fn fetch(options: &EtcdOptions) -> Result<ClusterStatus, EtcdError> {
+        super::check_endpoints(&options.endpoints, options.tls.is_some())?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let read = runtime
-            .block_on(async { tokio::time::timeout(READ_TIMEOUT, read(endpoints, prefix)).await });
+        let read =
+            runtime.block_on(async { tokio::time::timeout(READ_TIMEOUT, read(options)).await });
         read.unwrap_or_else(|_| {
             Err(EtcdError::Timeout {
-                endpoints: endpoints.join(","),
-                context: format!("read {prefix}"),
+                endpoints: options.endpoint_list(),
+                context: format!("read {}", options.prefix),
                 timeout: READ_TIMEOUT,
             })
         })
@@ -78,16 +81,17 @@ impl ClusterStatus {
 /// host → table → (lease, live records).
 type Grouped = BTreeMap<String, BTreeMap<String, (i64, Vec<ClusterRecord>)>>;
 
-async fn read(endpoints: &[String], prefix: &str) -> Result<ClusterStatus, EtcdError> {
+async fn read(options: &EtcdOptions) -> Result<ClusterStatus, EtcdError> {
+    let prefix = options.prefix.as_str();
     let failed = |context: &str| {
         let context = context.to_owned();
         move |source| EtcdError::Etcd {
-            endpoints: endpoints.join(","),
+            endpoints: options.endpoint_list(),
             context,
             source,
         }
     };
-    let mut client = super::connection::connect(endpoints, READ_TIMEOUT)
+    let mut client = super::connection::connect(options, READ_TIMEOUT)
         .await
         .map_err(failed("connect"))?;
     let under = format!("{}/", record::trim_prefix(prefix));

@@ -1,22 +1,35 @@
 //! Connecting to etcd: the one place the publisher and the cluster read
-//! make a client, so how to reach etcd (endpoints, deadlines, and later TLS
-//! and credentials) is decided once.
+//! make a client, so how to reach etcd (endpoints, deadlines, TLS and
+//! credentials) is decided once.
 
-use etcd_client::{Client, ConnectOptions};
+use super::EtcdOptions;
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use std::time::Duration;
 
-/// A client for `endpoints`: the connection, and every request on it, time
-/// out after `timeout`.
+/// A client for `options`' endpoints, over TLS and as its user where they
+/// say so: the connection, and every request on it, time out after
+/// `timeout`.
 ///
 /// # Errors
 ///
-/// The client's error when no endpoint answers.
+/// The client's error when no endpoint answers, a certificate does not
+/// verify, or etcd refuses the credentials.
 pub(super) async fn connect(
-    endpoints: &[String],
+    options: &EtcdOptions,
     timeout: Duration,
 ) -> Result<Client, etcd_client::Error> {
-    let options = ConnectOptions::new()
+    let mut connect = ConnectOptions::new()
         .with_connect_timeout(timeout)
         .with_timeout(timeout);
-    Client::connect(endpoints, Some(options)).await
+    if let Some(tls) = &options.tls {
+        let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
+        if let Some((cert, key)) = &tls.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        connect = connect.with_tls(config);
+    }
+    if let Some(credentials) = &options.credentials {
+        connect = connect.with_user(&credentials.user, &credentials.password);
+    }
+    Client::connect(&options.endpoints, Some(connect)).await
 }

@@ -45,8 +45,9 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 /// Where and as whom to publish.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdOptions {
-    /// etcd client endpoints, e.g. `http://10.0.0.5:2379` (a bare
-    /// `host:port` means `http://`; `https://` is refused: no TLS yet).
+    /// etcd client endpoints, e.g. `http://10.0.0.5:2379` or, with
+    /// [`tls`](EtcdOptions::tls), `https://10.0.0.5:2379` (a bare
+    /// `host:port` means `http://`, or `https://` with TLS).
     pub endpoints: Vec<String>,
     /// The key prefix (default `/livereg`); a trailing `/` is ignored.
     pub prefix: String,
@@ -56,6 +57,83 @@ pub struct EtcdOptions {
     /// The lease TTL, in whole seconds (rounded up; etcd may raise it to its
     /// minimum, 2 s by default).
     pub ttl: Duration,
+    /// TLS: the CA etcd's certificate must verify against, and for mutual
+    /// TLS this client's certificate. `None`: plaintext (`http://` only).
+    pub tls: Option<EtcdTls>,
+    /// etcd authentication (a user of etcd's RBAC), if etcd asks for it.
+    pub credentials: Option<EtcdCredentials>,
+}
+
+/// TLS to etcd, as PEM read from files (see [`EtcdTls::from_files`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// The CA certificate(s) etcd's certificate must verify against.
+    pub ca_pem: Vec<u8>,
+    /// This client's certificate and private key, for etcd's
+    /// `--client-cert-auth`.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl EtcdTls {
+    /// Reads the CA and, for mutual TLS, the client certificate and key.
+    ///
+    /// # Errors
+    ///
+    /// [`EtcdError::InvalidOptions`] naming the file that could not be read
+    /// or holds no PEM, or a certificate given without its key (or the
+    /// reverse).
+    pub fn from_files(
+        ca: &std::path::Path,
+        cert: Option<&std::path::Path>,
+        key: Option<&std::path::Path>,
+    ) -> Result<EtcdTls, EtcdError> {
+        let identity =
+            match (cert, key) {
+                (Some(cert), Some(key)) => {
+                    Some((read_pem("certificate", cert)?, read_pem("key", key)?))
+                }
+                (None, None) => None,
+                (Some(_), None) | (None, Some(_)) => return Err(EtcdError::InvalidOptions(
+                    "etcd client certificate: expected both a certificate and its key, found one"
+                        .into(),
+                )),
+            };
+        Ok(EtcdTls {
+            ca_pem: read_pem("CA", ca)?,
+            identity,
+        })
+    }
+}
+
+/// A PEM file's bytes, refused in one line if unreadable or not PEM.
+fn read_pem(what: &str, path: &std::path::Path) -> Result<Vec<u8>, EtcdError> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| EtcdError::InvalidOptions(format!("etcd {what} '{}': {e}", path.display())))?;
+    if !bytes.windows(10).any(|w| w == b"-----BEGIN") {
+        return Err(EtcdError::InvalidOptions(format!(
+            "etcd {what} '{}': expected PEM (-----BEGIN …), found none",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// A user of etcd's authentication. The password is never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EtcdCredentials {
+    /// The etcd user.
+    pub user: String,
+    /// Its password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for EtcdCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdCredentials")
+            .field("user", &self.user)
+            .field("password", &"<hidden>")
+            .finish()
+    }
 }
 
 /// What can go wrong talking to etcd.
@@ -65,8 +143,9 @@ pub enum EtcdError {
     /// An option broke the contract (empty endpoint list, a host with `/`).
     #[error("{0}")]
     InvalidOptions(String),
-    /// etcd refused or did not answer.
-    #[error("etcd at {endpoints}: {context}: {source}")]
+    /// etcd refused or did not answer (the message follows the client
+    /// error's causes, e.g. why a certificate did not verify).
+    #[error("etcd at {endpoints}: {context}: {}", causes(source))]
     Etcd {
         /// The endpoints asked.
         endpoints: String,
@@ -97,6 +176,20 @@ pub enum EtcdError {
     Io(#[from] std::io::Error),
 }
 
+/// An error and its causes on one line (`a: b: c`), without repeats.
+fn causes(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line = format!("{line}: {text}");
+        }
+        next = cause.source();
+    }
+    line
+}
+
 impl EtcdOptions {
     /// Options for `endpoints` with the default prefix, this machine's
     /// hostname and a 10 s TTL.
@@ -106,6 +199,8 @@ impl EtcdOptions {
             prefix: DEFAULT_PREFIX.to_owned(),
             host: hostname(),
             ttl: DEFAULT_TTL,
+            tls: None,
+            credentials: None,
         }
     }
 
@@ -124,7 +219,7 @@ impl EtcdOptions {
     ///
     /// [`EtcdError::InvalidOptions`] naming the option and what it held.
     pub fn validate(&self) -> Result<(), EtcdError> {
-        check_endpoints(&self.endpoints)?;
+        check_endpoints(&self.endpoints, self.tls.is_some())?;
         record::check_component("host", &self.host)?;
         if self.ttl.is_zero() {
             return Err(EtcdError::InvalidOptions(
@@ -140,17 +235,24 @@ impl EtcdOptions {
     }
 }
 
-/// Endpoints must be present and plain (`host:port` or `http://`): this
-/// build has no TLS.
-pub(crate) fn check_endpoints(endpoints: &[String]) -> Result<(), EtcdError> {
+/// Endpoints must be present and agree with the TLS setting: `https://`
+/// needs a CA to verify etcd against, and with TLS configured a `http://`
+/// endpoint is refused: never a silent fallback to plaintext.
+pub(crate) fn check_endpoints(endpoints: &[String], tls: bool) -> Result<(), EtcdError> {
     if endpoints.is_empty() {
         return Err(EtcdError::InvalidOptions(
             "etcd endpoints: expected at least one (host:port), found none".into(),
         ));
     }
-    if let Some(secure) = endpoints.iter().find(|e| e.starts_with("https://")) {
+    if !tls {
+        if let Some(secure) = endpoints.iter().find(|e| e.starts_with("https://")) {
+            return Err(EtcdError::InvalidOptions(format!(
+                "etcd endpoint '{secure}': https:// needs a CA to verify etcd against (--etcd-ca FILE)"
+            )));
+        }
+    } else if let Some(plain) = endpoints.iter().find(|e| e.starts_with("http://")) {
         return Err(EtcdError::InvalidOptions(format!(
-            "etcd endpoint '{secure}': expected host:port or http:// (this build does not speak TLS)"
+            "etcd endpoint '{plain}': plaintext, but TLS is configured: use https:// (or host:port)"
         )));
     }
     Ok(())

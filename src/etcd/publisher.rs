@@ -429,7 +429,7 @@ impl Mirror {
         let mut client = self
             .ask(
                 "connect",
-                super::connection::connect(&self.options.endpoints, REQUEST_TIMEOUT),
+                super::connection::connect(&self.options, REQUEST_TIMEOUT),
             )
             .await?;
         let mut held = None;

@@ -29,10 +29,12 @@ pub struct Seen {
 }
 
 pub struct EtcdServer {
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS).
     pub endpoint: String,
     client_port: u16,
     peer_port: u16,
+    /// A plaintext listener for `/health` (the client port may speak TLS).
+    health_port: u16,
     dir: PathBuf,
     child: Option<Child>,
     /// Flags beyond the defaults (e.g. `--max-txn-ops 2`).
@@ -53,11 +55,17 @@ impl EtcdServer {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).expect("make etcd's data dir");
-        let (client_port, peer_port) = (free_port(), free_port());
+        let (client_port, peer_port, health_port) = (free_port(), free_port(), free_port());
+        let scheme = if extra.contains(&"--cert-file") {
+            "https"
+        } else {
+            "http"
+        };
         let mut server = EtcdServer {
-            endpoint: format!("http://127.0.0.1:{client_port}"),
+            endpoint: format!("{scheme}://127.0.0.1:{client_port}"),
             client_port,
             peer_port,
+            health_port,
             dir,
             child: None,
             extra: extra.iter().map(|flag| flag.to_string()).collect(),
@@ -90,7 +98,8 @@ impl EtcdServer {
     pub fn resume(&mut self) {
         assert!(self.child.is_none(), "etcd already runs");
         let binary = std::env::var("LIVEREG_ETCD").unwrap_or_else(|_| "etcd".into());
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let client = self.endpoint.clone();
+        let health = format!("http://127.0.0.1:{}", self.health_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::File::create(self.dir.join("etcd.log")).expect("etcd's log");
         let child = Command::new(&binary)
@@ -101,6 +110,7 @@ impl EtcdServer {
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &format!("test={peer}")])
+            .args(["--listen-metrics-urls", &health])
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
@@ -125,7 +135,7 @@ impl EtcdServer {
 
     /// `GET /health` answers `"health":"true"`.
     fn healthy(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.client_port)) else {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.health_port)) else {
             return false;
         };
         let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));

@@ -2,9 +2,11 @@
 //! `livereg status --cluster --etcd ENDPOINTS` shows every host's.
 
 use crate::duration::age;
-use crate::etcd_args::{EtcdArgs, PublishArgs};
+use crate::etcd_args::{EtcdArgs, PublishArgs, PASSWORD_ENV};
 use crate::Outcome;
-use livereg::etcd::{ClusterStatus, EndSink, EtcdOptions, Publisher, DEFAULT_PREFIX};
+use livereg::etcd::{
+    ClusterStatus, EndSink, EtcdCredentials, EtcdOptions, EtcdTls, Publisher, DEFAULT_PREFIX,
+};
 use livereg::{DropEvent, Table};
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
@@ -37,13 +39,10 @@ pub type Running = Publisher;
 impl Publishing {
     /// The publishing options if `--etcd` was given, checked.
     pub fn checked(args: &PublishArgs) -> Result<Option<Publishing>, String> {
-        let Some(endpoints) = &args.etcd.etcd else {
+        if args.etcd.etcd.is_none() {
             return Ok(None);
-        };
-        let mut options = EtcdOptions::new(EtcdOptions::split_endpoints(endpoints));
-        if let Some(prefix) = &args.etcd.etcd_prefix {
-            options.prefix.clone_from(prefix);
         }
+        let mut options = etcd_options(&args.etcd)?;
         if let Some(host) = &args.host {
             options.host.clone_from(host);
         }
@@ -65,15 +64,49 @@ impl Publishing {
 /// `livereg status --cluster`: prints every host's registrations, as text or
 /// JSON.
 pub fn show(args: &EtcdArgs, json: bool) -> Outcome {
-    let endpoints = EtcdOptions::split_endpoints(args.etcd.as_deref().unwrap_or_default());
-    let prefix = args.etcd_prefix.as_deref().unwrap_or(DEFAULT_PREFIX);
-    let cluster = ClusterStatus::fetch(&endpoints, prefix)?;
+    let cluster = ClusterStatus::fetch(&etcd_options(args)?)?;
     if json {
         out!("{}", serde_json::to_string_pretty(&cluster)?);
     } else {
         out!("{}", render(&cluster).trim_end());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How to reach etcd, from the shared options: endpoints, prefix, TLS
+/// files and credentials (the password from its file or the environment).
+fn etcd_options(args: &EtcdArgs) -> Result<EtcdOptions, String> {
+    let endpoints = EtcdOptions::split_endpoints(args.etcd.as_deref().unwrap_or_default());
+    let mut options = EtcdOptions::new(endpoints);
+    options.prefix = args
+        .etcd_prefix
+        .clone()
+        .unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+    if let Some(ca) = &args.etcd_ca {
+        let tls = EtcdTls::from_files(ca, args.etcd_cert.as_deref(), args.etcd_key.as_deref());
+        options.tls = Some(tls.map_err(|e| e.to_string())?);
+    }
+    if let Some(user) = &args.etcd_user {
+        options.credentials = Some(EtcdCredentials {
+            user: user.clone(),
+            password: password(args)?,
+        });
+    }
+    options.validate().map_err(|e| e.to_string())?;
+    Ok(options)
+}
+
+/// `--etcd-user`'s password: from `--etcd-password-file` (its first line),
+/// else from the environment.
+fn password(args: &EtcdArgs) -> Result<String, String> {
+    match &args.etcd_password_file {
+        Some(file) => std::fs::read_to_string(file)
+            .map(|text| text.lines().next().unwrap_or_default().to_owned())
+            .map_err(|e| format!("--etcd-password-file '{}': {e}", file.display())),
+        None => std::env::var(PASSWORD_ENV).map_err(|_| {
+            format!("--etcd-user: expected a password in --etcd-password-file or {PASSWORD_ENV}, found neither")
+        }),
+    }
 }
 
 /// The human view: per host its lease, then per table its registrations.

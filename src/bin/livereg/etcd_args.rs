@@ -2,18 +2,41 @@
 //! build: a `livereg` built without etcd still names them, and refuses them
 //! in one line saying how to get them.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-/// Where etcd is.
+/// Where etcd is, and how to reach it: TLS and credentials (the password
+/// from a file or the environment, never from argv, which is public).
 #[derive(clap::Args)]
 pub struct EtcdArgs {
-    /// etcd endpoints (comma-separated host:port or URLs).
+    /// etcd endpoints (comma-separated host:port or URLs; https:// needs
+    /// --etcd-ca).
     #[arg(long, value_name = "ENDPOINTS")]
     pub etcd: Option<String>,
     /// Key prefix [default: /livereg].
     #[arg(long, value_name = "PREFIX", requires = "etcd")]
     pub etcd_prefix: Option<String>,
+    /// TLS: the CA (PEM) etcd's certificate must verify against.
+    #[arg(long, value_name = "FILE", requires = "etcd")]
+    pub etcd_ca: Option<PathBuf>,
+    /// Mutual TLS: this client's certificate (PEM), with --etcd-key.
+    #[arg(long, value_name = "FILE", requires_all = ["etcd_ca", "etcd_key"])]
+    pub etcd_cert: Option<PathBuf>,
+    /// Mutual TLS: this client's private key (PEM), with --etcd-cert.
+    #[arg(long, value_name = "FILE", requires_all = ["etcd_ca", "etcd_cert"])]
+    pub etcd_key: Option<PathBuf>,
+    /// etcd authentication: the user; its password comes from
+    /// --etcd-password-file or LIVEREG_ETCD_PASSWORD.
+    #[arg(long, value_name = "NAME", requires = "etcd")]
+    pub etcd_user: Option<String>,
+    /// The file holding --etcd-user's password (one line).
+    #[arg(long, value_name = "FILE", requires = "etcd_user")]
+    pub etcd_password_file: Option<PathBuf>,
 }
+
+/// The environment variable that may hold `--etcd-user`'s password.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub const PASSWORD_ENV: &str = "LIVEREG_ETCD_PASSWORD";
 
 /// `livereg reap`'s publishing options: where, and as which host.
 #[derive(clap::Args)]

@@ -79,6 +79,8 @@ mod table;
 #[cfg(not(loom))]
 mod wake;
 #[cfg(not(loom))]
+pub mod wire;
+#[cfg(not(loom))]
 mod worker;
 
 #[cfg(not(loom))]

@@ -1,0 +1,602 @@
+//! The frames of a session over a socket: how a worker that cannot map the
+//! table registers through a reaper's listener (the groundwork of sessions;
+//! the listener and the client are built on it).
+//!
+//! Every frame is a 4-byte big-endian length `L` (of what follows, at least
+//! 1 and at most [`MAX_FRAME`]), a 1-byte type, and `L - 1` bytes of payload
+//! laid out as the type says. Integers are big-endian; a text is a length
+//! (1 byte, or 2 for the token and messages) then UTF-8. A frame whose
+//! payload is longer or shorter than its type's layout, a type that is not
+//! known, a text that is not UTF-8 or longer than its limit, and a frame
+//! over the cap are refused with a [`WireError`] naming what was expected
+//! and what was found; the side that reads one closes the connection.
+//!
+//! | type | direction | payload |
+//! |---|---|---|
+//! | 1 `Hello` | client → server, first | version u16, instance id u64, pid u32, token (u16 + ≤ 256 bytes), label (u8 + ≤ 47 bytes), host (u8 + ≤ 255 bytes), reclaim flag u8, then if 1: slot u32, generation u32, secret u64 |
+//! | 2 `Beat` | client → server | heartbeats u64, busy u8 (0/1), progress steps u64 |
+//! | 3 `Bye` | client → server | (none): a clean deregistration |
+//! | 129 `Welcome` | server → client | version u16, slot u32, generation u32, secret u64, reap timeout ms u64, boot token u64 |
+//! | 130 `Refused` | server → client | result code u8, message (u16 + ≤ 1024 bytes) |
+//! | 131 `Ended` | server → client | reason u8 (the registration ended: the next ping hears it) |
+//! | 132 `Info` | server → client | the server's info area (u16 + ≤ 1024 bytes) |
+
+use crate::event::Reason;
+use crate::layout::{INFO_MAX, LABEL_MAX};
+
+/// The protocol version a `Hello` and a `Welcome` carry.
+pub const VERSION: u16 = 1;
+
+/// The largest frame, length prefix excluded.
+pub const MAX_FRAME: usize = 4096;
+
+/// The longest token.
+pub const TOKEN_MAX: usize = 256;
+
+/// The longest host name a client reports.
+pub const HOST_MAX: usize = 255;
+
+/// The longest message of a `Refused`.
+pub const MESSAGE_MAX: usize = 1024;
+
+/// A registration a client held before its connection broke, and the secret
+/// the server gave it at `Welcome`, to take it back after a reconnect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reclaim {
+    /// The slot it held.
+    pub slot: u32,
+    /// That slot's generation.
+    pub generation: u32,
+    /// The secret of the `Welcome` that gave it.
+    pub secret: u64,
+}
+
+/// One frame of a session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// The client's first frame: who it is and what it proves.
+    Hello {
+        /// The client's protocol version.
+        version: u16,
+        /// The instance id to register.
+        instance_id: u64,
+        /// The client's pid, as it sees it (reported, never trusted).
+        pid: u32,
+        /// The listener's token (may be empty).
+        token: Vec<u8>,
+        /// The registration's label.
+        label: String,
+        /// The client's host name, as it reports it.
+        host: String,
+        /// A registration to take back after a reconnect.
+        reclaim: Option<Reclaim>,
+    },
+    /// What changed on the client since its last beat.
+    Beat {
+        /// Heartbeats counted by the client.
+        heartbeats: u64,
+        /// Whether the engine has work in flight.
+        busy: bool,
+        /// Steps of progress counted by the client.
+        steps: u64,
+    },
+    /// A clean deregistration.
+    Bye,
+    /// The registration was made (or taken back).
+    Welcome {
+        /// The server's protocol version.
+        version: u16,
+        /// The registration's slot.
+        slot: u32,
+        /// The slot's generation.
+        generation: u32,
+        /// What a reconnecting client proves the registration with.
+        secret: u64,
+        /// The table's reap timeout, in milliseconds.
+        reap_timeout_ms: u64,
+        /// The reaper's boot token.
+        boot_token: u64,
+    },
+    /// The registration was refused: a result code and why.
+    Refused {
+        /// The result code (as the C ABI's `livereg_result`).
+        code: u8,
+        /// Why, in a line.
+        message: String,
+    },
+    /// The registration ended; the client's next ping hears why.
+    Ended {
+        /// Why it ended.
+        reason: Reason,
+    },
+    /// The server's info area.
+    Info {
+        /// Its bytes.
+        bytes: Vec<u8>,
+    },
+}
+
+/// Why bytes are not a frame.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The length prefix says more than [`MAX_FRAME`], or 0.
+    #[error("frame length: expected 1 to {MAX_FRAME} bytes, found {0}")]
+    Length(u32),
+    /// A type no side sends.
+    #[error("frame type: expected 1, 2, 3 or 129 to 132, found {0}")]
+    Type(u8),
+    /// The payload does not match its type's layout.
+    #[error("{frame} frame: expected {expected}, found {found}")]
+    Layout {
+        /// The frame's type.
+        frame: &'static str,
+        /// What its layout needs.
+        expected: String,
+        /// What was there.
+        found: String,
+    },
+}
+
+impl Frame {
+    /// The frame's bytes, length prefix included.
+    ///
+    /// # Panics
+    ///
+    /// If a text or byte field is over its limit: a frame is built by this
+    /// crate from values it checked.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Writer(Vec::with_capacity(64));
+        match self {
+            Frame::Hello {
+                version,
+                instance_id,
+                pid,
+                token,
+                label,
+                host,
+                reclaim,
+            } => {
+                out.u8(1);
+                out.u16(*version);
+                out.u64(*instance_id);
+                out.u32(*pid);
+                out.bytes16(token, TOKEN_MAX);
+                out.bytes8(label.as_bytes(), LABEL_MAX);
+                out.bytes8(host.as_bytes(), HOST_MAX);
+                match reclaim {
+                    None => out.u8(0),
+                    Some(reclaim) => {
+                        out.u8(1);
+                        out.u32(reclaim.slot);
+                        out.u32(reclaim.generation);
+                        out.u64(reclaim.secret);
+                    }
+                }
+            }
+            Frame::Beat {
+                heartbeats,
+                busy,
+                steps,
+            } => {
+                out.u8(2);
+                out.u64(*heartbeats);
+                out.u8(u8::from(*busy));
+                out.u64(*steps);
+            }
+            Frame::Bye => out.u8(3),
+            Frame::Welcome {
+                version,
+                slot,
+                generation,
+                secret,
+                reap_timeout_ms,
+                boot_token,
+            } => {
+                out.u8(129);
+                out.u16(*version);
+                out.u32(*slot);
+                out.u32(*generation);
+                out.u64(*secret);
+                out.u64(*reap_timeout_ms);
+                out.u64(*boot_token);
+            }
+            Frame::Refused { code, message } => {
+                out.u8(130);
+                out.u8(*code);
+                out.bytes16(message.as_bytes(), MESSAGE_MAX);
+            }
+            Frame::Ended { reason } => {
+                out.u8(131);
+                out.u8(*reason as u8);
+            }
+            Frame::Info { bytes } => {
+                out.u8(132);
+                out.bytes16(bytes, INFO_MAX);
+            }
+        }
+        let body = out.0;
+        let mut framed = Vec::with_capacity(body.len() + 4);
+        framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        framed.extend_from_slice(&body);
+        framed
+    }
+
+    /// The first frame in `buffer`, with how many bytes it took; `None` if
+    /// the buffer does not yet hold a whole frame.
+    ///
+    /// # Errors
+    ///
+    /// [`WireError`] naming what was expected and what was found.
+    pub fn decode(buffer: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
+        let Some(prefix) = buffer.get(..4) else {
+            return Ok(None);
+        };
+        let length = u32::from_be_bytes(prefix.try_into().expect("4 bytes"));
+        if length == 0 || length as usize > MAX_FRAME {
+            return Err(WireError::Length(length));
+        }
+        let Some(body) = buffer.get(4..4 + length as usize) else {
+            return Ok(None);
+        };
+        let (kind, payload) = (body[0], &body[1..]);
+        let frame = match kind {
+            1 => hello(payload)?,
+            2 => {
+                let mut input = Reader::new("beat", payload);
+                let frame = Frame::Beat {
+                    heartbeats: input.u64()?,
+                    busy: input.flag()?,
+                    steps: input.u64()?,
+                };
+                input.end()?;
+                frame
+            }
+            3 => {
+                Reader::new("bye", payload).end()?;
+                Frame::Bye
+            }
+            129 => {
+                let mut input = Reader::new("welcome", payload);
+                let frame = Frame::Welcome {
+                    version: input.u16()?,
+                    slot: input.u32()?,
+                    generation: input.u32()?,
+                    secret: input.u64()?,
+                    reap_timeout_ms: input.u64()?,
+                    boot_token: input.u64()?,
+                };
+                input.end()?;
+                frame
+            }
+            130 => {
+                let mut input = Reader::new("refused", payload);
+                let code = input.u8()?;
+                let message = input.text16(MESSAGE_MAX)?;
+                input.end()?;
+                Frame::Refused { code, message }
+            }
+            131 => {
+                let mut input = Reader::new("ended", payload);
+                let code = input.u8()?;
+                let reason = Reason::from_code(code).ok_or_else(|| {
+                    input.wrong(
+                        &format!("a reason (1 to {})", Reason::ALL.len()),
+                        format!("{code}"),
+                    )
+                })?;
+                input.end()?;
+                Frame::Ended { reason }
+            }
+            132 => {
+                let mut input = Reader::new("info", payload);
+                let bytes = input.bytes16(INFO_MAX)?.to_vec();
+                input.end()?;
+                Frame::Info { bytes }
+            }
+            other => return Err(WireError::Type(other)),
+        };
+        Ok(Some((frame, 4 + length as usize)))
+    }
+}
+
+fn hello(payload: &[u8]) -> Result<Frame, WireError> {
+    let mut input = Reader::new("hello", payload);
+    let version = input.u16()?;
+    let instance_id = input.u64()?;
+    let pid = input.u32()?;
+    let token = input.bytes16(TOKEN_MAX)?.to_vec();
+    let label = input.text8(LABEL_MAX)?;
+    let host = input.text8(HOST_MAX)?;
+    let reclaim = match input.u8()? {
+        0 => None,
+        1 => Some(Reclaim {
+            slot: input.u32()?,
+            generation: input.u32()?,
+            secret: input.u64()?,
+        }),
+        other => return Err(input.wrong("a reclaim flag (0 or 1)", format!("{other}"))),
+    };
+    input.end()?;
+    Ok(Frame::Hello {
+        version,
+        instance_id,
+        pid,
+        token,
+        label,
+        host,
+        reclaim,
+    })
+}
+
+/// Appends big-endian fields.
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, value: u8) {
+        self.0.push(value);
+    }
+    fn u16(&mut self, value: u16) {
+        self.0.extend_from_slice(&value.to_be_bytes());
+    }
+    fn u32(&mut self, value: u32) {
+        self.0.extend_from_slice(&value.to_be_bytes());
+    }
+    fn u64(&mut self, value: u64) {
+        self.0.extend_from_slice(&value.to_be_bytes());
+    }
+    fn bytes8(&mut self, bytes: &[u8], max: usize) {
+        assert!(bytes.len() <= max.min(255), "a field over its limit");
+        self.u8(bytes.len() as u8);
+        self.0.extend_from_slice(bytes);
+    }
+    fn bytes16(&mut self, bytes: &[u8], max: usize) {
+        assert!(bytes.len() <= max, "a field over its limit");
+        self.u16(bytes.len() as u16);
+        self.0.extend_from_slice(bytes);
+    }
+}
+
+/// Reads big-endian fields from one frame's payload, naming the frame in
+/// its errors.
+struct Reader<'a> {
+    frame: &'static str,
+    payload: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(frame: &'static str, payload: &'a [u8]) -> Reader<'a> {
+        Reader {
+            frame,
+            payload,
+            at: 0,
+        }
+    }
+
+    fn wrong(&self, expected: &str, found: String) -> WireError {
+        WireError::Layout {
+            frame: self.frame,
+            expected: expected.to_owned(),
+            found,
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        let left = self.payload.len() - self.at;
+        if n > left {
+            return Err(self.wrong(
+                &format!("{n} more bytes at offset {}", self.at),
+                format!("{left}"),
+            ));
+        }
+        let bytes = &self.payload[self.at..self.at + n];
+        self.at += n;
+        Ok(bytes)
+    }
+
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_be_bytes(self.take(2)?.try_into().expect("2")))
+    }
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8")))
+    }
+
+    fn flag(&mut self) -> Result<bool, WireError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(self.wrong("a flag (0 or 1)", format!("{other}"))),
+        }
+    }
+
+    fn bytes16(&mut self, max: usize) -> Result<&'a [u8], WireError> {
+        let n = usize::from(self.u16()?);
+        if n > max {
+            return Err(self.wrong(&format!("at most {max} bytes"), format!("{n}")));
+        }
+        self.take(n)
+    }
+
+    fn text(&mut self, n: usize, max: usize) -> Result<String, WireError> {
+        if n > max {
+            return Err(self.wrong(&format!("a text of at most {max} bytes"), format!("{n}")));
+        }
+        let bytes = self.take(n)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|e| self.wrong("UTF-8 text", e.to_string()))
+    }
+
+    fn text8(&mut self, max: usize) -> Result<String, WireError> {
+        let n = usize::from(self.u8()?);
+        self.text(n, max)
+    }
+
+    fn text16(&mut self, max: usize) -> Result<String, WireError> {
+        let n = usize::from(self.u16()?);
+        self.text(n, max)
+    }
+
+    /// The payload must end here.
+    fn end(&self) -> Result<(), WireError> {
+        match self.payload.len() - self.at {
+            0 => Ok(()),
+            extra => Err(self.wrong("the end of the frame", format!("{extra} more bytes"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_kind() -> Vec<Frame> {
+        vec![
+            Frame::Hello {
+                version: VERSION,
+                instance_id: u64::MAX,
+                pid: 7,
+                token: vec![0xAB; TOKEN_MAX],
+                label: "é".repeat(23),
+                host: "node-17".into(),
+                reclaim: Some(Reclaim {
+                    slot: 3,
+                    generation: 9,
+                    secret: 0xDEAD_BEEF,
+                }),
+            },
+            Frame::Hello {
+                version: VERSION,
+                instance_id: 1,
+                pid: 1,
+                token: Vec::new(),
+                label: String::new(),
+                host: String::new(),
+                reclaim: None,
+            },
+            Frame::Beat {
+                heartbeats: 12,
+                busy: true,
+                steps: 40,
+            },
+            Frame::Bye,
+            Frame::Welcome {
+                version: VERSION,
+                slot: 3,
+                generation: 9,
+                secret: 1,
+                reap_timeout_ms: 10_000,
+                boot_token: 2,
+            },
+            Frame::Refused {
+                code: 3,
+                message: "instance 7 is registered and alive".into(),
+            },
+            Frame::Ended {
+                reason: Reason::Stalled,
+            },
+            Frame::Info {
+                bytes: vec![1; INFO_MAX],
+            },
+        ]
+    }
+
+    #[test]
+    fn every_frame_decodes_to_itself_whole_and_not_before() {
+        for frame in every_kind() {
+            let bytes = frame.encode();
+            assert!(bytes.len() - 4 <= MAX_FRAME);
+            for cut in 0..bytes.len() {
+                assert_eq!(
+                    Frame::decode(&bytes[..cut]),
+                    Ok(None),
+                    "{frame:?} cut at {cut}"
+                );
+            }
+            let mut two = bytes.clone();
+            two.extend_from_slice(&Frame::Bye.encode());
+            assert_eq!(Frame::decode(&two), Ok(Some((frame.clone(), bytes.len()))));
+        }
+    }
+
+    #[test]
+    fn bad_frames_are_refused_naming_what_was_expected() {
+        let refused = |bytes: &[u8]| Frame::decode(bytes).unwrap_err().to_string();
+        assert_eq!(
+            refused(&[0, 0, 0x10, 1]),
+            "frame length: expected 1 to 4096 bytes, found 4097"
+        );
+        assert_eq!(
+            refused(&[0, 0, 0, 0]),
+            "frame length: expected 1 to 4096 bytes, found 0"
+        );
+        assert_eq!(
+            refused(&[0, 0, 0, 1, 9]),
+            "frame type: expected 1, 2, 3 or 129 to 132, found 9"
+        );
+        assert_eq!(
+            refused(&[0, 0, 0, 2, 3, 0]),
+            "bye frame: expected the end of the frame, found 1 more bytes"
+        );
+        let mut beat = Frame::Beat {
+            heartbeats: 1,
+            busy: false,
+            steps: 0,
+        }
+        .encode();
+        beat[13] = 2; // the busy flag, after the prefix, the type and 8 bytes of heartbeats
+        assert_eq!(
+            refused(&beat),
+            "beat frame: expected a flag (0 or 1), found 2"
+        );
+        assert!(refused(&[0, 0, 0, 2, 131, 8]).contains("expected a reason"));
+        assert!(refused(&[0, 0, 0, 5, 1, 0, 1, 0, 0]).contains("hello frame: expected"));
+    }
+
+    #[test]
+    fn a_label_over_47_bytes_or_not_utf8_is_refused() {
+        let hello = |label: &[u8]| {
+            let mut body = vec![1, 0, 1];
+            body.extend_from_slice(&7u64.to_be_bytes());
+            body.extend_from_slice(&1u32.to_be_bytes());
+            body.extend_from_slice(&[0, 0]); // no token
+            body.push(label.len() as u8);
+            body.extend_from_slice(label);
+            body.extend_from_slice(&[0, 0]); // no host, no reclaim
+            let mut framed = (body.len() as u32).to_be_bytes().to_vec();
+            framed.extend_from_slice(&body);
+            Frame::decode(&framed)
+        };
+        assert!(hello(b"gpu0").unwrap().is_some());
+        let long = hello(&[b'x'; 48]).unwrap_err().to_string();
+        assert_eq!(
+            long,
+            "hello frame: expected a text of at most 47 bytes, found 48"
+        );
+        let bad = hello(&[0xFF, 0xFE]).unwrap_err().to_string();
+        assert!(bad.starts_with("hello frame: expected UTF-8 text"), "{bad}");
+    }
+
+    #[test]
+    fn the_fuzz_corpus_seeds_are_whole_frames() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/session_frames");
+        let mut seeds = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            let mut rest = &bytes[..];
+            while !rest.is_empty() {
+                let (frame, used) = Frame::decode(rest).unwrap().expect("a whole frame");
+                assert_eq!(frame.encode(), rest[..used]);
+                rest = &rest[used..];
+            }
+            seeds += 1;
+        }
+        assert!(seeds >= 8, "{seeds} seeds");
+    }
+}

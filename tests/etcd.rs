@@ -733,7 +733,21 @@ fn a_reaper_that_takes_over_publishes_the_end_of_a_registration_its_predecessor_
     let etcd = EtcdServer::start("takeover-end");
     let prefix = prefix("takeover-end");
     let (name, _table) = table("takeover-end", "5s");
-    let mut first = reaper(&name, &etcd, &prefix, "h", &[]);
+    // A lease long enough that only the second reaper can delete the key.
+    let (address, ttl) = (etcd.address(), "20s");
+    let reap = [
+        "reap",
+        name.as_str(),
+        "--etcd",
+        &address,
+        "--etcd-prefix",
+        &prefix,
+    ];
+    let reap = [&reap[..], &["--host", "h", "--etcd-ttl", ttl]].concat();
+    let mut first = Daemon::spawn(&reap);
+    wait_for("the reaper", Duration::from_secs(10), || {
+        livereg(&["probe", &name]).status.success()
+    });
     let mut doomed = worker(&name, 4, "doomed");
     let key = format!("{prefix}/h/{name}/4");
     let mut reader = Reader::new(&etcd);
@@ -746,7 +760,7 @@ fn a_reaper_that_takes_over_publishes_the_end_of_a_registration_its_predecessor_
     first.kill();
     doomed.signal(libc::SIGKILL);
     doomed.kill();
-    let _second = reaper(&name, &etcd, &prefix, "h", &[]);
+    let _second = Daemon::spawn(&reap);
     let (_, last) = wait_deleted(&events, &key);
     assert_eq!(last["ended"], "process_exited", "{last}");
 }

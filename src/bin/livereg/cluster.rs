@@ -9,13 +9,24 @@ use livereg::etcd::{
 };
 use livereg::{DropEvent, Table};
 use std::process::ExitCode;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Where a reaper's drop handler sends end reasons: empty until the
-/// publisher starts (it starts once the reaper holds the table).
+/// Where a reaper's drop handler sends end reasons. The publisher starts
+/// once the reaper holds the table, and the reaper's first scan may end
+/// registrations before that: their reasons wait here (at most
+/// [`EARLY_ENDS`]) and are handed over when the publisher starts.
 #[derive(Clone, Default)]
-pub struct Ends(Arc<OnceLock<EndSink>>);
+pub struct Ends(Arc<EndsInner>);
+
+#[derive(Default)]
+struct EndsInner {
+    sink: OnceLock<EndSink>,
+    early: Mutex<Vec<DropEvent>>,
+}
+
+/// End reasons kept for a publisher that has not started yet.
+const EARLY_ENDS: usize = 4096;
 
 impl Ends {
     pub fn new() -> Ends {
@@ -23,9 +34,22 @@ impl Ends {
     }
 
     pub fn ended(&self, event: &DropEvent) {
-        if let Some(sink) = self.0.get() {
-            sink.ended(event);
+        let mut early = self.0.early.lock().unwrap_or_else(PoisonError::into_inner);
+        match self.0.sink.get() {
+            Some(sink) => sink.ended(event),
+            None if early.len() < EARLY_ENDS => early.push(event.clone()),
+            None => {}
         }
+    }
+
+    /// Sends every end that came before the publisher to `sink`, and every
+    /// later one straight there.
+    fn hand_over(&self, sink: EndSink) {
+        let mut early = self.0.early.lock().unwrap_or_else(PoisonError::into_inner);
+        for event in early.drain(..) {
+            sink.ended(&event);
+        }
+        let _ = self.0.sink.set(sink);
     }
 }
 
@@ -56,7 +80,7 @@ impl Publishing {
     /// Starts publishing `table`; its end reasons come through `ends`.
     pub fn start(self, table: &Table, ends: &Ends) -> Result<Running, String> {
         let publisher = Publisher::start(table, self.0).map_err(|e| e.to_string())?;
-        let _ = ends.0.set(publisher.sink());
+        ends.hand_over(publisher.sink());
         Ok(publisher)
     }
 }

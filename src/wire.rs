@@ -584,6 +584,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // reads files: Miri's isolation has no file system
     fn the_fuzz_corpus_seeds_are_whole_frames() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus/session_frames");
         let mut seeds = 0;

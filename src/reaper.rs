@@ -374,8 +374,9 @@ impl LockTests {
 
 impl Reaper {
     /// One scan at time `now_ns` (on the table clock): carries out a pending
-    /// clear (a reset first ends every registration), ends every registration that has been silent for its budget or
-    /// whose process has exited, and every one already ended (deregistered,
+    /// clear (a reset first ends every registration), ends every
+    /// registration that has been silent for its budget or whose process has
+    /// exited, and every one already ended (deregistered,
     /// replaced, or left by a reaper that died mid-drop); runs the drop
     /// handlers outside any lock; then frees those slots.
     ///

@@ -240,43 +240,32 @@ impl Frame {
         };
         let (kind, payload) = (body[0], &body[1..]);
         let frame = match kind {
-            1 => hello(payload)?,
-            2 => {
-                let mut input = Reader::new("beat", payload);
-                let frame = Frame::Beat {
+            1 => whole("hello", payload, hello)?,
+            2 => whole("beat", payload, |input| {
+                Ok(Frame::Beat {
                     heartbeats: input.u64()?,
                     busy: input.flag()?,
                     steps: input.u64()?,
-                };
-                input.end()?;
-                frame
-            }
-            3 => {
-                Reader::new("bye", payload).end()?;
-                Frame::Bye
-            }
-            129 => {
-                let mut input = Reader::new("welcome", payload);
-                let frame = Frame::Welcome {
+                })
+            })?,
+            3 => whole("bye", payload, |_| Ok(Frame::Bye))?,
+            129 => whole("welcome", payload, |input| {
+                Ok(Frame::Welcome {
                     version: input.u16()?,
                     slot: input.u32()?,
                     generation: input.u32()?,
                     secret: input.u64()?,
                     reap_timeout_ms: input.u64()?,
                     boot_token: input.u64()?,
-                };
-                input.end()?;
-                frame
-            }
-            130 => {
-                let mut input = Reader::new("refused", payload);
-                let code = input.u8()?;
-                let message = input.text16(MESSAGE_MAX)?;
-                input.end()?;
-                Frame::Refused { code, message }
-            }
-            131 => {
-                let mut input = Reader::new("ended", payload);
+                })
+            })?,
+            130 => whole("refused", payload, |input| {
+                Ok(Frame::Refused {
+                    code: input.u8()?,
+                    message: input.text16(MESSAGE_MAX)?,
+                })
+            })?,
+            131 => whole("ended", payload, |input| {
                 let code = input.u8()?;
                 let reason = Reason::from_code(code).ok_or_else(|| {
                     input.wrong(
@@ -284,23 +273,32 @@ impl Frame {
                         format!("{code}"),
                     )
                 })?;
-                input.end()?;
-                Frame::Ended { reason }
-            }
-            132 => {
-                let mut input = Reader::new("info", payload);
-                let bytes = input.bytes16(INFO_MAX)?.to_vec();
-                input.end()?;
-                Frame::Info { bytes }
-            }
+                Ok(Frame::Ended { reason })
+            })?,
+            132 => whole("info", payload, |input| {
+                Ok(Frame::Info {
+                    bytes: input.bytes16(INFO_MAX)?.to_vec(),
+                })
+            })?,
             other => return Err(WireError::Type(other)),
         };
         Ok(Some((frame, 4 + length as usize)))
     }
 }
 
-fn hello(payload: &[u8]) -> Result<Frame, WireError> {
-    let mut input = Reader::new("hello", payload);
+/// Parses one frame's payload with `parse`, which must take all of it.
+fn whole<'a>(
+    frame: &'static str,
+    payload: &'a [u8],
+    parse: impl FnOnce(&mut Reader<'a>) -> Result<Frame, WireError>,
+) -> Result<Frame, WireError> {
+    let mut input = Reader::new(frame, payload);
+    let parsed = parse(&mut input)?;
+    input.end()?;
+    Ok(parsed)
+}
+
+fn hello(input: &mut Reader<'_>) -> Result<Frame, WireError> {
     let version = input.u16()?;
     let instance_id = input.u64()?;
     let pid = input.u32()?;
@@ -316,7 +314,6 @@ fn hello(payload: &[u8]) -> Result<Frame, WireError> {
         }),
         other => return Err(input.wrong("a reclaim flag (0 or 1)", format!("{other}"))),
     };
-    input.end()?;
     Ok(Frame::Hello {
         version,
         instance_id,

@@ -898,6 +898,21 @@ fn secure_keys(etcd: &EtcdServer, certs: &certs::TestCerts, prefix: &str) -> Vec
     })
 }
 
+/// The options that reach the secure etcd: its CA, this client's
+/// certificate and key, the user (its password comes separately).
+fn secure_flags(certs: &certs::TestCerts) -> Vec<String> {
+    vec![
+        "--etcd-ca".into(),
+        certs.path("ca.pem"),
+        "--etcd-cert".into(),
+        certs.path("client.pem"),
+        "--etcd-key".into(),
+        certs.path("client.key"),
+        "--etcd-user".into(),
+        "livereg".into(),
+    ]
+}
+
 /// `livereg ARGS`, with `LIVEREG_ETCD_PASSWORD` set to `password`.
 fn livereg_with_password(args: &[&str], password: &str) -> Output {
     Command::new(LIVEREG)
@@ -925,22 +940,9 @@ fn over_tls_with_a_user_publishing_and_the_cluster_view_work() {
     let (name, _table) = table("tls-ok", "5s");
     let password_file = certs.dir.join("password");
     std::fs::write(&password_file, "secret\n").unwrap();
-    let (ca, cert, key) = (
-        certs.path("ca.pem"),
-        certs.path("client.pem"),
-        certs.path("client.key"),
-    );
     let endpoint = etcd.endpoint.clone();
-    let secure: Vec<&str> = vec![
-        "--etcd-ca",
-        &ca,
-        "--etcd-cert",
-        &cert,
-        "--etcd-key",
-        &key,
-        "--etcd-user",
-        "livereg",
-    ];
+    let secure = secure_flags(&certs);
+    let secure: Vec<&str> = secure.iter().map(String::as_str).collect();
     let password_flag = password_file.display().to_string();
     let reap = [
         &[
@@ -1048,16 +1050,7 @@ fn a_wrong_ca_a_missing_client_certificate_or_a_wrong_password_fail_in_one_line(
             "--host",
             "h",
         ])
-        .args([
-            "--etcd-ca",
-            &ca,
-            "--etcd-cert",
-            &cert,
-            "--etcd-key",
-            &key,
-            "--etcd-user",
-            "livereg",
-        ])
+        .args(secure_flags(&certs))
         .env("LIVEREG_ETCD_PASSWORD", "nope")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -263,21 +263,20 @@ fn a_pid_recorded_in_another_namespace_is_never_watched_through_a_pidfd() {
     let temp = TempTable::new("ns-tag", &TableOptions::default());
     let mine = temp.table.register(1, "mine").unwrap();
     let theirs = temp.table.register(2, "from elsewhere").unwrap();
-    let slot_of = |id: u64| {
+    let row = |id: u64| {
         let status = temp.table.status().unwrap();
         status
             .registrations
-            .iter()
+            .into_iter()
             .find(|r| r.instance_id == id)
             .unwrap()
-            .slot as usize
     };
     let shm = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(format!("/dev/shm/{}", temp.name))
         .unwrap();
-    let at = (HEADER_SIZE + slot_of(2) * SLOT_SIZE + header_offsets::SLOT_FLAGS) as u64;
+    let at = (HEADER_SIZE + row(2).slot as usize * SLOT_SIZE + header_offsets::SLOT_FLAGS) as u64;
     let mut flags = [0u8; 4];
     shm.read_exact_at(&mut flags, at).unwrap();
     let other_tag = (u32::from_ne_bytes(flags) >> 16) ^ 0x5a5a;
@@ -286,16 +285,11 @@ fn a_pid_recorded_in_another_namespace_is_never_watched_through_a_pidfd() {
 
     let mut reaper = temp.table.reaper().build().unwrap();
     reaper.scan().unwrap();
-    let detection = |id: u64| {
-        let status = temp.table.status().unwrap();
-        status
-            .registrations
-            .iter()
-            .find(|r| r.instance_id == id)
-            .unwrap()
-            .exit_detection
-    };
-    assert_eq!(detection(1), ExitDetection::PidfdAndLock);
-    assert_eq!(detection(2), ExitDetection::Lock, "another namespace's pid");
+    assert_eq!(row(1).exit_detection, ExitDetection::PidfdAndLock);
+    assert_eq!(
+        row(2).exit_detection,
+        ExitDetection::Lock,
+        "another namespace's pid"
+    );
     drop((mine, theirs));
 }

@@ -65,13 +65,26 @@ pub struct EtcdOptions {
 }
 
 /// TLS to etcd, as PEM read from files (see [`EtcdTls::from_files`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Its `Debug` never prints the private key.
+#[derive(Clone, PartialEq, Eq)]
 pub struct EtcdTls {
     /// The CA certificate(s) etcd's certificate must verify against.
     pub ca_pem: Vec<u8>,
     /// This client's certificate and private key, for etcd's
     /// `--client-cert-auth`.
     pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTls")
+            .field("ca_pem", &format_args!("<{} bytes>", self.ca_pem.len()))
+            .field(
+                "identity",
+                &self.identity.as_ref().map(|_| "<certificate and key>"),
+            )
+            .finish()
+    }
 }
 
 impl EtcdTls {
@@ -268,5 +281,29 @@ pub fn hostname() -> String {
     match std::str::from_utf8(&buffer[..end]) {
         Ok(name) if rc == 0 && !name.is_empty() => name.to_owned(),
         _ => "localhost".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_a_private_key_or_a_password() {
+        let mut options = EtcdOptions::new(["https://127.0.0.1:2379"]);
+        options.tls = Some(EtcdTls {
+            ca_pem: b"-----BEGIN CERTIFICATE-----".to_vec(),
+            identity: Some((b"CERT".to_vec(), b"PRIVATE-KEY-BYTES".to_vec())),
+        });
+        options.credentials = Some(EtcdCredentials {
+            user: "livereg".into(),
+            password: "hunter2".into(),
+        });
+        let shown = format!("{options:?}");
+        assert!(shown.contains("livereg"), "{shown}");
+        assert!(
+            !shown.contains("PRIVATE-KEY-BYTES") && !shown.contains("hunter2"),
+            "{shown}"
+        );
     }
 }

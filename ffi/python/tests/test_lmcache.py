@@ -187,7 +187,9 @@ def test_each_method_has_the_reference_effect_on_ctx(table_name: str) -> None:
         assert liveness["livereg_tracked_instances"] == 1
         for key in ("reaper_alive", "ended", "handler_failures", "target_failures"):
             assert key in liveness
-    assert server.table is not None
+    # close() stopped the reaper; the table stays for workers and the next server.
+    with livereg.open(table_name) as after:
+        assert after.probe() is None
 
 
 def test_clear_clears_the_storage_and_keeps_every_worker(table_name: str) -> None:
@@ -318,6 +320,17 @@ def test_pings_of_any_id_the_reference_accepts_answer_true(
         assert transfer.last_seen == {}  # an untracked prober touches nothing
     logged = [r for r in caplog.records if r.name == "livereg.lmcache" and "not tracked" in r.getMessage()]
     assert len(logged) == (1 if instance_id in (-1, 2**64) else 0)
+
+
+def test_untrackable_ids_are_logged_once_each_and_the_memory_of_them_is_bounded(
+    table_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with management(Ctx(), Transfer()) as server:
+        for instance_id in range(-1, -2001, -1):
+            assert server.ping(instance_id) is True
+            assert server.ping(instance_id) is True
+    logged = [r for r in caplog.records if r.name == "livereg.lmcache" and "not tracked" in r.getMessage()]
+    assert len(logged) == 1024
 
 
 def test_a_worker_with_id_0_registers_nothing_and_does_not_raise(table_name: str) -> None:

@@ -59,6 +59,8 @@ TABLE_ENV = "LIVEREG_LMCACHE_TABLE"
 PING_LABEL = "lmcache-ping"
 #: Instance ids a registration can have; 0 is the untracked prober's.
 _ID_RANGE = range(1, 1 << 64)
+#: Distinct untrackable ids logged; past this many, no more are.
+_LOGGED_MAX = 1024
 
 
 def default_table() -> str:
@@ -68,7 +70,8 @@ def default_table() -> str:
 
 
 class _Unaccepted:
-    """Instance ids livereg cannot track, each logged once."""
+    """Instance ids livereg cannot track, each logged once (the first
+    :data:`_LOGGED_MAX` distinct ones)."""
 
     def __init__(self) -> None:
         self._logged: Set[object] = set()
@@ -81,8 +84,10 @@ class _Unaccepted:
         if instance_id == 0:
             return False  # the untracked prober, as the reference's sentinel
         with self._lock:
-            first = instance_id not in self._logged
-            self._logged.add(instance_id)
+            # Bounded: a peer sending endless new bad ids cannot grow it.
+            first = instance_id not in self._logged and len(self._logged) < _LOGGED_MAX
+            if first:
+                self._logged.add(instance_id)
         if first:
             logger.warning(
                 "%s: instance id %r is not tracked (expected an int in 1..2**64-1); answered, nothing registered",

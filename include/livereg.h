@@ -79,7 +79,8 @@ typedef enum livereg_reason {
     LIVEREG_REASON_DEREGISTERED = 4,   /* livereg_deregister: a clean exit */
     LIVEREG_REASON_CLEARED = 5,        /* livereg_reset ended every registration */
     LIVEREG_REASON_REPLACED = 6,       /* a new registration of the id replaced it */
-    LIVEREG_REASON_STALLED = 7         /* busy with no progress for progress_timeout */
+    LIVEREG_REASON_STALLED = 7,        /* busy with no progress for progress_timeout */
+    LIVEREG_REASON_DISCONNECTED = 8    /* a session's connection closed without a deregistration */
 } livereg_reason;
 
 /* Opaque handles. */
@@ -106,7 +107,7 @@ typedef struct livereg_stats {
     uint64_t reap_timeout_ms;
     uint64_t registration_grace_ms;
     uint64_t ended_total;           /* registrations ended since creation */
-    uint64_t ended_by_reason[8];    /* indexed by livereg_reason; [0] unused */
+    uint64_t ended_by_reason[16];   /* indexed by livereg_reason; [0] and reasons to come are 0 */
     uint64_t handler_failures;
     uint64_t scans;
 } livereg_stats;

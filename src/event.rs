@@ -27,6 +27,8 @@ macro_rules! reason_list {
                 "A new registration of the same instance id replaced it."),
             (7, Stalled, LIVEREG_REASON_STALLED, "stalled",
                 "It was busy and made no progress for the table's `progress_timeout` (its heartbeat may have gone on: the engine is stuck, not dead)."),
+            (8, Disconnected, LIVEREG_REASON_DISCONNECTED, "disconnected",
+                "A session's connection closed without a deregistration (its client process died or the connection was cut), or its client did not come back within `reap_timeout` after the reaper restarted."),
         }
     };
 }
@@ -66,7 +68,11 @@ impl Reason {
     pub fn is_eviction(self) -> bool {
         // Exhaustive: a new reason does not compile until it is placed.
         match self {
-            Reason::Timeout | Reason::Grace | Reason::ProcessExited | Reason::Stalled => true,
+            Reason::Timeout
+            | Reason::Grace
+            | Reason::ProcessExited
+            | Reason::Stalled
+            | Reason::Disconnected => true,
             Reason::Deregistered | Reason::Cleared | Reason::Replaced => false,
         }
     }

@@ -130,7 +130,9 @@ pub(crate) struct Header {
     /// takes its clear ticket, so a reaper that sees the ticket sees the
     /// reset, and ends every registration before the clear handlers run.
     pub reset_requested: AtomicU64,
-    reserved: [AtomicU64; 18],
+    /// Registrations ended as `Disconnected` (layout 1.6).
+    pub ended_disconnected: AtomicU64,
+    reserved: [AtomicU64; 17],
 }
 
 /// Byte offsets of header fields, named for tools and tests that read or
@@ -306,6 +308,7 @@ impl Header {
             | Reason::Cleared
             | Reason::Replaced => &self.ended[reason.index()],
             Reason::Stalled => &self.ended_stalled,
+            Reason::Disconnected => &self.ended_disconnected,
         }
     }
 }

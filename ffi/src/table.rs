@@ -153,7 +153,7 @@ pub unsafe extern "C" fn livereg_get_stats(
         // Safety`), as `output` requires.
         let out = unsafe { output(out, "out") }?;
         let status = table.status()?;
-        let mut ended_by_reason = [0u64; Reason::ALL.len() + 1];
+        let mut ended_by_reason = [0u64; crate::types::REASON_SLOTS];
         for reason in Reason::ALL {
             ended_by_reason[reason as usize] = status.ended[&reason];
         }

@@ -67,6 +67,10 @@ pub struct livereg_options {
     pub progress_timeout_ms: u64,
 }
 
+/// Entries of `livereg_stats.ended_by_reason`.
+pub const REASON_SLOTS: usize = 16;
+const _: () = assert!(Reason::ALL.len() < REASON_SLOTS);
+
 /// A snapshot of a table, filled by `livereg_get_stats`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -87,8 +91,10 @@ pub struct livereg_stats {
     pub registration_grace_ms: u64,
     /// Ended registrations since creation.
     pub ended_total: u64,
-    /// Ended registrations by reason, indexed by `livereg_reason` (0 unused).
-    pub ended_by_reason: [u64; Reason::ALL.len() + 1],
+    /// Ended registrations by reason, indexed by `livereg_reason` (0 and
+    /// values no reason has yet are 0): room for reasons to come without
+    /// changing the struct again.
+    pub ended_by_reason: [u64; REASON_SLOTS],
     /// Handlers that failed, since creation.
     pub handler_failures: u64,
     /// Scans by all reapers.

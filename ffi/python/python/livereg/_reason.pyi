@@ -10,3 +10,4 @@ class Reason(enum.IntEnum):
     CLEARED = 5
     REPLACED = 6
     STALLED = 7
+    DISCONNECTED = 8

@@ -22,8 +22,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"LIVEREG\0");
 pub const VERSION_MAJOR: u32 = 1;
 /// Layout minor version: additions that older readers may ignore (1: each
 /// slot records its registrant's clock identity; 2: the info area after the
-/// slots; 3: progress beside liveness; 4: the clock heartbeats stamp with).
-pub const VERSION_MINOR: u32 = 5;
+/// slots; 3: progress beside liveness; 4: the clock heartbeats stamp with;
+/// 5: resets, PID-namespace process tags; 6: sessions' registrations).
+pub const VERSION_MINOR: u32 = 6;
 /// The first minor version that records the clock heartbeats stamp with.
 pub(crate) const STAMP_CLOCK_SINCE_MINOR: u32 = 4;
 /// The first minor version with an info area.
@@ -214,6 +215,11 @@ pub(crate) const FLAG_PROXY: u32 = 2;
 /// the table's coarse clock, so the reaper adds `STAMP_LAG_TICKS` of the
 /// table's resolution to its stamps (layout 1.4).
 pub(crate) const FLAG_COARSE_STAMPS: u32 = 4;
+/// Bit of [`Slot::flags`], set by a reaper's listener (layout 1.6): a
+/// session's registration, held on its client's behalf. No lock or pidfd
+/// can see its client exit: the listener ends it `Disconnected` when the
+/// connection closes, and its silence is judged like any other.
+pub(crate) const FLAG_REMOTE: u32 = 8;
 /// Bits 16..32 of [`Slot::flags`], set by the registrant: the
 /// [`namespace_tag`] of its PID namespace (layout 1.5; a random tag of its
 /// process in 1.4), so that two processes with the same pid and start tick

@@ -79,7 +79,7 @@ mod table;
 #[cfg(not(loom))]
 mod wake;
 #[cfg(not(loom))]
-pub mod wire;
+mod session;
 #[cfg(not(loom))]
 mod worker;
 
@@ -96,6 +96,8 @@ pub use handlers::{HandlerError, HANDLER_DEADLINE};
 pub use reaper::{Reaper, ReaperBuilder, ScanReport};
 #[cfg(not(loom))]
 pub use reaper_thread::ReaperThread;
+#[cfg(not(loom))]
+pub use session::{wire, Address};
 #[cfg(not(loom))]
 pub use status::{ExitDetection, RegistrationState, RegistrationStatus, Status};
 #[cfg(not(loom))]

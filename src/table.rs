@@ -409,7 +409,10 @@ impl Table {
     /// for a bad name, or [`Error::Io`].
     pub fn unlink(name: &str) -> Result<()> {
         let path = location::resolve(name)?;
-        std::fs::remove_file(path).map_err(|e| Error::os(name, "unlink", e))
+        std::fs::remove_file(&path).map_err(|e| Error::os(name, "unlink", e))?;
+        // The sessions' records beside it, if a listener made them.
+        let _ = std::fs::remove_file(crate::session::records::path_beside(&path));
+        Ok(())
     }
 
     /// This handle, reading time from `clock` for heartbeats, probes, status
@@ -451,6 +454,12 @@ impl Table {
     /// The name the table was opened by.
     pub fn name(&self) -> &str {
         &self.memory.name
+    }
+
+    /// The file behind a shared table (none for a heap table).
+    pub(crate) fn path(&self) -> Option<std::path::PathBuf> {
+        self.memory.file()?;
+        location::resolve(&self.memory.name).ok()
     }
 
     /// Number of slots.

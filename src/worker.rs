@@ -5,7 +5,9 @@ use crate::event::Reason;
 
 use crate::clock::Stamps;
 use crate::fork::{self, LockDescriptor};
-use crate::layout::{Slot, FLAG_COARSE_STAMPS, FLAG_PROXY, LABEL_MAX, PROCESS_TAG_SHIFT};
+use crate::layout::{
+    Slot, FLAG_COARSE_STAMPS, FLAG_PROXY, FLAG_REMOTE, LABEL_MAX, PROCESS_TAG_SHIFT,
+};
 use crate::os::{lock, process};
 use crate::protocol::{self, Beat, Gone, Stamp, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
@@ -46,6 +48,9 @@ pub struct Registration<'t> {
     pid: u32,
     replace: bool,
     drop_wait: Duration,
+    /// Made by a reaper's listener for a session's client: no exit lock
+    /// (the client's socket is its death signal).
+    remote: bool,
 }
 
 impl Table {
@@ -58,6 +63,7 @@ impl Table {
             pid: std::process::id(),
             replace: false,
             drop_wait: PREVIOUS_DROP_WAIT,
+            remote: false,
         }
     }
 
@@ -122,6 +128,36 @@ impl<'t> Registration<'t> {
     /// - [`Error::Corrupt`]: the object was truncated under this handle.
     /// - [`Error::Io`]: opening the slot's exit-detection lock failed.
     pub fn register(self) -> Result<Worker> {
+        let lock_file = self.lock_descriptor()?;
+        let placed = self.place(lock_file.as_deref())?;
+        Ok(self.worker(placed, lock_file))
+    }
+
+    /// Registers a session's client on its behalf (flag `FLAG_REMOTE`): the slot holds no exit lock, and a previous
+    /// registration's pending drop is not waited for (`Busy`).
+    /// Returns `(slot, generation)`.
+    pub(crate) fn register_remote(mut self) -> Result<(u32, u32)> {
+        self.remote = true;
+        self.drop_wait = Duration::ZERO;
+        let lock_file = self.lock_descriptor()?;
+        self.place(lock_file.as_deref())
+    }
+
+    /// A new open file description of the table, for the registration lock
+    /// (and a local registration's exit lock); none for heap tables.
+    fn lock_descriptor(&self) -> Result<Option<LockDescriptor>> {
+        let inner = &self.table.memory;
+        inner.file().map_or(Ok(None), |file| {
+            let reopened = lock::reopen(file).map_err(|e| {
+                Error::os(&inner.name, "open the registration's lock descriptor", e)
+            })?;
+            Ok(Some(LockDescriptor::new(reopened)))
+        })
+    }
+
+    /// Validates, then claims a slot (waiting for this id's previous drop)
+    /// and publishes the registration: `(slot, generation)`.
+    fn place(&self, lock_file: Option<&File>) -> Result<(u32, u32)> {
         let table = self.table;
         let inner = &table.memory;
         if self.instance_id == 0 {
@@ -142,20 +178,14 @@ impl<'t> Registration<'t> {
             )));
         }
         inner.check_size()?;
-        let lock_file = match inner.file() {
-            Some(file) => Some(LockDescriptor::new(lock::reopen(file).map_err(|e| {
-                Error::os(&inner.name, "open the registration's lock descriptor", e)
-            })?)),
-            None => None,
-        };
         let deadline = crate::clock::deadline_after(self.drop_wait);
         loop {
-            let guard = inner.lock_registrations(lock_file.as_deref())?;
+            let guard = inner.lock_registrations(lock_file)?;
             let (index, generation) = match self.find_current() {
                 None => {
-                    let claimed = self.claim(lock_file.as_deref())?;
+                    let claimed = self.claim(lock_file.filter(|_| !self.remote))?;
                     drop(guard);
-                    return Ok(self.worker(claimed, lock_file));
+                    return Ok(claimed);
                 }
                 Some((index, generation, false)) if self.replace => {
                     let _ = protocol::end(inner.slot(index), generation, Reason::Replaced);
@@ -243,26 +273,39 @@ impl<'t> Registration<'t> {
                     }
                 }
             }
-            let fields = protocol::SlotFields {
-                instance_id: self.instance_id,
-                label: self.label,
-                pid: self.pid,
-                process_start: if self.pid == std::process::id() {
-                    process::own_start_time()
-                } else {
-                    process::start_time(&self.pid.to_string()).unwrap_or(0)
-                },
-                registered_ns: table.clock.now_ns(),
-                clock_id: table.clock.identity(),
-                flags: if self.pid == std::process::id() {
-                    0
-                } else {
-                    FLAG_PROXY
-                } | if table.clock.stamps_lag(inner.stamps) {
-                    FLAG_COARSE_STAMPS
-                } else {
-                    0
-                } | process_tag() << PROCESS_TAG_SHIFT,
+            let fields = if self.remote {
+                protocol::SlotFields {
+                    instance_id: self.instance_id,
+                    label: self.label,
+                    pid: self.pid,
+                    process_start: 0,
+                    registered_ns: table.clock.now_ns(),
+                    clock_id: table.clock.identity(),
+                    // The listener stamps its heartbeats with the precise clock.
+                    flags: FLAG_REMOTE | FLAG_PROXY,
+                }
+            } else {
+                protocol::SlotFields {
+                    instance_id: self.instance_id,
+                    label: self.label,
+                    pid: self.pid,
+                    process_start: if self.pid == std::process::id() {
+                        process::own_start_time()
+                    } else {
+                        process::start_time(&self.pid.to_string()).unwrap_or(0)
+                    },
+                    registered_ns: table.clock.now_ns(),
+                    clock_id: table.clock.identity(),
+                    flags: if self.pid == std::process::id() {
+                        0
+                    } else {
+                        FLAG_PROXY
+                    } | if table.clock.stamps_lag(inner.stamps) {
+                        FLAG_COARSE_STAMPS
+                    } else {
+                        0
+                    } | process_tag() << PROCESS_TAG_SHIFT,
+                }
             };
             protocol::publish(slot, generation, &fields);
             inner.header().registrations_total.fetch_add(1, Relaxed);

@@ -14,7 +14,7 @@
 //! | type | direction | payload |
 //! |---|---|---|
 //! | 1 `Hello` | client → server, first | version u16, instance id u64, pid u32, token (u16 + ≤ 256 bytes), label (u8 + ≤ 47 bytes), host (u8 + ≤ 255 bytes), reclaim flag u8, then if 1: slot u32, generation u32, secret u64 |
-//! | 2 `Beat` | client → server | heartbeats u64, busy u8 (0/1), progress steps u64 |
+//! | 2 `Beat` | client → server | heartbeats u64, microseconds since the last heartbeat u64, busy u8 (0/1), progress steps u64 |
 //! | 3 `Bye` | client → server | (none): a clean deregistration |
 //! | 129 `Welcome` | server → client | version u16, slot u32, generation u32, secret u64, reap timeout ms u64, boot token u64 |
 //! | 130 `Refused` | server → client | result code u8, message (u16 + ≤ 1024 bytes) |
@@ -75,6 +75,11 @@ pub enum Frame {
     Beat {
         /// Heartbeats counted by the client.
         heartbeats: u64,
+        /// How long before this frame the client's last heartbeat was, in
+        /// microseconds of its own clock: the server dates the heartbeat
+        /// back by as much, so a session's silence counts from its last
+        /// heartbeat, not from when the sender thread forwarded it.
+        since_ping_us: u64,
         /// Whether the engine has work in flight.
         busy: bool,
         /// Steps of progress counted by the client.
@@ -175,11 +180,13 @@ impl Frame {
             }
             Frame::Beat {
                 heartbeats,
+                since_ping_us,
                 busy,
                 steps,
             } => {
                 out.u8(2);
                 out.u64(*heartbeats);
+                out.u64(*since_ping_us);
                 out.u8(u8::from(*busy));
                 out.u64(*steps);
             }
@@ -244,6 +251,7 @@ impl Frame {
             2 => whole("beat", payload, |input| {
                 Ok(Frame::Beat {
                     heartbeats: input.u64()?,
+                    since_ping_us: input.u64()?,
                     busy: input.flag()?,
                     steps: input.u64()?,
                 })
@@ -479,6 +487,7 @@ mod tests {
             },
             Frame::Beat {
                 heartbeats: 12,
+                since_ping_us: 1_500,
                 busy: true,
                 steps: 40,
             },
@@ -543,11 +552,12 @@ mod tests {
         );
         let mut beat = Frame::Beat {
             heartbeats: 1,
+            since_ping_us: 0,
             busy: false,
             steps: 0,
         }
         .encode();
-        beat[13] = 2; // the busy flag, after the prefix, the type and 8 bytes of heartbeats
+        beat[21] = 2; // the busy flag, after the prefix, the type and two 8-byte counts
         assert_eq!(
             refused(&beat),
             "beat frame: expected a flag (0 or 1), found 2"

@@ -1,0 +1,175 @@
+//! What the table's slots have no room for, about each session's
+//! registration: the secret its client reclaims it with after a reconnect,
+//! the peer's address and the host the client reports. A file beside the
+//! table (`NAME.sessions`, mode 0600: the secrets are the reaper's), one
+//! 128-byte record per slot, written by the listener and read by `status`;
+//! it outlives a reaper's restart, so the next one can check reclaims.
+//! Heap tables keep the records in memory.
+
+use crate::table::Table;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+const RECORD_SIZE: usize = 128;
+const MAGIC: &[u8; 4] = b"LRSS";
+const PEER_MAX: usize = 63;
+const HOST_MAX: usize = 39;
+
+/// One session registration's record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub generation: u32,
+    pub instance_id: u64,
+    pub secret: u64,
+    /// The peer's address as the listener saw it (`tcp` peers) or its
+    /// credentials (`unix` peers: `pid=… uid=… gid=…`).
+    pub peer: String,
+    /// The host name the client reported (shortened to 39 bytes).
+    pub host: String,
+}
+
+impl Record {
+    fn encode(&self) -> [u8; RECORD_SIZE] {
+        let mut out = [0u8; RECORD_SIZE];
+        out[0..4].copy_from_slice(MAGIC);
+        out[4..8].copy_from_slice(&self.generation.to_le_bytes());
+        out[8..16].copy_from_slice(&self.instance_id.to_le_bytes());
+        out[16..24].copy_from_slice(&self.secret.to_le_bytes());
+        put_text(&mut out[24..24 + 1 + PEER_MAX], &self.peer);
+        put_text(&mut out[88..88 + 1 + HOST_MAX], &self.host);
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Record> {
+        if bytes.len() < RECORD_SIZE || &bytes[0..4] != MAGIC {
+            return None;
+        }
+        let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
+        Some(Record {
+            generation: u32::from_le_bytes(bytes[4..8].try_into().expect("4")),
+            instance_id: word(8),
+            secret: word(16),
+            peer: get_text(&bytes[24..24 + 1 + PEER_MAX]),
+            host: get_text(&bytes[88..88 + 1 + HOST_MAX]),
+        })
+    }
+}
+
+/// Writes `text`, cut at a character boundary to fit, as a length byte and
+/// its UTF-8.
+fn put_text(field: &mut [u8], text: &str) {
+    let mut end = text.len().min(field.len() - 1);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    field[0] = end as u8;
+    field[1..1 + end].copy_from_slice(&text.as_bytes()[..end]);
+}
+
+/// Reads a length byte and UTF-8 (a hostile file gives at worst a wrong or
+/// lossy text).
+fn get_text(field: &[u8]) -> String {
+    let len = usize::from(field[0]).min(field.len() - 1);
+    String::from_utf8_lossy(&field[1..1 + len]).into_owned()
+}
+
+/// The records of one table.
+pub(crate) enum Records {
+    File(File),
+    Heap(Mutex<HashMap<u32, Record>>),
+}
+
+/// The records file beside the table at `table_path`.
+pub(crate) fn path_beside(table_path: &std::path::Path) -> PathBuf {
+    let mut path = table_path.as_os_str().to_owned();
+    path.push(".sessions");
+    PathBuf::from(path)
+}
+
+impl Records {
+    /// The records of `table`, created if missing (for a listener).
+    pub(crate) fn open(table: &Table) -> std::io::Result<Records> {
+        let Some(path) = table.path() else {
+            return Ok(Records::Heap(Mutex::new(HashMap::new())));
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path_beside(&path))?;
+        Ok(Records::File(file))
+    }
+
+    /// Every record of a table's file, by slot (empty if there is none or
+    /// it cannot be read): for `status`.
+    pub(crate) fn read_all(table: &Table) -> HashMap<u32, Record> {
+        let Some(path) = table.path() else {
+            return HashMap::new();
+        };
+        let Ok(bytes) = std::fs::read(path_beside(&path)) else {
+            return HashMap::new();
+        };
+        bytes
+            .chunks(RECORD_SIZE)
+            .enumerate()
+            .filter_map(|(index, chunk)| Some((index as u32, Record::decode(chunk)?)))
+            .collect()
+    }
+
+    pub(crate) fn write(&self, index: u32, record: &Record) -> std::io::Result<()> {
+        match self {
+            Records::File(file) => {
+                file.write_all_at(&record.encode(), index as u64 * RECORD_SIZE as u64)
+            }
+            Records::Heap(map) => {
+                lock(map).insert(index, record.clone());
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn read(&self, index: u32) -> Option<Record> {
+        match self {
+            Records::File(file) => {
+                let mut bytes = [0u8; RECORD_SIZE];
+                file.read_exact_at(&mut bytes, index as u64 * RECORD_SIZE as u64)
+                    .ok()?;
+                Record::decode(&bytes)
+            }
+            Records::Heap(map) => lock(map).get(&index).cloned(),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_with_long_texts_cut_at_a_character() {
+        let record = Record {
+            generation: 7,
+            instance_id: u64::MAX,
+            secret: 0x1234_5678_9ABC_DEF0,
+            peer: "tcp 10.0.0.1:40000".into(),
+            host: "é".repeat(30),
+        };
+        let back = Record::decode(&record.encode()).unwrap();
+        assert_eq!(back.host, "é".repeat(19));
+        assert_eq!(back, Record { host: "é".repeat(19), ..record });
+        assert_eq!(Record::decode(&[0u8; RECORD_SIZE]), None);
+        let mut hostile = [0xFFu8; RECORD_SIZE];
+        hostile[..4].copy_from_slice(MAGIC);
+        let read = Record::decode(&hostile).unwrap();
+        assert!(read.peer.chars().count() <= PEER_MAX);
+    }
+}

@@ -1,0 +1,140 @@
+//! A session's byte stream, over a Unix or a TCP socket, and the framing
+//! both ends read it with.
+
+use crate::session::wire::{Frame, WireError, MAX_FRAME};
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+/// A connected socket of either family.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_nonblocking(on),
+            Stream::Tcp(s) => s.set_nonblocking(on),
+        }
+    }
+
+    pub(crate) fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(timeout),
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
+        }
+    }
+
+    pub(crate) fn shutdown(&self) {
+        let _ = match self {
+            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+/// Bytes read from a stream and not yet taken as frames.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    bytes: Vec<u8>,
+}
+
+/// What a read from a stream gave.
+pub(crate) enum Received {
+    /// Whole frames (perhaps none yet).
+    Frames(Vec<Frame>),
+    /// The peer closed its end (after the frames it sent before).
+    Closed(Vec<Frame>),
+}
+
+impl Inbox {
+    /// Reads what `stream` has (once, or until it would block when
+    /// non-blocking) and takes every whole frame.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error other than `WouldBlock`, or a [`WireError`] as
+    /// `InvalidData`: the connection is to be closed.
+    pub(crate) fn receive(&mut self, stream: &mut impl Read) -> io::Result<Received> {
+        let mut chunk = [0u8; 4 + MAX_FRAME];
+        let mut closed = false;
+        loop {
+            match stream.read(&mut chunk) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.bytes.extend_from_slice(&chunk[..n]);
+                    if n < chunk.len() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let frames = self.take_frames().map_err(invalid)?;
+        Ok(if closed {
+            Received::Closed(frames)
+        } else {
+            Received::Frames(frames)
+        })
+    }
+
+    fn take_frames(&mut self) -> Result<Vec<Frame>, WireError> {
+        let mut frames = Vec::new();
+        let mut at = 0;
+        while let Some((frame, used)) = Frame::decode(&self.bytes[at..])? {
+            frames.push(frame);
+            at += used;
+        }
+        self.bytes.drain(..at);
+        Ok(frames)
+    }
+}
+
+fn invalid(e: WireError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// Writes one frame whole. A non-blocking stream whose buffer is full
+/// fails with `WouldBlock`: a peer that does not read is closed.
+pub(crate) fn send(stream: &mut impl Write, frame: &Frame) -> io::Result<()> {
+    stream.write_all(&frame.encode())
+}

@@ -73,13 +73,13 @@ mod reaper_thread;
 #[cfg(not(loom))]
 mod requests;
 #[cfg(not(loom))]
+mod session;
+#[cfg(not(loom))]
 mod status;
 #[cfg(not(loom))]
 mod table;
 #[cfg(not(loom))]
 mod wake;
-#[cfg(not(loom))]
-mod session;
 #[cfg(not(loom))]
 mod worker;
 
@@ -97,9 +97,9 @@ pub use reaper::{Reaper, ReaperBuilder, ScanReport};
 #[cfg(not(loom))]
 pub use reaper_thread::ReaperThread;
 #[cfg(not(loom))]
-pub use session::{wire, Address};
+pub use session::{connect, wire, Address, ConnectOptions, DEFAULT_CONNECT_TIMEOUT};
 #[cfg(not(loom))]
-pub use status::{ExitDetection, RegistrationState, RegistrationStatus, Status};
+pub use status::{ExitDetection, RegistrationState, RegistrationStatus, RemoteStatus, Status};
 #[cfg(not(loom))]
 pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
 #[cfg(not(loom))]

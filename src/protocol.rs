@@ -288,7 +288,7 @@ fn owned(slot: &Slot, generation: u32) -> Result<(), Gone> {
 }
 
 /// Fails if the handle's registration is over (released, reused or ended).
-fn still_live(slot: &Slot, generation: u32) -> Result<(), Gone> {
+pub(crate) fn still_live(slot: &Slot, generation: u32) -> Result<(), Gone> {
     owned(slot, generation)?;
     let word = slot.beat.load(Acquire);
     if !beat_matches(word, generation) {
@@ -311,9 +311,18 @@ fn still_live(slot: &Slot, generation: u32) -> Result<(), Gone> {
 /// its worker hears `Evicted` at its next heartbeat, or here once released.
 #[inline]
 pub(crate) fn progress(slot: &Slot, generation: u32) -> Result<(), Gone> {
+    progress_by(slot, generation, 1)
+}
+
+/// `steps` steps of progress at once (a session's listener forwarding what
+/// its client counted), as [`progress`].
+#[inline]
+pub(crate) fn progress_by(slot: &Slot, generation: u32, steps: u64) -> Result<(), Gone> {
     owned(slot, generation)?;
     // AcqRel: pairs with the reaper's mark, a compare-and-swap on this word.
-    let before = slot.progress.fetch_add(PROGRESS_STEP, AcqRel);
+    let before = slot
+        .progress
+        .fetch_add(steps.wrapping_mul(PROGRESS_STEP), AcqRel);
     stalled(before)
 }
 

@@ -10,16 +10,20 @@ use crate::handlers::{
     ClearHandler, DropHandler, HandlerError, HandlerPool, Handlers, Job, Running, HANDLER_DEADLINE,
 };
 use crate::layout::{
-    Slot, BUSY, FLAG_COARSE_STAMPS, FLAG_PROXY, PROCESS_TAG_SHIFT, SCANS_PER_TIMEOUT,
+    Slot, BUSY, FLAG_COARSE_STAMPS, FLAG_PROXY, FLAG_REMOTE, PROCESS_TAG_SHIFT, SCANS_PER_TIMEOUT,
 };
 use crate::locks::ReaperRole;
 use crate::metrics;
 use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
+use crate::session::held::Held;
+use crate::session::listener::{ListenConfig, Listener, DEFAULT_SOCKET_MODE};
+use crate::session::Address;
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::table::Table;
 use crate::wake::WakeFd;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Configures a reaper: [`Table::reaper`] makes one.
@@ -52,6 +56,7 @@ pub struct ReaperBuilder {
     drop_handlers: Vec<DropHandler>,
     clear_handlers: Vec<ClearHandler>,
     handler_deadline: Duration,
+    listens: Vec<ListenConfig>,
 }
 
 impl Table {
@@ -63,6 +68,7 @@ impl Table {
             drop_handlers: Vec::new(),
             clear_handlers: Vec::new(),
             handler_deadline: HANDLER_DEADLINE,
+            listens: Vec::new(),
         }
     }
 }
@@ -100,6 +106,30 @@ impl ReaperBuilder {
     /// until it returns.
     pub fn handler_deadline(mut self, deadline: Duration) -> Self {
         self.handler_deadline = deadline;
+        self
+    }
+
+    /// Also serves sessions at `address` for the reaper's life: workers that
+    /// cannot map the table ([`connect`](crate::connect)) register through
+    /// it, and are reaped like any other. `token` is what clients must
+    /// present (required on `tcp://`). Repeatable. A `unix:` socket is made
+    /// mode 0660 unless [`socket_mode`](ReaperBuilder::socket_mode) says
+    /// otherwise.
+    pub fn listen(mut self, address: Address, token: Option<Vec<u8>>) -> Self {
+        self.listens.push(ListenConfig {
+            address,
+            token,
+            socket_mode: DEFAULT_SOCKET_MODE,
+        });
+        self
+    }
+
+    /// The mode of the `unix:` sockets this reaper listens on (default
+    /// 0660).
+    pub fn socket_mode(mut self, mode: u32) -> Self {
+        for config in &mut self.listens {
+            config.socket_mode = mode;
+        }
         self
     }
 
@@ -158,7 +188,15 @@ impl ReaperBuilder {
             ),
             source,
         })?;
+        let held = Arc::new(Held::default());
+        let listeners = self
+            .listens
+            .into_iter()
+            .map(|config| Listener::start(self.table.clone(), config, held.clone()))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Reaper {
+            listeners,
+            held,
             seen: vec![Seen::NONE; inner.capacity as usize],
             timeout_ns: header.reap_timeout_ns.load(Relaxed),
             grace_ns: header.registration_grace_ns.load(Relaxed),
@@ -252,6 +290,11 @@ enum Dispatch {
 
 /// The one reaper of a table: holds the reaper role until dropped.
 pub struct Reaper {
+    /// Listeners serving sessions (first, so they stop before the role is
+    /// given back).
+    pub(crate) listeners: Vec<Listener>,
+    /// Which session registrations this reaper's listeners hold.
+    pub(crate) held: Arc<Held>,
     table: Table,
     role: ReaperRole,
     handlers: Dispatch,
@@ -560,6 +603,30 @@ impl Reaper {
         Duration::from_nanos(left.min(interval))
     }
 
+    /// Also serves sessions at `address` from now on, for the reaper's life
+    /// (see [`ReaperBuilder::listen`]).
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`](crate::error::Error::InvalidArgument): a
+    ///   `tcp://` address without a token.
+    /// - [`Error::Busy`](crate::error::Error::Busy): another listener serves
+    ///   that Unix socket.
+    /// - [`Error::Io`](crate::error::Error::Io): binding failed.
+    pub fn listen(&mut self, address: Address, token: Option<Vec<u8>>) -> Result<()> {
+        let config = ListenConfig {
+            address,
+            token,
+            socket_mode: DEFAULT_SOCKET_MODE,
+        };
+        self.listeners.push(Listener::start(
+            self.table.clone(),
+            config,
+            self.held.clone(),
+        )?);
+        Ok(())
+    }
+
     /// The boot token this reaper wrote when it took the table.
     pub fn boot_token(&self) -> u64 {
         self.table.memory.header().boot_token.load(Acquire)
@@ -641,6 +708,23 @@ impl Reaper {
         let own_clock =
             self.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == self.clock_id;
         let last_signal = self.last_signal(index, word, own_clock.then_some(signal_ns), now_ns);
+        if slot.flags.load(Relaxed) & FLAG_REMOTE != 0 {
+            // A session's client: no lock or pidfd sees it exit (its
+            // listener ends it when the connection closes). Held by none of
+            // this reaper's connections, it awaits its client's reclaim;
+            // silent past its budget, its client did not come back.
+            let held = self.held.holds(index, generation);
+            return Observed::Live {
+                silent_ns: now_ns.saturating_sub(last_signal),
+                budget_ns,
+                timed_reason: if held {
+                    timed_reason
+                } else {
+                    Reason::Disconnected
+                },
+                exited: false,
+            };
+        }
         let test = match &mut self.watcher {
             Some(watcher) => watcher.lock_check(index, generation, slot),
             None => LockCheck::Now,

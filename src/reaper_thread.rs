@@ -4,6 +4,9 @@
 use crate::error::Result;
 use crate::fork;
 use crate::reaper::{Reaper, ReaperBuilder};
+use crate::session::held::Held;
+use crate::session::listener::{ListenConfig, Listener, DEFAULT_SOCKET_MODE};
+use crate::session::Address;
 use crate::table::Table;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,6 +34,9 @@ use std::thread::JoinHandle;
 /// # Ok::<(), livereg::Error>(())
 /// ```
 pub struct ReaperThread {
+    /// Listeners serving sessions, stopped first.
+    listeners: Vec<Listener>,
+    held: Arc<Held>,
     table: Table,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<()>>>,
@@ -53,6 +59,8 @@ impl ReaperBuilder {
         let stop = Arc::new(AtomicBool::new(false));
         if table.reap_timeout().is_zero() {
             return Ok(ReaperThread {
+                listeners: Vec::new(),
+                held: Arc::default(),
                 table,
                 stop,
                 thread: None,
@@ -60,6 +68,8 @@ impl ReaperBuilder {
             });
         }
         let mut reaper = self.build()?.with_handler_threads();
+        let listeners = std::mem::take(&mut reaper.listeners);
+        let held = reaper.held.clone();
         let stopping = stop.clone();
         let thread = std::thread::Builder::new()
             .name("livereg-reaper".into())
@@ -69,6 +79,8 @@ impl ReaperBuilder {
                 source,
             })?;
         Ok(ReaperThread {
+            listeners,
+            held,
             table,
             stop,
             thread: Some(thread),
@@ -95,6 +107,26 @@ fn run(reaper: &mut Reaper, stop: &AtomicBool) -> Result<()> {
 }
 
 impl ReaperThread {
+    /// Also serves sessions at `address` from now on, for the reaper's life
+    /// (see [`ReaperBuilder::listen`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Reaper::listen`].
+    pub fn listen(&mut self, address: Address, token: Option<Vec<u8>>) -> Result<()> {
+        let config = ListenConfig {
+            address,
+            token,
+            socket_mode: DEFAULT_SOCKET_MODE,
+        };
+        self.listeners.push(Listener::start(
+            self.table.clone(),
+            config,
+            self.held.clone(),
+        )?);
+        Ok(())
+    }
+
     /// Whether a scanning thread runs (false when reaping is disabled).
     pub fn is_running(&self) -> bool {
         self.thread.is_some()
@@ -147,6 +179,8 @@ impl ReaperThread {
     }
 
     fn halt(&mut self) {
+        // Listeners first: their clients reconnect to the next reaper.
+        self.listeners.clear();
         if self.fork_epoch != fork::epoch() {
             // A forked child's copy: the scanning thread is the parent's and
             // does not exist here; waking or joining it would disturb the

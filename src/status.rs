@@ -3,12 +3,15 @@
 use crate::clock::{Clock, StampClock};
 use crate::event::Reason;
 
-use crate::layout::{BUSY, BUSY_PERIOD, FLAG_PIDFD, SCANS_PER_TIMEOUT, STALL_MARK};
+use crate::layout::{BUSY, BUSY_PERIOD, FLAG_PIDFD, FLAG_REMOTE, SCANS_PER_TIMEOUT, STALL_MARK};
 use crate::protocol::{self, Beat, LIVE};
+use crate::session::records::{Record, Records};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
 use serde::Serialize;
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 /// What a table holds and how its reaper is doing. Serialises to the keys of
 /// the reference's `worker_liveness` (`enabled`, `reap_timeout_seconds`,
@@ -107,6 +110,21 @@ pub struct RegistrationStatus {
     pub registered_age_seconds: Option<f64>,
     /// How its process's exit is detected.
     pub exit_detection: ExitDetection,
+    /// For a session's registration: who holds it, over which connection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteStatus>,
+}
+
+/// A session's registration, as its listener recorded it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RemoteStatus {
+    /// The peer as the listener saw it: `tcp ADDRESS:PORT`, or `unix
+    /// pid=… uid=… gid=…` (the kernel's credentials of the connecting
+    /// process; pid 0 if it lives in a PID namespace the listener cannot
+    /// see).
+    pub peer: String,
+    /// The host name the client reported.
+    pub host: String,
 }
 
 /// Where a registration is in its life, as `status` shows it.
@@ -133,6 +151,9 @@ pub enum ExitDetection {
     /// None: a heap table (tests), where nothing dies.
     #[serde(rename = "none")]
     Nothing,
+    /// A session: its connection's closing, seen by the listener at once.
+    #[serde(rename = "connection")]
+    Connection,
 }
 
 impl RegistrationState {
@@ -152,6 +173,7 @@ impl ExitDetection {
             ExitDetection::PidfdAndLock => "pidfd+lock",
             ExitDetection::Lock => "lock",
             ExitDetection::Nothing => "none",
+            ExitDetection::Connection => "connection",
         }
     }
 }
@@ -192,8 +214,9 @@ impl Table {
                 && header.reaper_clock_id.load(Relaxed) == self.clock.identity(),
             shared: inner.file().is_some(),
         };
+        let records = OnceCell::new();
         let registrations: Vec<RegistrationStatus> = (0..inner.capacity)
-            .filter_map(|index| self.registration_status(index, &view))
+            .filter_map(|index| self.registration_status(index, &view, &records))
             .collect();
         let age = |then: u64| view.age(then);
         let ended: BTreeMap<Reason, u64> = Reason::ALL
@@ -254,7 +277,12 @@ impl View {
 
 impl Table {
     /// Slot `index` as `status` shows it, if it holds a registration.
-    fn registration_status(&self, index: u32, view: &View) -> Option<RegistrationStatus> {
+    fn registration_status(
+        &self,
+        index: u32,
+        view: &View,
+        records: &OnceCell<HashMap<u32, Record>>,
+    ) -> Option<RegistrationStatus> {
         let inner = &self.memory;
         let slot = inner.slot(index);
         let (generation, phase) = protocol::split_state(slot.state.load(Acquire));
@@ -275,6 +303,7 @@ impl Table {
         let same_clock =
             view.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == view.clock_id;
         let progress = slot.progress.load(Relaxed);
+        let remote = slot.flags.load(Relaxed) & FLAG_REMOTE != 0;
         Some(RegistrationStatus {
             slot: index,
             generation,
@@ -300,10 +329,21 @@ impl Table {
                 .map(|stamp| view.age(stamp.ns_near(view.now))),
             registered_age_seconds: same_clock.then(|| view.age(slot.registered_ns.load(Relaxed))),
             exit_detection: match (view.shared, slot.flags.load(Relaxed) & FLAG_PIDFD != 0) {
+                _ if remote => ExitDetection::Connection,
                 (false, _) => ExitDetection::Nothing,
                 (true, false) => ExitDetection::Lock,
                 (true, true) => ExitDetection::PidfdAndLock,
             },
+            remote: remote.then(|| {
+                let record = records
+                    .get_or_init(|| Records::read_all(self))
+                    .get(&index)
+                    .filter(|record| record.generation == generation);
+                RemoteStatus {
+                    peer: record.map_or_else(String::new, |r| r.peer.clone()),
+                    host: record.map_or_else(String::new, |r| r.host.clone()),
+                }
+            }),
         })
     }
 }

@@ -333,6 +333,7 @@ impl Registration<'_> {
             lock: Mutex::new(lock_file),
             fork_epoch: fork::epoch(),
             finished: false,
+            session: None,
         }
     }
 }
@@ -358,6 +359,9 @@ pub struct Worker {
     /// the registration's owner.
     fork_epoch: u64,
     finished: bool,
+    /// A session's link to the reaper's listener, when this worker's slot
+    /// is in this process's own memory and a sender thread forwards it.
+    session: Option<crate::session::Link>,
 }
 
 // SAFETY:
@@ -491,6 +495,9 @@ impl Worker {
             Reason::Deregistered,
         );
         inner.wake_reaper();
+        if let Some(session) = &mut self.session {
+            session.finish();
+        }
         match result {
             Ok(()) => {
                 self.release_lock();
@@ -535,19 +542,54 @@ impl Worker {
         self.instance_id
     }
 
-    /// The slot this registration occupies.
+    /// The slot this registration occupies (in the reaper's table, for a
+    /// session).
     pub fn slot(&self) -> u32 {
-        self.index
+        self.session.as_ref().map_or(self.index, |s| s.slot)
     }
 
     /// The slot's generation for this registration.
     pub fn generation(&self) -> u32 {
+        self.session
+            .as_ref()
+            .map_or(self.generation, |s| s.generation)
+    }
+
+    /// The table this worker is registered in (for a session: the private
+    /// one in this process that its sender thread forwards).
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    /// Whether this worker registered through a session ([`connect`](crate::connect)).
+    pub fn is_remote(&self) -> bool {
+        self.session.is_some()
+    }
+
+    /// The server's info area ([`Table::set_info`]): read from the table, or
+    /// as the listener last delivered it to a session.
+    ///
+    /// # Errors
+    ///
+    /// As [`Table::info`] for a local worker; never for a session.
+    pub fn info(&self) -> Result<Vec<u8>> {
+        match &self.session {
+            Some(session) => Ok(session.info()),
+            None => self.table.info(),
+        }
+    }
+
+    pub(crate) fn local_slot(&self) -> u32 {
+        self.index
+    }
+
+    pub(crate) fn local_generation(&self) -> u32 {
         self.generation
     }
 
-    /// The table this worker is registered in.
-    pub fn table(&self) -> &Table {
-        &self.table
+    pub(crate) fn with_session(mut self, link: crate::session::Link) -> Worker {
+        self.session = Some(link);
+        self
     }
 }
 

@@ -7,6 +7,7 @@ pub(crate) mod inotify;
 pub(crate) mod lock;
 pub(crate) mod pidfd;
 pub(crate) mod process;
+pub(crate) mod socket;
 
 /// A raw system call's result: the error of `errno` when negative.
 fn check(rc: libc::c_long) -> std::io::Result<libc::c_long> {

@@ -52,7 +52,10 @@ impl Address {
             }
             // sun_path holds 108 bytes, the last one a NUL.
             if path.len() > 107 {
-                return Err(wrong(&format!("the path is {} bytes, at most 107 fit", path.len())));
+                return Err(wrong(&format!(
+                    "the path is {} bytes, at most 107 fit",
+                    path.len()
+                )));
             }
             return Ok(Address::Unix(PathBuf::from(path)));
         }

@@ -4,8 +4,15 @@
 //! signal.
 
 mod address;
+mod client;
+pub(crate) mod held;
+pub(crate) mod listener;
 pub(crate) mod records;
+mod sender;
+mod served;
 mod stream;
 pub mod wire;
 
 pub use address::Address;
+pub use client::{connect, ConnectOptions, DEFAULT_CONNECT_TIMEOUT};
+pub(crate) use sender::Link;

@@ -147,7 +147,9 @@ impl Records {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
@@ -165,7 +167,13 @@ mod tests {
         };
         let back = Record::decode(&record.encode()).unwrap();
         assert_eq!(back.host, "é".repeat(19));
-        assert_eq!(back, Record { host: "é".repeat(19), ..record });
+        assert_eq!(
+            back,
+            Record {
+                host: "é".repeat(19),
+                ..record
+            }
+        );
         assert_eq!(Record::decode(&[0u8; RECORD_SIZE]), None);
         let mut hostile = [0xFFu8; RECORD_SIZE];
         hostile[..4].copy_from_slice(MAGIC);

@@ -29,6 +29,13 @@ impl Stream {
         }
     }
 
+    pub(crate) fn set_write_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_write_timeout(timeout),
+            Stream::Tcp(s) => s.set_write_timeout(timeout),
+        }
+    }
+
     pub(crate) fn shutdown(&self) {
         let _ = match self {
             Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),

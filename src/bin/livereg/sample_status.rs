@@ -52,5 +52,6 @@ pub fn registration(instance_id: u64) -> RegistrationStatus {
         last_heartbeat_age_seconds: Some(0.1),
         registered_age_seconds: Some(5.0),
         exit_detection: ExitDetection::PidfdAndLock,
+        remote: None,
     }
 }

@@ -1,0 +1,398 @@
+//! A reaper's listener: one thread that accepts sessions on one address and
+//! serves every connection through one epoll set (no thread per session).
+
+use super::address::Address;
+use super::held::Held;
+use super::served::{Gate, Next, Served};
+use super::stream::Stream;
+use crate::error::{Error, Result};
+use crate::event::Reason;
+use crate::os::{epoll::Epoll, eventfd, socket};
+use crate::protocol;
+use crate::sync::Ordering::Acquire;
+use crate::table::Table;
+use std::io::ErrorKind;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a connection may take to say `Hello`.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The default mode of a `unix:` listener's socket: its owner and group may
+/// connect.
+pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
+
+/// Connections still greeting that a listener keeps beside the sessions it
+/// holds; more are closed at once.
+const GREETING_MAX: usize = 64;
+
+/// How a listener is set up.
+#[derive(Clone, Debug)]
+pub(crate) struct ListenConfig {
+    pub address: Address,
+    /// What clients must present (required on `tcp://`).
+    pub token: Option<Vec<u8>>,
+    /// The mode of a `unix:` socket.
+    pub socket_mode: u32,
+}
+
+/// A running listener; stopped (its connections closed, their
+/// registrations left for the clients to reclaim) when dropped.
+pub(crate) struct Listener {
+    address: Address,
+    /// The fork epoch it was started in: a forked child's copy must not
+    /// stop the parent's thread (the stop descriptor is shared) or remove
+    /// its socket.
+    fork_epoch: u64,
+    stop: Arc<OwnedFd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Listener {
+    /// Binds `config.address` and starts serving sessions of `table`.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`]: a `tcp://` address without a token, an
+    ///   empty token.
+    /// - [`Error::Busy`]: another listener serves the Unix socket.
+    /// - [`Error::Io`]: the socket could not be bound or the thread started.
+    pub(crate) fn start(table: Table, config: ListenConfig, held: Arc<Held>) -> Result<Listener> {
+        let address = config.address.clone();
+        if config.token.as_ref().is_some_and(Vec::is_empty) {
+            return Err(Error::InvalidArgument(format!(
+                "listener {address}: the token is empty, expected at least one byte"
+            )));
+        }
+        if address.needs_token() && config.token.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "listener {address}: a tcp:// listener needs a token (--token-file or LIVEREG_TOKEN), expected one, found none"
+            )));
+        }
+        if config
+            .token
+            .as_ref()
+            .is_some_and(|t| t.len() > super::wire::TOKEN_MAX)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "listener {address}: the token is over {} bytes",
+                super::wire::TOKEN_MAX
+            )));
+        }
+        held.records(&table)
+            .map_err(|e| Error::os(table.name(), "open the sessions' records", e))?;
+        let acceptor = Acceptor::bind(&config)?;
+        let io = |e: std::io::Error| Error::Io {
+            context: format!("listener {address}"),
+            source: e,
+        };
+        let stop = Arc::new(eventfd::event_nonblocking().map_err(io)?);
+        let epoll = Epoll::new().map_err(io)?;
+        epoll.add_level(&*stop, STOP).map_err(io)?;
+        epoll.add_level(&acceptor, ACCEPT).map_err(io)?;
+        let mut serve = Serve {
+            table,
+            held,
+            token: config.token,
+            acceptor,
+            epoll,
+            connections: Vec::new(),
+            info_sequence: None,
+        };
+        serve.info_sequence = serve.current_info_sequence();
+        let thread = std::thread::Builder::new()
+            .name("livereg-listen".into())
+            .spawn(move || serve.run())
+            .map_err(io)?;
+        log::info!("listening for sessions on {address}");
+        Ok(Listener {
+            address,
+            fork_epoch: crate::fork::install(),
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if self.fork_epoch != crate::fork::epoch() {
+            std::mem::forget(self.thread.take());
+            return;
+        }
+        eventfd::signal(&self.stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        if let Address::Unix(path) = &self.address {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+const STOP: u64 = 0;
+const ACCEPT: u64 = 1;
+const FIRST_CONNECTION: u64 = 2;
+
+/// A bound, non-blocking listening socket.
+enum Acceptor {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+impl Acceptor {
+    fn bind(config: &ListenConfig) -> Result<Acceptor> {
+        let address = &config.address;
+        let io = |step: &str, e: std::io::Error| Error::Io {
+            context: format!("listener {address}: {step}"),
+            source: e,
+        };
+        let acceptor = match address {
+            Address::Unix(path) => {
+                remove_stale_socket(address, path)?;
+                let listener = UnixListener::bind(path).map_err(|e| io("bind", e))?;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(config.socket_mode))
+                    .map_err(|e| io("set the socket's mode", e))?;
+                Acceptor::Unix(listener)
+            }
+            Address::Tcp(endpoint) => {
+                Acceptor::Tcp(TcpListener::bind(endpoint).map_err(|e| io("bind", e))?)
+            }
+        };
+        match &acceptor {
+            Acceptor::Unix(l) => l.set_nonblocking(true),
+            Acceptor::Tcp(l) => l.set_nonblocking(true),
+        }
+        .map_err(|e| io("make it non-blocking", e))?;
+        Ok(acceptor)
+    }
+
+    /// The next pending connection, with how the peer is described.
+    fn accept(&self) -> std::io::Result<(Stream, String)> {
+        match self {
+            Acceptor::Unix(l) => {
+                let (stream, _) = l.accept()?;
+                let peer = match socket::peer_credentials(&stream) {
+                    Ok((pid, uid, gid)) => format!("unix pid={pid} uid={uid} gid={gid}"),
+                    Err(_) => "unix".to_owned(),
+                };
+                Ok((Stream::Unix(stream), peer))
+            }
+            Acceptor::Tcp(l) => {
+                let (stream, peer) = l.accept()?;
+                let _ = stream.set_nodelay(true);
+                Ok((Stream::Tcp(stream), format!("tcp {peer}")))
+            }
+        }
+    }
+}
+
+impl AsRawFd for Acceptor {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Acceptor::Unix(l) => l.as_raw_fd(),
+            Acceptor::Tcp(l) => l.as_raw_fd(),
+        }
+    }
+}
+
+/// A socket left at `path` by a listener that died is removed; one that
+/// answers belongs to a live listener: refused.
+fn remove_stale_socket(address: &Address, path: &std::path::Path) -> Result<()> {
+    let Ok(metadata) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !metadata.file_type().is_socket() {
+        return Err(Error::InvalidArgument(format!(
+            "listener {address}: {} exists and is not a socket, expected a free path",
+            path.display()
+        )));
+    }
+    if UnixStream::connect(path).is_ok() {
+        return Err(Error::Busy(format!(
+            "listener {address}: another listener is serving it"
+        )));
+    }
+    std::fs::remove_file(path).map_err(|e| Error::Io {
+        context: format!("listener {address}: remove the stale socket"),
+        source: e,
+    })
+}
+
+/// The listener thread's state.
+struct Serve {
+    table: Table,
+    held: Arc<Held>,
+    token: Option<Vec<u8>>,
+    acceptor: Acceptor,
+    epoll: Epoll,
+    /// Connections by key - [`FIRST_CONNECTION`]; `None`: a free entry.
+    connections: Vec<Option<Served>>,
+    /// The info area's sequence last sent to the sessions.
+    info_sequence: Option<u64>,
+}
+
+impl Serve {
+    fn run(&mut self) {
+        let tick = (self.table.reap_timeout() / 16)
+            .clamp(Duration::from_millis(5), Duration::from_millis(250));
+        let mut next_tick = Instant::now() + tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            let keys = match self.epoll.wait(Some(wait)) {
+                Ok(keys) => keys,
+                Err(e) => {
+                    log::error!(
+                        "table '{}': the listener's epoll failed: {e}",
+                        self.table.name()
+                    );
+                    std::thread::sleep(tick);
+                    Vec::new()
+                }
+            };
+            for key in keys {
+                match key {
+                    STOP => return self.stop(),
+                    ACCEPT => self.accept_all(),
+                    key => self.on_readable((key - FIRST_CONNECTION) as usize),
+                }
+            }
+            if Instant::now() >= next_tick {
+                self.tick();
+                next_tick = Instant::now() + tick;
+            }
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.acceptor.accept() {
+                Ok((stream, peer)) => self.admit(stream, peer),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Out of descriptors, most likely: the backlog waits.
+                    log::warn!(
+                        "table '{}': cannot accept a session: {e}",
+                        self.table.name()
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self, stream: Stream, peer: String) {
+        let open = self.connections.iter().flatten().count();
+        if open >= self.table.capacity() as usize + GREETING_MAX {
+            log::warn!(
+                "table '{}': refused a connection from {peer}: {open} connections are open",
+                self.table.name()
+            );
+            return;
+        }
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        let entry = match self.connections.iter().position(Option::is_none) {
+            Some(free) => free,
+            None => {
+                self.connections.push(None);
+                self.connections.len() - 1
+            }
+        };
+        if self
+            .epoll
+            .add_level(&stream, entry as u64 + FIRST_CONNECTION)
+            .is_err()
+        {
+            return;
+        }
+        self.connections[entry] = Some(Served::new(stream, peer));
+    }
+
+    fn on_readable(&mut self, entry: usize) {
+        let gate = Gate {
+            table: &self.table,
+            held: &self.held,
+            token: self.token.as_deref(),
+        };
+        let Some(Some(served)) = self.connections.get_mut(entry) else {
+            return;
+        };
+        if let Next::Close(end) = served.on_readable(&gate) {
+            self.close(entry, end);
+        }
+    }
+
+    /// Closes a connection; ends what it holds first if `end` says so.
+    fn close(&mut self, entry: usize, end: Option<Reason>) {
+        let Some(served) = self.connections[entry].take() else {
+            return;
+        };
+        if let Some(holding) = served.holding {
+            if let Some(reason) = end {
+                let slot = self.table.memory.slot(holding.index);
+                if protocol::end(slot, holding.generation, reason).is_ok() {
+                    log::debug!("session from {} closed: {reason}", served.peer);
+                }
+            }
+            self.held.let_go(holding.index, holding.generation);
+            self.table.memory.wake_reaper();
+        }
+        // Dropping the stream closes it and takes it out of the epoll set.
+    }
+
+    /// Every tick: greetings past their deadline are closed, sessions whose
+    /// registration ended are told, a changed info area is sent.
+    fn current_info_sequence(&self) -> Option<u64> {
+        self.table
+            .memory
+            .info_area()
+            .map(|area| area.sequence.load(Acquire))
+    }
+
+    fn tick(&mut self) {
+        let sequence = self.current_info_sequence();
+        let info_changed = sequence != self.info_sequence && sequence.is_some_and(|s| s % 2 == 0);
+        if info_changed {
+            self.info_sequence = sequence;
+        }
+        for entry in 0..self.connections.len() {
+            let Some(served) = self.connections[entry].as_mut() else {
+                continue;
+            };
+            let next = if served.holding.is_none() {
+                if served.opened.elapsed() >= HANDSHAKE_DEADLINE {
+                    log::debug!(
+                        "session from {}: no hello within {HANDSHAKE_DEADLINE:?}",
+                        served.peer
+                    );
+                    Next::Close(None)
+                } else {
+                    Next::Serve
+                }
+            } else {
+                match served.check_ended(&self.table) {
+                    Next::Serve if info_changed => served.send_info(&self.table),
+                    next => next,
+                }
+            };
+            if let Next::Close(end) = next {
+                self.close(entry, end);
+            }
+        }
+    }
+
+    /// Closes every connection, leaving their registrations to be reclaimed.
+    fn stop(&mut self) {
+        for entry in 0..self.connections.len() {
+            self.close(entry, None);
+        }
+    }
+}

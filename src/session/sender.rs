@@ -1,0 +1,335 @@
+//! The sender thread of a session's client: forwards what the worker's own
+//! slot says (heartbeats, busy, progress) to the listener several times per
+//! reap timeout, delivers the listener's notices (an ending, the info area)
+//! and reconnects after a break.
+
+use super::client::Hello;
+use super::stream::{send, Inbox, Received, Stream};
+use super::wire::{Frame, Reclaim};
+use crate::event::Reason;
+use crate::layout::{Slot, BUSY, BUSY_PERIOD, STALL_MARK};
+use crate::os::{eventfd, socket};
+use crate::protocol::{self, Beat};
+use crate::sync::Ordering::{Acquire, Relaxed};
+use crate::table::Table;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Forwards per reap timeout: more than the 8 a session promises, so a
+/// late wake-up never makes fewer.
+const FORWARDS_PER_TIMEOUT: u32 = 10;
+
+/// The first wait before a reconnect; doubled after each failure, up to a
+/// forward interval.
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+
+/// How long a deregistration waits for the sender to say goodbye.
+const BYE_WAIT: Duration = Duration::from_secs(2);
+
+/// A connection that said hello and was welcomed.
+pub(crate) struct Dialed {
+    pub stream: Stream,
+    pub inbox: Inbox,
+    pub reclaim: Reclaim,
+    pub reap_timeout: Duration,
+    pub info: Option<Vec<u8>>,
+}
+
+/// What the worker handle and its sender thread share.
+struct Shared {
+    /// Set by the handle when it deregisters (or is dropped).
+    finishing: AtomicBool,
+    /// Wakes the sender thread at once.
+    wake: OwnedFd,
+    /// The server's info area, as last delivered.
+    info: Mutex<Vec<u8>>,
+}
+
+/// The worker handle's end of its session.
+pub(crate) struct Link {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    /// The registration's slot and generation in the reaper's table.
+    pub slot: u32,
+    pub generation: u32,
+}
+
+impl Link {
+    /// Starts the sender thread for `worker`'s private slot over `dialed`.
+    pub(crate) fn start(
+        hello: Hello,
+        dialed: Dialed,
+        worker: &crate::Worker,
+    ) -> crate::Result<Link> {
+        let shared = Arc::new(Shared {
+            finishing: AtomicBool::new(false),
+            wake: eventfd::event_nonblocking().map_err(|e| crate::Error::Io {
+                context: format!("session {}: make the sender's wake-up", hello.address),
+                source: e,
+            })?,
+            info: Mutex::new(dialed.info.clone().unwrap_or_default()),
+        });
+        let (slot, generation) = (dialed.reclaim.slot, dialed.reclaim.generation);
+        let mut sender = Sender {
+            hello,
+            shared: shared.clone(),
+            table: worker.table().clone(),
+            index: worker.local_slot(),
+            generation: worker.local_generation(),
+            sent: None,
+            dialed,
+        };
+        let thread = std::thread::Builder::new()
+            .name("livereg-session".into())
+            .spawn(move || sender.run())
+            .map_err(|e| crate::Error::Io {
+                context: "start the session's sender thread".into(),
+                source: e,
+            })?;
+        Ok(Link {
+            shared,
+            thread: Some(thread),
+            slot,
+            generation,
+        })
+    }
+
+    /// The server's info area as last delivered.
+    pub(crate) fn info(&self) -> Vec<u8> {
+        self.shared
+            .info
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Tells the sender the worker deregistered (its slot says so) and
+    /// waits, a bounded time, for it to say goodbye.
+    pub(crate) fn finish(&mut self) {
+        self.shared.finishing.store(true, Relaxed);
+        eventfd::signal(&self.shared.wake);
+        if let Some(thread) = self.thread.take() {
+            let deadline = Instant::now() + BYE_WAIT;
+            while !thread.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// The sender thread's state.
+struct Sender {
+    hello: Hello,
+    shared: Arc<Shared>,
+    /// The worker's private table and its slot there.
+    table: Table,
+    index: u32,
+    generation: u32,
+    /// The last beat sent on this connection (`None`: none yet).
+    sent: Option<(u64, bool, u64)>,
+    dialed: Dialed,
+}
+
+/// Why a connection's service ended.
+enum Outcome {
+    /// The worker deregistered (goodbye said) or its registration ended.
+    Done,
+    /// The connection broke: reconnect.
+    Broken,
+}
+
+impl Sender {
+    fn slot(&self) -> &Slot {
+        self.table.memory.slot(self.index)
+    }
+
+    fn run(&mut self) {
+        loop {
+            match self.serve() {
+                Outcome::Done => return,
+                Outcome::Broken => {
+                    if !self.reconnect() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn interval(&self) -> Duration {
+        (self.dialed.reap_timeout / FORWARDS_PER_TIMEOUT).max(Duration::from_millis(1))
+    }
+
+    /// Serves the current connection until it breaks or the session is over.
+    fn serve(&mut self) -> Outcome {
+        let interval = self.interval();
+        let mut next_forward = Instant::now();
+        loop {
+            if self.shared.finishing.load(Relaxed) || self.ended_here().is_some() {
+                return self.goodbye();
+            }
+            if Instant::now() >= next_forward {
+                if self.forward().is_err() {
+                    return Outcome::Broken;
+                }
+                next_forward += interval;
+                if next_forward < Instant::now() {
+                    next_forward = Instant::now() + interval;
+                }
+            }
+            let wait = next_forward.saturating_duration_since(Instant::now());
+            let fds = [self.dialed.stream.as_raw_fd(), self.shared.wake.as_raw_fd()];
+            let Ok(ready) = socket::readable(&fds, wait) else {
+                return Outcome::Broken;
+            };
+            if ready[1] {
+                eventfd::drain(&self.shared.wake);
+            }
+            if ready[0] {
+                if let Some(outcome) = self.receive() {
+                    return outcome;
+                }
+            }
+        }
+    }
+
+    /// Reads the listener's frames: an ending is written into the worker's
+    /// slot (its next heartbeat hears it), the info area is kept.
+    fn receive(&mut self) -> Option<Outcome> {
+        let _ = self.dialed.stream.set_nonblocking(true);
+        let received = self.dialed.inbox.receive(&mut self.dialed.stream);
+        let _ = self.dialed.stream.set_nonblocking(false);
+        let (frames, closed) = match received {
+            Ok(Received::Frames(frames)) => (frames, false),
+            Ok(Received::Closed(frames)) => (frames, true),
+            Err(_) => return Some(Outcome::Broken),
+        };
+        for frame in frames {
+            match frame {
+                Frame::Ended { reason } => {
+                    self.end_here(reason);
+                    return Some(Outcome::Done);
+                }
+                Frame::Info { bytes } => {
+                    *self.shared.info.lock().unwrap_or_else(|p| p.into_inner()) = bytes;
+                }
+                other => {
+                    log::debug!(
+                        "session {}: unexpected {other:?}: reconnecting",
+                        self.hello.address
+                    );
+                    return Some(Outcome::Broken);
+                }
+            }
+        }
+        closed.then_some(Outcome::Broken)
+    }
+
+    /// Sends a beat if the slot changed since the last one.
+    fn forward(&mut self) -> std::io::Result<()> {
+        let slot = self.slot();
+        let heartbeats = slot.beats.load(Relaxed);
+        let word = slot.progress.load(Relaxed);
+        let busy = word & BUSY != 0;
+        let steps = (word & !(STALL_MARK | BUSY_PERIOD)) >> 1;
+        let now = (heartbeats, busy, steps);
+        if self.sent == Some(now) {
+            return Ok(());
+        }
+        let since_ping_us = match protocol::decode_beat(slot.beat.load(Acquire)) {
+            Beat::At(stamp) => {
+                let clock_now = self.table.clock.stamp_micros(self.table.memory.stamps);
+                let beat_us = stamp.ns_near(clock_now * 1_000) / 1_000;
+                clock_now.saturating_sub(beat_us)
+            }
+            _ => 0,
+        };
+        send(
+            &mut self.dialed.stream,
+            &Frame::Beat {
+                heartbeats,
+                since_ping_us,
+                busy,
+                steps,
+            },
+        )?;
+        self.sent = Some(now);
+        Ok(())
+    }
+
+    /// The reason the worker's own slot ended for, if it has.
+    fn ended_here(&self) -> Option<Reason> {
+        match protocol::decode_beat(self.slot().beat.load(Acquire)) {
+            Beat::Ended(reason) => Some(reason.unwrap_or(Reason::Disconnected)),
+            _ => None,
+        }
+    }
+
+    /// Ends the worker's own slot: its next heartbeat returns `Evicted`.
+    fn end_here(&self, reason: Reason) {
+        let _ = protocol::end(self.slot(), self.generation, reason);
+    }
+
+    /// The worker deregistered: forwards its last beats, then says bye.
+    fn goodbye(&mut self) -> Outcome {
+        if self.ended_here() == Some(Reason::Deregistered) {
+            let _ = self.forward();
+            let _ = send(&mut self.dialed.stream, &Frame::Bye);
+        }
+        self.dialed.stream.shutdown();
+        Outcome::Done
+    }
+
+    /// After a break: reconnects with backoff and reclaims the
+    /// registration. False (the worker's slot ended `Disconnected`) if the
+    /// listener refused, or no listener took it back within the reap
+    /// timeout; false too if the worker deregistered meanwhile.
+    fn reconnect(&mut self) -> bool {
+        let lost = Instant::now();
+        let mut backoff = FIRST_BACKOFF;
+        log::warn!(
+            "session {}: connection lost, reconnecting",
+            self.hello.address
+        );
+        loop {
+            if self.shared.finishing.load(Relaxed) || self.ended_here().is_some() {
+                return false;
+            }
+            if lost.elapsed() >= self.dialed.reap_timeout {
+                log::warn!(
+                    "session {}: no listener took the registration back within {:?}: it is over",
+                    self.hello.address,
+                    self.dialed.reap_timeout
+                );
+                self.end_here(Reason::Disconnected);
+                return false;
+            }
+            let _ = socket::readable(&[self.shared.wake.as_raw_fd()], backoff);
+            match self.hello.dial(Some(self.dialed.reclaim)) {
+                Ok(dialed) => {
+                    log::info!("session {}: reconnected", self.hello.address);
+                    if let Some(info) = &dialed.info {
+                        *self.shared.info.lock().unwrap_or_else(|p| p.into_inner()) = info.clone();
+                    }
+                    self.dialed = dialed;
+                    self.sent = None;
+                    return true;
+                }
+                Err(crate::Error::Io { .. } | crate::Error::Timeout(_) | crate::Error::Busy(_)) => {
+                    backoff = (backoff * 2).min(self.interval());
+                }
+                Err(refusal) => {
+                    log::warn!("session {}: reclaim refused: {refusal}", self.hello.address);
+                    self.end_here(Reason::Disconnected);
+                    return false;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! One connection a listener serves: its handshake, then the registration
+//! it holds on its client's behalf, fed by the client's beats.
+
+use super::held::Held;
+use super::records::Record;
+use super::stream::{send, Inbox, Received, Stream};
+use super::wire::{Frame, Reclaim, VERSION};
+use crate::error::{Error, Result};
+use crate::event::Reason;
+use crate::layout::FLAG_REMOTE;
+use crate::protocol::{self, Gone, Stamp, LIVE};
+use crate::sync::Ordering::{Acquire, Relaxed};
+use crate::table::Table;
+use std::time::Instant;
+
+/// What the listener checks a greeting against.
+pub(crate) struct Gate<'a> {
+    pub table: &'a Table,
+    pub held: &'a Held,
+    pub token: Option<&'a [u8]>,
+}
+
+/// A connection, greeting or holding.
+pub(crate) struct Served {
+    pub stream: Stream,
+    inbox: Inbox,
+    /// The peer, as the listener saw it (address or credentials).
+    pub peer: String,
+    pub opened: Instant,
+    pub holding: Option<Holding>,
+}
+
+/// The registration a connection holds, and what its client last said.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Holding {
+    pub index: u32,
+    pub generation: u32,
+    heartbeats: u64,
+    steps: u64,
+    busy: bool,
+}
+
+/// What is to become of a connection after it spoke.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Keep serving it.
+    Serve,
+    /// Close it; end what it holds for this reason first (`None`: leave
+    /// the registration as it is: deregistered, ended, or never made).
+    Close(Option<Reason>),
+}
+
+impl Served {
+    pub(crate) fn new(stream: Stream, peer: String) -> Served {
+        Served {
+            stream,
+            inbox: Inbox::default(),
+            peer,
+            opened: Instant::now(),
+            holding: None,
+        }
+    }
+
+    /// Reads what the client sent and acts on each frame.
+    pub(crate) fn on_readable(&mut self, gate: &Gate<'_>) -> Next {
+        let (frames, closed) = match self.inbox.receive(&mut self.stream) {
+            Ok(Received::Frames(frames)) => (frames, false),
+            Ok(Received::Closed(frames)) => (frames, true),
+            Err(e) => {
+                log::debug!("session from {}: {e}: closing it", self.peer);
+                return Next::Close(Some(Reason::Disconnected));
+            }
+        };
+        for frame in frames {
+            let next = match (&self.holding, frame) {
+                (None, hello @ Frame::Hello { .. }) => self.greet(gate, hello),
+                (
+                    Some(_),
+                    Frame::Beat {
+                        heartbeats,
+                        since_ping_us,
+                        busy,
+                        steps,
+                    },
+                ) => self.beat(gate.table, heartbeats, since_ping_us, busy, steps),
+                (Some(holding), Frame::Bye) => {
+                    let slot = gate.table.memory.slot(holding.index);
+                    let _ = protocol::end(slot, holding.generation, Reason::Deregistered);
+                    gate.table.memory.wake_reaper();
+                    Next::Close(None)
+                }
+                (_, other) => {
+                    log::debug!(
+                        "session from {}: unexpected {other:?} frame: closing it",
+                        self.peer
+                    );
+                    Next::Close(Some(Reason::Disconnected))
+                }
+            };
+            if next != Next::Serve {
+                return next;
+            }
+        }
+        if closed {
+            Next::Close(Some(Reason::Disconnected))
+        } else {
+            Next::Serve
+        }
+    }
+
+    /// The handshake: checks the version and the token, then registers or
+    /// reclaims, answering `Welcome` or `Refused`.
+    fn greet(&mut self, gate: &Gate<'_>, hello: Frame) -> Next {
+        let Frame::Hello {
+            version,
+            instance_id,
+            pid,
+            token,
+            label,
+            host,
+            reclaim,
+        } = hello
+        else {
+            return Next::Close(None);
+        };
+        let outcome = if version != VERSION {
+            Err(Error::Incompatible(format!(
+                "session protocol version {version}, this reaper speaks {VERSION}"
+            )))
+        } else if gate
+            .token
+            .is_some_and(|expected| !same_secret(expected, &token))
+        {
+            Err(Error::Permission(
+                "wrong or missing token: the listener's token file says who may register".into(),
+            ))
+        } else {
+            match reclaim {
+                Some(reclaim) => self.reclaim(gate, instance_id, reclaim),
+                None => self.register(gate, instance_id, pid, &label, &host),
+            }
+        };
+        match outcome {
+            Ok((holding, secret)) => {
+                self.holding = Some(holding);
+                let welcome = Frame::Welcome {
+                    version: VERSION,
+                    slot: holding.index,
+                    generation: holding.generation,
+                    secret,
+                    reap_timeout_ms: gate.table.reap_timeout().as_millis() as u64,
+                    boot_token: gate.table.memory.header().boot_token.load(Acquire),
+                };
+                if send(&mut self.stream, &welcome).is_err() {
+                    return Next::Close(Some(Reason::Disconnected));
+                }
+                self.send_info(gate.table)
+            }
+            Err(refusal) => {
+                if matches!(refusal, Error::Permission(_)) {
+                    refused_token(&self.peer);
+                }
+                let message: String = refusal.to_string().chars().take(512).collect();
+                let _ = send(
+                    &mut self.stream,
+                    &Frame::Refused {
+                        code: refusal.code() as u8,
+                        message,
+                    },
+                );
+                Next::Close(None)
+            }
+        }
+    }
+
+    fn register(
+        &mut self,
+        gate: &Gate<'_>,
+        instance_id: u64,
+        pid: u32,
+        label: &str,
+        host: &str,
+    ) -> Result<(Holding, u64)> {
+        let table = gate.table;
+        if gate.held.count() >= table.capacity() as usize {
+            return Err(Error::Full(format!(
+                "table '{}': this listener already holds {} sessions, the table's capacity",
+                table.name(),
+                table.capacity()
+            )));
+        }
+        let records = gate
+            .held
+            .records(table)
+            .map_err(|e| Error::os(table.name(), "open the sessions' records", e))?;
+        let secret = crate::os::socket::random_u64()
+            .map_err(|e| Error::os(table.name(), "draw a session secret", e))?;
+        let (index, generation) = table
+            .registration(instance_id)
+            .label(label)
+            .pid(pid)
+            .register_remote()?;
+        let record = Record {
+            generation,
+            instance_id,
+            secret,
+            peer: self.peer.clone(),
+            host: host.to_owned(),
+        };
+        if let Err(e) = records.write(index, &record) {
+            // Not reclaimable after a restart, but served: say so.
+            log::warn!(
+                "table '{}': cannot record session {index}: {e}",
+                table.name()
+            );
+        }
+        gate.held.hold(index, generation);
+        Ok((Holding::new(index, generation), secret))
+    }
+
+    /// Takes back a registration this client held before its connection
+    /// broke (a restart, a cut), proven by the secret of its `Welcome`.
+    fn reclaim(
+        &mut self,
+        gate: &Gate<'_>,
+        instance_id: u64,
+        claim: Reclaim,
+    ) -> Result<(Holding, u64)> {
+        let table = gate.table;
+        // Whatever is wrong with a reclaim, the client hears its
+        // registration is over, and may register again.
+        let gone = || Error::Evicted {
+            instance_id,
+            reason: Some(Reason::Disconnected),
+        };
+        if claim.slot >= table.capacity() {
+            return Err(gone());
+        }
+        let slot = table.memory.slot(claim.slot);
+        let live = slot.state.load(Acquire) == protocol::state_word(claim.generation, LIVE)
+            && slot.flags.load(Relaxed) & FLAG_REMOTE != 0
+            && slot.instance_id.load(Relaxed) == instance_id;
+        let record = gate
+            .held
+            .records(table)
+            .ok()
+            .and_then(|r| r.read(claim.slot));
+        let proven = record.is_some_and(|record| {
+            record.generation == claim.generation
+                && record.instance_id == instance_id
+                && same_secret(&record.secret.to_ne_bytes(), &claim.secret.to_ne_bytes())
+        });
+        if !live || !proven {
+            return Err(gone());
+        }
+        if let Err(gone_now) = protocol::still_live(slot, claim.generation) {
+            let reason = match gone_now {
+                Gone::Ended(reason) => reason,
+                Gone::Reused => None,
+            };
+            return Err(Error::Evicted {
+                instance_id,
+                reason,
+            });
+        }
+        if !gate.held.hold(claim.slot, claim.generation) {
+            return Err(Error::Busy(format!(
+                "instance {instance_id}'s registration is held by another connection"
+            )));
+        }
+        Ok((Holding::new(claim.slot, claim.generation), claim.secret))
+    }
+
+    /// Applies a client's beat to the registration: a heartbeat dated back
+    /// to when the client beat, busy or idle, the steps made since.
+    fn beat(
+        &mut self,
+        table: &Table,
+        heartbeats: u64,
+        since_ping_us: u64,
+        busy: bool,
+        steps: u64,
+    ) -> Next {
+        let Some(holding) = self.holding.as_mut() else {
+            return Next::Close(None);
+        };
+        let slot = table.memory.slot(holding.index);
+        let generation = holding.generation;
+        let mut result = Ok(());
+        if heartbeats != holding.heartbeats {
+            holding.heartbeats = heartbeats;
+            // A client cannot date a beat older than one timeout (it would
+            // only evict itself) nor later than now.
+            let age_us = since_ping_us.min(table.reap_timeout().as_micros() as u64);
+            let now_us = table.clock.now_ns().div_ceil(1_000);
+            result = protocol::beat_at(
+                slot,
+                generation,
+                Stamp::of_micros(now_us.saturating_sub(age_us)),
+            );
+            slot.beats.store(heartbeats, Relaxed);
+        }
+        if result.is_ok() && steps != holding.steps {
+            // At most 2^32 steps a beat: a hostile count cannot reach the
+            // word's flag bits.
+            let made = steps.wrapping_sub(holding.steps).min(u64::from(u32::MAX));
+            holding.steps = steps;
+            result = protocol::progress_by(slot, generation, made);
+        }
+        if result.is_ok() && busy != holding.busy {
+            holding.busy = busy;
+            result = protocol::set_busy(slot, generation, busy);
+        }
+        match result {
+            Ok(()) => Next::Serve,
+            Err(_) => self.tell_ended(table),
+        }
+    }
+
+    /// If the held registration has ended (evicted, reset, replaced), tells
+    /// the client why and closes.
+    pub(crate) fn check_ended(&mut self, table: &Table) -> Next {
+        let Some(holding) = self.holding else {
+            return Next::Serve;
+        };
+        match protocol::still_live(table.memory.slot(holding.index), holding.generation) {
+            Ok(()) => Next::Serve,
+            Err(_) => self.tell_ended(table),
+        }
+    }
+
+    fn tell_ended(&mut self, table: &Table) -> Next {
+        let Some(holding) = self.holding.take() else {
+            return Next::Close(None);
+        };
+        let slot = table.memory.slot(holding.index);
+        let reason = match protocol::still_live(slot, holding.generation) {
+            Err(Gone::Ended(Some(reason))) => reason,
+            _ => Reason::Disconnected,
+        };
+        let _ = send(&mut self.stream, &Frame::Ended { reason });
+        self.holding = Some(holding);
+        Next::Close(None)
+    }
+
+    /// Sends the table's info area, if it holds anything.
+    pub(crate) fn send_info(&mut self, table: &Table) -> Next {
+        match table.info() {
+            Ok(bytes) if bytes.is_empty() => Next::Serve,
+            Ok(bytes) => match send(&mut self.stream, &Frame::Info { bytes }) {
+                Ok(()) => Next::Serve,
+                Err(_) => Next::Close(Some(Reason::Disconnected)),
+            },
+            Err(_) => Next::Serve,
+        }
+    }
+}
+
+impl Holding {
+    fn new(index: u32, generation: u32) -> Holding {
+        Holding {
+            index,
+            generation,
+            heartbeats: 0,
+            steps: 0,
+            busy: false,
+        }
+    }
+}
+
+/// Compares two secrets in time that depends only on their lengths.
+pub(crate) fn same_secret(expected: &[u8], given: &[u8]) -> bool {
+    let mut difference = (expected.len() ^ given.len()) as u64;
+    for i in 0..expected.len().max(given.len()) {
+        let a = expected.get(i).copied().unwrap_or(0);
+        let b = given.get(i).copied().unwrap_or(0);
+        difference |= u64::from(std::hint::black_box(a ^ b));
+    }
+    difference == 0
+}
+
+/// Logs a refused token, at most once a second (with how many were not
+/// logged): a peer guessing tokens cannot flood the log.
+fn refused_token(peer: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_LOGGED_S: AtomicU64 = AtomicU64::new(0);
+    static UNLOGGED: AtomicU64 = AtomicU64::new(0);
+    let now_s = crate::clock::monotonic_ns() / 1_000_000_000 + 1;
+    let last = LAST_LOGGED_S.load(Ordering::Relaxed);
+    if now_s > last
+        && LAST_LOGGED_S
+            .compare_exchange(last, now_s, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let unlogged = UNLOGGED.swap(0, Ordering::Relaxed);
+        log::warn!(
+            "refused a session from {peer}: wrong or missing token ({unlogged} more refusals not logged since the last)"
+        );
+    } else {
+        UNLOGGED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_secret;
+
+    #[test]
+    fn secrets_match_only_when_equal_whatever_their_lengths() {
+        assert!(same_secret(b"s3cret", b"s3cret"));
+        assert!(same_secret(b"", b""));
+        for other in [&b"s3creT"[..], b"s3cre", b"s3cret\0", b""] {
+            assert!(!same_secret(b"s3cret", other), "{other:?}");
+        }
+    }
+}

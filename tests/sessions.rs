@@ -1,0 +1,439 @@
+//! Sessions: workers in isolated "containers" (their own mount namespace
+//! with a private `/dev/shm`, their own PID, IPC and network namespaces,
+//! made here with `unshare`) register through a reaper's listener and are
+//! reaped like local workers; their socket's closing is their death signal.
+
+mod common;
+
+use common::{long_options, unique_name, TempTable};
+use livereg::{connect, Address, ConnectOptions, DropEvent, Error, Reason, TableOptions};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A Unix socket path no other test uses, removed on drop.
+struct SocketPath(String);
+
+impl SocketPath {
+    fn new(tag: &str) -> SocketPath {
+        SocketPath(format!("/tmp/{}.sock", unique_name(tag)))
+    }
+    fn address(&self) -> String {
+        format!("unix:{}", self.0)
+    }
+}
+
+impl Drop for SocketPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A free TCP port on loopback.
+fn tcp_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("tcp://{}", listener.local_addr().unwrap())
+}
+
+fn with_events(
+    table: &livereg::Table,
+    address: &str,
+    token: Option<&[u8]>,
+) -> (livereg::ReaperThread, mpsc::Receiver<(DropEvent, Instant)>) {
+    let (sender, events) = mpsc::channel();
+    let reaper = table
+        .reaper()
+        .on_drop(move |event| Ok(sender.send((event.clone(), Instant::now()))?))
+        .listen(Address::parse(address).unwrap(), token.map(<[u8]>::to_vec))
+        .spawn()
+        .unwrap();
+    (reaper, events)
+}
+
+/// A client in its own container: `unshare` with new mount (a private
+/// tmpfs on /dev/shm), PID, IPC and (for Unix sockets) network namespaces,
+/// running this binary's `client_helper`.
+struct Isolated {
+    child: Child,
+    lines: BufReader<ChildStdout>,
+}
+
+impl Isolated {
+    fn spawn(address: &str, instance: u64, mode: &str, token: Option<&str>) -> Isolated {
+        let mut namespaces = vec!["--mount", "--pid", "--ipc", "--fork", "--kill-child"];
+        if address.starts_with("unix:") {
+            namespaces.push("--net");
+        }
+        let mut command = Command::new("unshare");
+        command
+            .args(&namespaces)
+            .args([
+                "sh",
+                "-c",
+                "mount -t tmpfs livereg-test /dev/shm && exec \"$0\" \"$@\"",
+            ])
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "client_helper",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("LIVEREG_HELPER_ADDRESS", address)
+            .env("LIVEREG_HELPER_INSTANCE", instance.to_string())
+            .env("LIVEREG_HELPER_MODE", mode)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(token) = token {
+            command.env("LIVEREG_TOKEN", token);
+        }
+        let mut child = command.spawn().expect("spawn unshare");
+        let lines = BufReader::new(child.stdout.take().unwrap());
+        Isolated { child, lines }
+    }
+
+    /// The next line the client prints that starts with `prefix`.
+    fn line(&mut self, prefix: &str) -> String {
+        let mut line = String::new();
+        let mut skipped = String::new();
+        loop {
+            line.clear();
+            let n = self.lines.read_line(&mut line).unwrap();
+            assert!(
+                n > 0,
+                "the client ended before printing {prefix:?}, after:\n{skipped}"
+            );
+            // libtest prints "test client_helper ... " before the first line.
+            if let Some(at) = line.find(prefix) {
+                return line[at..].trim().to_owned();
+            }
+            skipped.push_str(&line);
+        }
+    }
+
+    /// The client's pid in this namespace (`unshare`'s grandchild: the
+    /// shell `exec`s the client).
+    fn client_pid(&self) -> libc::pid_t {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let children =
+                std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.child.id()))
+                    .unwrap_or_default();
+            if let Some(pid) = children.split_whitespace().next() {
+                return pid.parse().unwrap();
+            }
+            assert!(Instant::now() < deadline, "unshare never forked");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: a plain kill(2) of our own child's process.
+        assert_eq!(unsafe { libc::kill(self.client_pid(), signal) }, 0);
+    }
+}
+
+impl Drop for Isolated {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The client in the container (run by [`Isolated`]): registers, says
+/// `registered SLOT`, then acts as `LIVEREG_HELPER_MODE` says:
+/// `ping` (every 10 ms, `evicted REASON` when told), `hang` (the engine
+/// loop stops after `hanging`, the sender thread lives), `exit` (deregister
+/// after a few pings, `done`).
+#[test]
+#[ignore = "a helper, run by the tests of this file in a container"]
+fn client_helper() {
+    let address = std::env::var("LIVEREG_HELPER_ADDRESS").unwrap();
+    let instance: u64 = std::env::var("LIVEREG_HELPER_INSTANCE")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mode = std::env::var("LIVEREG_HELPER_MODE").unwrap();
+    let options = ConnectOptions {
+        token: std::env::var("LIVEREG_TOKEN").ok().map(String::into_bytes),
+        ..ConnectOptions::default()
+    };
+    let worker = match connect(&address, instance, "isolated", &options) {
+        Ok(worker) => worker,
+        Err(e) => {
+            println!("refused {} {e}", e.code());
+            return;
+        }
+    };
+    println!("registered {}", worker.slot());
+    let mut pings = 0u64;
+    loop {
+        match worker.heartbeat() {
+            Ok(()) => {}
+            Err(Error::Evicted { reason, .. }) => {
+                println!("evicted {}", reason.map_or("?".into(), |r| r.to_string()));
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        pings += 1;
+        if mode == "hang" && pings == 5 {
+            println!("hanging");
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+        if mode == "exit" && pings == 5 {
+            worker.deregister().unwrap();
+            println!("done");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn next_event(
+    events: &mpsc::Receiver<(DropEvent, Instant)>,
+    within: Duration,
+) -> (DropEvent, Instant) {
+    events.recv_timeout(within).expect("a drop event")
+}
+
+fn no_event(events: &mpsc::Receiver<(DropEvent, Instant)>, during: Duration) {
+    if let Ok((event, _)) = events.recv_timeout(during) {
+        panic!("unexpected drop: {event:?}");
+    }
+}
+
+#[test]
+fn an_isolated_client_killed_is_dropped_disconnected_at_once_over_unix_and_tcp() {
+    let temp = TempTable::new("session-kill", &long_options());
+    let socket = SocketPath::new("session-kill");
+    let tcp = tcp_address();
+    let (mut reaper, events) = with_events(&temp.table, &socket.address(), None);
+    reaper
+        .listen(Address::parse(&tcp).unwrap(), Some(b"s3cret".to_vec()))
+        .unwrap();
+    for (instance, address, token) in [(1, socket.address(), None), (2, tcp, Some("s3cret"))] {
+        let mut client = Isolated::spawn(&address, instance, "ping", token);
+        client.line("registered");
+        let status = temp.table.status().unwrap();
+        let row = status
+            .registrations
+            .iter()
+            .find(|r| r.instance_id == instance)
+            .unwrap();
+        let remote = row.remote.as_ref().expect("a remote registration");
+        assert!(
+            remote.peer.starts_with(address.split(':').next().unwrap()),
+            "{remote:?}"
+        );
+        assert!(!remote.host.is_empty());
+        std::thread::sleep(Duration::from_millis(100));
+        let killed = Instant::now();
+        client.signal(libc::SIGKILL);
+        let (event, handled) = next_event(&events, Duration::from_secs(10));
+        assert_eq!(
+            (event.instance_id, event.reason),
+            (instance, Reason::Disconnected)
+        );
+        // The 30 s timeout cannot explain it: the socket's closing did.
+        assert!(
+            handled - killed < Duration::from_secs(2),
+            "{:?}",
+            handled - killed
+        );
+    }
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn an_isolated_client_that_deregisters_ends_deregistered() {
+    let temp = TempTable::new("session-exit", &long_options());
+    let socket = SocketPath::new("session-exit");
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let mut client = Isolated::spawn(&socket.address(), 3, "exit", None);
+    client.line("done");
+    let (event, _) = next_event(&events, Duration::from_secs(10));
+    assert_eq!((event.instance_id, event.reason), (3, Reason::Deregistered));
+    no_event(&events, Duration::from_millis(300));
+    reaper.stop().unwrap();
+}
+
+fn one_second() -> TableOptions {
+    TableOptions {
+        reap_timeout: Duration::from_secs(1),
+        registration_grace: Duration::from_secs(3),
+        ..TableOptions::default()
+    }
+}
+
+#[test]
+fn a_stopped_client_and_a_hung_engine_loop_time_out_within_bounds() {
+    let temp = TempTable::new("session-silent", &one_second());
+    let socket = SocketPath::new("session-silent");
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let timeout = temp.table.reap_timeout();
+
+    // SIGSTOP: the sender thread stops too. Pings of the last forward
+    // interval (T/10) may not have left the process.
+    let mut stopped = Isolated::spawn(&socket.address(), 4, "ping", None);
+    stopped.line("registered");
+    std::thread::sleep(Duration::from_millis(300));
+    let stop = Instant::now();
+    stopped.signal(libc::SIGSTOP);
+    let (event, handled) = next_event(&events, Duration::from_secs(10));
+    stopped.signal(libc::SIGCONT);
+    assert_eq!((event.instance_id, event.reason), (4, Reason::Timeout));
+    let after = handled - stop;
+    assert!(
+        after >= timeout - timeout / 10 - Duration::from_millis(30),
+        "{after:?}"
+    );
+    assert!(
+        after <= timeout + timeout / 4 + Duration::from_millis(300),
+        "{after:?}"
+    );
+    assert_eq!(stopped.line("evicted"), "evicted timeout");
+
+    // A hung engine loop: the sender thread lives and keeps the
+    // connection, but no heartbeat comes: timed from the last one.
+    let mut hung = Isolated::spawn(&socket.address(), 5, "hang", None);
+    hung.line("hanging");
+    let last_ping = Instant::now();
+    let (event, handled) = next_event(&events, Duration::from_secs(10));
+    assert_eq!((event.instance_id, event.reason), (5, Reason::Timeout));
+    let after = handled - last_ping;
+    assert!(after >= timeout - Duration::from_millis(30), "{after:?}");
+    assert!(
+        after <= timeout + timeout / 4 + Duration::from_millis(300),
+        "{after:?}"
+    );
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn a_wrong_token_is_refused_and_registers_nothing() {
+    let temp = TempTable::new("session-token", &long_options());
+    let tcp = tcp_address();
+    let (reaper, events) = with_events(&temp.table, &tcp, Some(b"right"));
+    for token in [Some("wrong"), None] {
+        let mut client = Isolated::spawn(&tcp, 6, "ping", token);
+        let line = client.line("refused");
+        assert!(
+            line.starts_with("refused 8 wrong or missing token"),
+            "{line}"
+        );
+    }
+    assert!(temp.table.status().unwrap().registrations.is_empty());
+    no_event(&events, Duration::from_millis(200));
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn a_tcp_listener_needs_a_token() {
+    let temp = TempTable::new("session-needs-token", &long_options());
+    let tcp = tcp_address();
+    let Err(error) = temp
+        .table
+        .reaper()
+        .listen(Address::parse(&tcp).unwrap(), None)
+        .build()
+    else {
+        panic!("a tcp:// listener started without a token");
+    };
+    assert!(matches!(error, Error::InvalidArgument(_)), "{error}");
+    assert!(error.to_string().contains("needs a token"), "{error}");
+}
+
+#[test]
+fn a_live_id_is_refused_exists_and_its_holder_is_untouched() {
+    let temp = TempTable::new("session-exists", &long_options());
+    let socket = SocketPath::new("session-exists");
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let first = connect(&socket.address(), 7, "first", &ConnectOptions::default()).unwrap();
+    let mut second = Isolated::spawn(&socket.address(), 7, "ping", None);
+    assert!(second.line("refused").starts_with("refused 3 "));
+    let local = temp.table.register(7, "local").unwrap_err();
+    assert!(matches!(local, Error::Exists(_)), "{local}");
+    first.heartbeat().unwrap();
+    no_event(&events, Duration::from_millis(300));
+    first.heartbeat().unwrap();
+    first.deregister().unwrap();
+    let (event, _) = next_event(&events, Duration::from_secs(5));
+    assert_eq!((event.instance_id, event.reason), (7, Reason::Deregistered));
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn a_reset_reaches_remote_workers_and_info_is_delivered() {
+    let temp = TempTable::new("session-reset", &long_options());
+    let socket = SocketPath::new("session-reset");
+    temp.table.set_info(b"chunk=256").unwrap();
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let worker = connect(&socket.address(), 8, "w", &ConnectOptions::default()).unwrap();
+    assert_eq!(worker.info().unwrap(), b"chunk=256");
+    temp.table.set_info(b"chunk=512").unwrap();
+    wait_for(|| worker.info().unwrap() == b"chunk=512");
+    temp.table.reset(Duration::from_secs(5)).unwrap();
+    let (event, _) = next_event(&events, Duration::from_secs(5));
+    assert_eq!((event.instance_id, event.reason), (8, Reason::Cleared));
+    wait_for(|| worker.heartbeat().is_err());
+    match worker.heartbeat() {
+        Err(Error::Evicted { reason, .. }) => assert_eq!(reason, Some(Reason::Cleared)),
+        other => panic!("{other:?}"),
+    }
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn a_reaper_restarted_within_the_timeout_loses_nothing_and_one_gone_longer_is_heard() {
+    let temp = TempTable::new("session-restart", &one_second());
+    let socket = SocketPath::new("session-restart");
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let worker = connect(&socket.address(), 9, "w", &ConnectOptions::default()).unwrap();
+    let slot = (worker.slot(), worker.generation());
+    worker.heartbeat().unwrap();
+    reaper.stop().unwrap();
+    // Gone for half the timeout, back on the same socket.
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        worker.heartbeat().unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (reaper, events_after) = with_events(&temp.table, &socket.address(), None);
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        worker.heartbeat().expect("pings go on through the restart");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!((worker.slot(), worker.generation()), slot);
+    assert!(events.try_recv().is_err());
+    assert!(events_after.try_recv().is_err(), "no handler ran");
+    // Now gone for longer than the timeout: the client hears it.
+    reaper.stop().unwrap();
+    let gone = Instant::now();
+    wait_for(|| worker.heartbeat().is_err());
+    assert!(
+        gone.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        gone.elapsed()
+    );
+    match worker.heartbeat() {
+        Err(Error::Evicted { reason, .. }) => assert_eq!(reason, Some(Reason::Disconnected)),
+        other => panic!("{other:?}"),
+    }
+    // And the next reaper ends the registration nobody reclaimed.
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let (event, _) = next_event(&events, Duration::from_secs(5));
+    assert_eq!((event.instance_id, event.reason), (9, Reason::Disconnected));
+    reaper.stop().unwrap();
+}
+
+fn wait_for(mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "not within 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -275,6 +275,53 @@ livereg_result livereg_reaper_start(livereg_table *table, const livereg_callback
  * returns. */
 void livereg_reaper_stop(livereg_reaper *reaper);
 
+/* ---- Sessions: workers that cannot map the table ----------------------
+ *
+ * A worker in a container that shares no /dev/shm, IPC or PID namespace
+ * with the reaper registers through the reaper's listener over a socket.
+ * Addresses are "unix:/ABSOLUTE/PATH" or "tcp://HOST:PORT" (an IPv4
+ * address, [IPv6] or a DNS name). The handle livereg_connect gives is an
+ * ordinary livereg_worker: livereg_ping, livereg_set_busy, livereg_progress
+ * and livereg_deregister work unchanged and cost the same (they write memory
+ * this process owns; no system call). A library thread forwards them to the
+ * reaper ten times per reap timeout and delivers the reaper's notices: when
+ * the registration ends (evicted, reset, ...), the next ping returns
+ * EVICTED. If the connection breaks, the thread reconnects with backoff and
+ * takes the same registration back; if no listener takes it back within the
+ * reap timeout, the next ping returns EVICTED: register again. The process
+ * dying (or its connection being cut) ends the registration
+ * LIVEREG_REASON_DISCONNECTED at once. */
+
+typedef struct livereg_connect_options {
+    const char *token;              /* the listener's token; required by tcp:// listeners; NULL: none */
+    uint64_t connect_timeout_ms;    /* connection and answer; 0: the default (2000) */
+} livereg_connect_options;
+
+/* Fills *out with the defaults: no token, the default timeout. */
+void livereg_connect_options_default(livereg_connect_options *out);
+
+/* Registers instance_id (label may be NULL) through the listener at address;
+ * opts may be NULL (the defaults). Errors: INVALID_ARGUMENT (a bad address,
+ * id 0, a bad label), EXISTS (the id is live, its holder is not disturbed),
+ * PERMISSION (a wrong or missing token), FULL, BUSY (the id's previous drop
+ * is pending), TIMEOUT (no answer in time), INCOMPATIBLE (not a livereg
+ * listener), IO (the connection failed). */
+livereg_result livereg_connect(const char *address, const livereg_connect_options *opts,
+                               uint64_t instance_id, const char *label, livereg_worker **out);
+
+/* The server's info area (see livereg_get_info): read from the table for a
+ * registered worker, as the listener last delivered it for a session. If cap
+ * is too small, copies nothing, sets *len to the size needed and returns
+ * INVALID_ARGUMENT. */
+livereg_result livereg_worker_get_info(livereg_worker *worker, void *buf, size_t cap, size_t *len);
+
+/* Serves sessions at address for the reaper's life (until
+ * livereg_reaper_stop). token (NUL-terminated) is what clients must present;
+ * required for tcp:// (INVALID_ARGUMENT without), may be NULL for unix:
+ * (the socket is made mode 0660). Errors: INVALID_ARGUMENT, BUSY (another
+ * listener serves that socket), IO (cannot bind). */
+livereg_result livereg_reaper_listen(livereg_reaper *reaper, const char *address, const char *token);
+
 /* A static name for a result ("LIVEREG_OK", ...). Never NULL. */
 const char *livereg_result_str(livereg_result r);
 

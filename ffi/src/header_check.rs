@@ -2,6 +2,7 @@
 //! result and reason values, and the layout of every struct are compared with
 //! the Rust definitions (the layouts by compiling a C program against it).
 
+use crate::session::livereg_connect_options;
 use crate::types::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::mem::{offset_of, size_of};
@@ -66,7 +67,7 @@ fn header_declares_exactly_the_exported_functions() {
         declared, exported,
         "include/livereg.h and ffi/src disagree on the functions"
     );
-    assert_eq!(exported.len(), 25);
+    assert_eq!(exported.len(), 29);
 }
 
 #[test]
@@ -128,6 +129,7 @@ fn header_structs_have_the_rust_layout() {
             instance_id, slot, generation, reason, pid, registered_ns, last_heartbeat_ns, silent_ns, label,
         }
         livereg_callbacks { userdata, on_drop, on_clear }
+        livereg_connect_options { token, connect_timeout_ms }
     };
     let mut program = String::from(
         "#include <livereg.h>\n#include <stddef.h>\n#include <stdio.h>\nint main(void) {\n",

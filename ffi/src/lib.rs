@@ -16,12 +16,17 @@ mod header_check;
 mod info;
 mod metrics;
 mod reaper;
+mod session;
 mod table;
 mod types;
 mod worker;
 
 pub use boundary::{livereg_last_error, livereg_result_str};
 pub use reaper::{livereg_reaper, livereg_reaper_scan, livereg_reaper_start, livereg_reaper_stop};
+pub use session::{
+    livereg_connect, livereg_connect_options, livereg_connect_options_default,
+    livereg_reaper_listen, livereg_worker_get_info,
+};
 pub use table::{
     livereg_clear, livereg_close, livereg_create, livereg_get_stats, livereg_open,
     livereg_options_default, livereg_probe, livereg_table, livereg_unlink,

@@ -8,7 +8,7 @@ use livereg::Worker;
 use std::ffi::{c_char, c_int};
 
 /// A registration (opaque to C).
-pub struct livereg_worker(Worker);
+pub struct livereg_worker(pub(crate) Worker);
 
 /// `livereg_register(table, instance_id, label, out)`; `label` may be NULL.
 ///

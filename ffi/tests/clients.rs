@@ -330,3 +330,97 @@ fn c_example_server_owns_the_reaper_on_its_epoll_loop() {
     table.reset(Duration::from_secs(5)).unwrap();
     expect_line(&served, "freed 3 cleared");
 }
+
+/// A C engine in its own container (mount namespace with a private
+/// /dev/shm, PID, IPC and network namespaces) registers through a
+/// listener's Unix socket; killed, it is dropped `disconnected` at once
+/// (the table's timeout is 30 s); a reset reaches another one.
+#[test]
+fn an_isolated_c_engine_registers_over_a_socket_and_its_death_is_seen_at_once() {
+    use livereg::{Address, Reason};
+    use std::io::{BufRead, BufReader};
+    use std::time::Instant;
+    let source = root().join("ffi/tests/c/session_client.c");
+    let binary = compile(
+        "cc",
+        &["-std=c99", "-D_DEFAULT_SOURCE"],
+        &source,
+        "ffi-session-client",
+        &pkg_config(&["--libs"]),
+    );
+    let name = format!("livereg-c-session-{}", std::process::id());
+    let socket = format!("/tmp/{name}.sock");
+    let table = Table::create(
+        &name,
+        &TableOptions {
+            reap_timeout: Duration::from_secs(30),
+            registration_grace: Duration::from_secs(30),
+            ..TableOptions::default()
+        },
+    )
+    .unwrap();
+    struct Unlink(String);
+    impl Drop for Unlink {
+        fn drop(&mut self) {
+            let _ = Table::unlink(&self.0);
+        }
+    }
+    let _unlink = Unlink(name.clone());
+    let (sender, events) = std::sync::mpsc::channel();
+    let reaper = table
+        .reaper()
+        .on_drop(move |event| Ok(sender.send((event.clone(), Instant::now()))?))
+        .listen(Address::parse(&format!("unix:{socket}")).unwrap(), None)
+        .spawn()
+        .unwrap();
+    let engine = |instance: &str| {
+        let mut child = Command::new("unshare")
+            .args([
+                "--mount",
+                "--pid",
+                "--ipc",
+                "--net",
+                "--fork",
+                "--kill-child",
+            ])
+            .args([
+                "sh",
+                "-c",
+                "mount -t tmpfs c-engine /dev/shm && exec \"$0\" \"$@\"",
+            ])
+            .arg(&binary)
+            .args([&format!("unix:{socket}"), instance])
+            .env_remove("LD_LIBRARY_PATH")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        assert_eq!(first, "registered");
+        (child, lines)
+    };
+    let (mut killed, _) = engine("11");
+    std::thread::sleep(Duration::from_millis(100));
+    let at = Instant::now();
+    // `unshare --kill-child` gave the engine SIGKILL as its parent-death signal.
+    Command::new("kill")
+        .args(["-KILL", &killed.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = killed.wait();
+    let (event, handled) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        (event.instance_id, event.reason),
+        (11, Reason::Disconnected)
+    );
+    assert!(handled - at < Duration::from_secs(2), "{:?}", handled - at);
+
+    let (mut reset, mut lines) = engine("12");
+    table.reset(Duration::from_secs(5)).unwrap();
+    let (event, _) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!((event.instance_id, event.reason), (12, Reason::Cleared));
+    assert_eq!(lines.next().unwrap().unwrap(), "evicted LIVEREG_EVICTED");
+    let _ = reset.wait();
+    reaper.stop().unwrap();
+    let _ = std::fs::remove_file(&socket);
+}

@@ -578,6 +578,112 @@ static void test_metrics_text(void) {
     EXPECT(livereg_unlink(name), LIVEREG_OK);
 }
 
+/* Scans a driven reaper (waiting on its descriptor) until a drop is seen or
+ * 5 s pass. */
+static void scan_until_dropped(livereg_reaper *reaper, seen *s, int drops) {
+    int waited_ms = 0;
+    while (s->drops < drops && waited_ms < 5000) {
+        struct pollfd p;
+        p.fd = livereg_reaper_fd(reaper);
+        p.events = POLLIN;
+        p.revents = 0;
+        poll(&p, 1, 10);
+        EXPECT(livereg_reaper_scan(reaper, NULL), LIVEREG_OK);
+        waited_ms += 10;
+    }
+}
+
+/* Sessions: a driven reaper listens; workers register through it with
+ * livereg_connect, beat, read the info, and end deregistered or (killed)
+ * disconnected; a live id, a wrong token and a tcp:// listener without a
+ * token are refused. */
+static void test_sessions(void) {
+    char name[128], address[160], tcp[64];
+    livereg_table *table;
+    livereg_reaper *reaper = NULL;
+    livereg_worker *worker = NULL, *again = NULL;
+    livereg_callbacks callbacks;
+    livereg_connect_options opts;
+    seen s;
+    char info[16];
+    size_t len = 0;
+    pid_t child;
+    int status = 0;
+    memset(&s, 0, sizeof s);
+    memset(&callbacks, 0, sizeof callbacks);
+    name_for(name, sizeof name, "sessions");
+    snprintf(address, sizeof address, "unix:/tmp/%s.sock", name);
+    table = create(name, 30000, 30000, 4);
+    EXPECT(livereg_set_info(table, "chunk=256", 9), LIVEREG_OK);
+    callbacks.userdata = &s;
+    callbacks.on_drop = on_drop;
+    EXPECT(livereg_reaper_acquire(table, &callbacks, &reaper), LIVEREG_OK);
+    EXPECT(livereg_reaper_listen(NULL, address, NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_reaper_listen(reaper, "unix:relative.sock", NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_reaper_listen(reaper, "tcp://127.0.0.1:0", NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_reaper_listen(reaper, address, NULL), LIVEREG_OK);
+    EXPECT(livereg_reaper_listen(reaper, address, NULL), LIVEREG_BUSY);
+
+    EXPECT(livereg_connect(NULL, NULL, 40, "w", &worker), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_connect(address, NULL, 40, "w", NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_connect(address, NULL, 40, "w", &worker), LIVEREG_OK);
+    EXPECT(livereg_ping(worker), LIVEREG_OK);
+    EXPECT(livereg_set_busy(worker, 1), LIVEREG_OK);
+    EXPECT(livereg_progress(worker), LIVEREG_OK);
+    EXPECT(livereg_worker_get_info(worker, info, sizeof info, &len), LIVEREG_OK);
+    CHECK(len == 9 && memcmp(info, "chunk=256", 9) == 0);
+    EXPECT(livereg_worker_get_info(worker, info, 2, &len), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_connect(address, NULL, 40, "w", &again), LIVEREG_EXISTS);
+    CHECK(again == NULL);
+    EXPECT(livereg_ping(worker), LIVEREG_OK);
+    EXPECT(livereg_deregister(worker), LIVEREG_OK);
+    scan_until_dropped(reaper, &s, 1);
+    CHECK(s.drops == 1 && s.last_id == 40 && s.last_reason == LIVEREG_REASON_DEREGISTERED);
+
+    /* A child registered over the socket, killed: disconnected at once
+     * (the table's timeout is 30 s). */
+    child = fork();
+    if (child == 0) {
+        livereg_worker *mine = NULL;
+        if (livereg_connect(address, NULL, 41, "child", &mine) != LIVEREG_OK) {
+            _exit(3);
+        }
+        for (;;) {
+            livereg_ping(mine);
+            usleep(10000);
+        }
+    }
+    while (s.drops == 1) {
+        livereg_stats stats;
+        EXPECT(livereg_get_stats(table, &stats), LIVEREG_OK);
+        if (stats.tracked_instances == 1) {
+            break;
+        }
+        usleep(5000);
+    }
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    scan_until_dropped(reaper, &s, 2);
+    CHECK(s.drops == 2 && s.last_id == 41 && s.last_reason == LIVEREG_REASON_DISCONNECTED);
+
+    /* tcp:// needs its token. */
+    snprintf(tcp, sizeof tcp, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
+    EXPECT(livereg_reaper_listen(reaper, tcp, "s3cret"), LIVEREG_OK);
+    livereg_connect_options_default(&opts);
+    CHECK(opts.token == NULL && opts.connect_timeout_ms == 0);
+    opts.token = "wrong";
+    EXPECT(livereg_connect(tcp, &opts, 42, "w", &worker), LIVEREG_PERMISSION);
+    CHECK(strstr(livereg_last_error(), "token") != NULL);
+    opts.token = "s3cret";
+    EXPECT(livereg_connect(tcp, &opts, 42, "w", &worker), LIVEREG_OK);
+    EXPECT(livereg_deregister(worker), LIVEREG_OK);
+    scan_until_dropped(reaper, &s, 3);
+    CHECK(s.drops == 3 && s.last_id == 42);
+    livereg_reaper_stop(reaper);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
 int main(void) {
     test_defaults_and_names();
     test_null_arguments();
@@ -591,6 +697,7 @@ int main(void) {
     test_info_area();
     test_progress();
     test_metrics_text();
+    test_sessions();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);
         return 1;

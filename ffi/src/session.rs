@@ -1,0 +1,152 @@
+//! Sessions from C: a worker that cannot map the table registers through a
+//! reaper's listener and gets an ordinary `livereg_worker`; a reaper serves
+//! sessions on an address.
+
+use crate::boundary::{copy_out, guard, hand_out, null, output, text};
+use crate::reaper::livereg_reaper;
+use crate::types::livereg_result;
+use crate::worker::livereg_worker;
+use livereg::{Address, ConnectOptions};
+use std::ffi::{c_char, c_void};
+use std::time::Duration;
+
+/// How `livereg_connect` opens a session.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct livereg_connect_options {
+    /// The listener's token, NUL-terminated (required by `tcp://`
+    /// listeners); NULL: none.
+    pub token: *const c_char,
+    /// How long to wait for the connection and the answer, in ms; 0: the
+    /// default (2,000).
+    pub connect_timeout_ms: u64,
+}
+
+/// `livereg_connect_options_default(out)`: no token, the default timeout.
+///
+/// # Safety
+///
+/// `out` is NULL (nothing is written) or writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_connect_options_default(out: *mut livereg_connect_options) {
+    // SAFETY: `out` is NULL (`as_mut` gives `None`) or writable for one
+    // struct (this function's `# Safety`).
+    if let Some(out) = unsafe { out.as_mut() } {
+        *out = livereg_connect_options {
+            token: std::ptr::null(),
+            connect_timeout_ms: 0,
+        };
+    }
+}
+
+/// `livereg_connect(address, opts, instance_id, label, out)`: `opts` and
+/// `label` may be NULL.
+///
+/// # Safety
+///
+/// `address` is a NUL-terminated string; `opts` is NULL or points to an
+/// initialised struct whose `token` is NULL or NUL-terminated; `label` is
+/// NULL or NUL-terminated; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_connect(
+    address: *const c_char,
+    opts: *const livereg_connect_options,
+    instance_id: u64,
+    label: *const c_char,
+    out: *mut *mut livereg_worker,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: `out` is NULL or writable for one handle pointer (this
+        // function's `# Safety`), as `output` requires.
+        let out = unsafe { output(out, "out") }?;
+        // SAFETY: `address` is NULL or NUL-terminated (this function's
+        // `# Safety`), as `text` requires.
+        let address = unsafe { text(address, "address") }?;
+        let label = if label.is_null() {
+            ""
+        } else {
+            // SAFETY: as `address`.
+            unsafe { text(label, "label") }?
+        };
+        let mut options = ConnectOptions::default();
+        // SAFETY: `opts` is NULL (`as_ref` gives `None`) or an initialised
+        // struct (this function's `# Safety`).
+        if let Some(opts) = unsafe { opts.as_ref() } {
+            if !opts.token.is_null() {
+                // SAFETY: a non-NULL `token` is NUL-terminated (this
+                // function's `# Safety`), as `text` requires.
+                options.token = Some(unsafe { text(opts.token, "token") }?.as_bytes().to_vec());
+            }
+            if opts.connect_timeout_ms > 0 {
+                options.connect_timeout = Some(Duration::from_millis(opts.connect_timeout_ms));
+            }
+        }
+        let worker = livereg::connect(address, instance_id, label, &options)?;
+        hand_out(out, livereg_worker(worker));
+        Ok(())
+    })
+}
+
+/// `livereg_worker_get_info(worker, buf, cap, len)`: the server's info area,
+/// from the table or as the listener last delivered it.
+///
+/// # Safety
+///
+/// `worker` is a live handle; `buf` is writable for `cap` bytes (or NULL
+/// with `cap` 0); `len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_worker_get_info(
+    worker: *const livereg_worker,
+    buf: *mut c_void,
+    cap: usize,
+    len: *mut usize,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a live handle
+        // (this function's `# Safety`).
+        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        // SAFETY: `len` is NULL or writable (this function's `# Safety`), as
+        // `output` requires.
+        let len = unsafe { output(len, "len") }?;
+        let info = worker.0.info()?;
+        *len = info.len();
+        // SAFETY: `buf` is NULL or writable for `cap` bytes (this function's
+        // `# Safety`), as `copy_out` requires.
+        unsafe { copy_out(&info, buf.cast::<u8>(), cap, "the info") }
+    })
+}
+
+/// `livereg_reaper_listen(reaper, address, token)`: serves sessions at
+/// `address` for the reaper's life; `token` may be NULL (not for `tcp://`).
+///
+/// # Safety
+///
+/// `reaper` is a live handle not used by another thread during the call;
+/// `address` is NUL-terminated; `token` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_reaper_listen(
+    reaper: *mut livereg_reaper,
+    address: *const c_char,
+    token: *const c_char,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: `address` is NULL or NUL-terminated (this function's
+        // `# Safety`), as `text` requires.
+        let address = Address::parse(unsafe { text(address, "address") }?)?;
+        let token = if token.is_null() {
+            None
+        } else {
+            // SAFETY: as `address`.
+            Some(unsafe { text(token, "token") }?.as_bytes().to_vec())
+        };
+        // SAFETY: `reaper` is NULL (`as_mut` gives `None`) or a live handle
+        // no other thread uses during the call (this function's `# Safety`).
+        match unsafe { reaper.as_mut() }.ok_or_else(|| null("reaper"))? {
+            livereg_reaper::Driven { reaper, .. } => reaper
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .listen(address, token),
+            livereg_reaper::Thread(thread) => thread.listen(address, token),
+        }
+    })
+}

@@ -3,6 +3,7 @@
 use crate::callbacks;
 use crate::errors::{self, OrRaise, INVALID_ARGUMENT};
 use crate::reaper::{DrivenReaper, Reaper};
+use crate::session;
 use crate::worker::Worker;
 use livereg::{StampClock, TableOptions};
 use pyo3::prelude::*;
@@ -202,14 +203,21 @@ impl Table {
 
     /// Starts this table's reaper thread. Raises `BusyError` if another
     /// reaper holds the table. With a zero reap timeout nothing is started.
-    #[pyo3(signature = (on_drop=None, on_clear=None))]
+    /// `listen` addresses (`"unix:/PATH"`, `"tcp://HOST:PORT"`) also serve
+    /// workers that cannot map the table (`livereg.connect`), for the
+    /// reaper's life; `token` (str or bytes) is what they must present
+    /// (required for `tcp://`).
+    #[pyo3(signature = (on_drop=None, on_clear=None, listen=Vec::new(), token=None))]
     fn start_reaper(
         &self,
         py: Python<'_>,
         on_drop: Option<Py<PyAny>>,
         on_clear: Option<Py<PyAny>>,
+        listen: Vec<String>,
+        token: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Reaper> {
         let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear);
+        let builder = session::listen(builder, listen, token)?;
         py.detach(move || builder.spawn())
             .map(Reaper::new)
             .or_raise()
@@ -217,15 +225,19 @@ impl Table {
 
     /// Takes this table's reaper role for a loop of yours (see
     /// `DrivenReaper`); callbacks run inside `scan()`. Raises `BusyError` if
-    /// another reaper holds the table.
-    #[pyo3(signature = (on_drop=None, on_clear=None))]
+    /// another reaper holds the table. `listen` and `token` as for
+    /// `start_reaper`.
+    #[pyo3(signature = (on_drop=None, on_clear=None, listen=Vec::new(), token=None))]
     fn acquire_reaper(
         &self,
         py: Python<'_>,
         on_drop: Option<Py<PyAny>>,
         on_clear: Option<Py<PyAny>>,
+        listen: Vec<String>,
+        token: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<DrivenReaper> {
         let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear);
+        let builder = session::listen(builder, listen, token)?;
         py.detach(move || builder.build())
             .map(DrivenReaper::new)
             .or_raise()

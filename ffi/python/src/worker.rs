@@ -76,6 +76,19 @@ impl Worker {
         BusyScope { worker: slf }
     }
 
+    /// The server's info area: read from the table, or as the listener last
+    /// delivered it to a session.
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let bytes = self.with_live(livereg::Worker::info)?;
+        Ok(pyo3::types::PyBytes::new(py, &bytes))
+    }
+
+    /// Whether it registered through a session (`livereg.connect`).
+    #[getter]
+    fn remote(&self) -> bool {
+        self.handle().as_ref().is_some_and(livereg::Worker::is_remote)
+    }
+
     /// Ends the registration cleanly. Raises `EvictedError` if it had
     /// already ended; the handle is released either way.
     fn deregister(&self, py: Python<'_>) -> PyResult<()> {

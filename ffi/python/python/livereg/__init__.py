@@ -17,6 +17,11 @@ A server::
     table = livereg.create("workers", reap_timeout=10.0)
     reaper = table.start_reaper(on_drop=lambda event: free(event.instance_id))
 
+A worker in a container that cannot map the table (no shared ``/dev/shm``)
+registers through a reaper's listener instead, and pings the same way::
+
+    worker = livereg.connect("unix:/run/livereg/workers.sock", 3, label="gpu3")
+
 or, on an asyncio loop::
 
     with table.acquire_reaper() as reaper:
@@ -54,6 +59,7 @@ from livereg._native import (
     SystemCallError,
     Table,
     Worker,
+    connect,
     create,
     open,
     unlink,
@@ -89,6 +95,7 @@ __all__ = [
     "SystemCallError",
     "Table",
     "Worker",
+    "connect",
     "create",
     "open",
     "unlink",

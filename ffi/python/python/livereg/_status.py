@@ -46,8 +46,12 @@ class RegistrationStatus:
     last_progress_age_seconds: Optional[float]
     last_heartbeat_age_seconds: Optional[float]
     registered_age_seconds: Optional[float]
-    #: ``"pidfd+lock"``, ``"lock"`` or ``"none"``.
+    #: ``"pidfd+lock"``, ``"lock"``, ``"connection"`` (a session) or ``"none"``.
     exit_detection: str
+    #: For a session's registration: ``{"peer": ..., "host": ...}``, the
+    #: connection's peer as the listener saw it and the host the client
+    #: reported; ``None`` for a registration in the table.
+    remote: Optional[Dict[str, str]] = None
 
     @classmethod
     def from_dict(cls, row: Mapping[str, Any]) -> "RegistrationStatus":

@@ -1,0 +1,148 @@
+"""Sessions from Python: a worker in an isolated container (its own mount
+namespace with a private /dev/shm, its own PID, IPC and network namespaces,
+made here with unshare) registers through the reaper's listener with
+``livereg.connect`` and is reaped like a local one."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, Iterator, List, Optional
+
+import pytest
+
+import livereg
+
+MakeTable = Callable[..., livereg.Table]
+
+CLIENT = """
+import sys, time, livereg
+address, instance, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+token = sys.argv[4] if len(sys.argv) > 4 else None
+try:
+    worker = livereg.connect(address, instance, label="py-engine", token=token)
+except livereg.Error as e:
+    print("refused", type(e).__name__, e, flush=True)
+    sys.exit(0)
+print("registered", flush=True)
+for n in range(100000):
+    try:
+        worker.ping()
+    except livereg.EvictedError as e:
+        print("evicted", e, flush=True)
+        sys.exit(0)
+    if mode == "exit" and n == 5:
+        worker.deregister()
+        print("done", flush=True)
+        sys.exit(0)
+    time.sleep(0.01)
+"""
+
+
+@pytest.fixture
+def socket_address(request: pytest.FixtureRequest) -> Iterator[str]:
+    path = f"/tmp/livereg-pytest-{os.getpid()}-{request.node.name[:30]}.sock"
+    yield f"unix:{path}"
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+def isolated(address: str, instance: int, mode: str, token: Optional[str] = None) -> "subprocess.Popen[str]":
+    """A Python engine in its own container, running CLIENT."""
+    namespaces = ["--mount", "--pid", "--ipc", "--fork", "--kill-child"]
+    if address.startswith("unix:"):
+        namespaces.append("--net")
+    args: List[str] = [address, str(instance), mode] + ([token] if token else [])
+    return subprocess.Popen(
+        ["unshare", *namespaces, "sh", "-c", 'mount -t tmpfs py-engine /dev/shm && exec "$0" "$@"',
+         sys.executable, "-c", CLIENT, *args],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def line(child: "subprocess.Popen[str]") -> str:
+    assert child.stdout is not None
+    return child.stdout.readline().strip()
+
+
+def test_an_isolated_python_engine_killed_is_dropped_disconnected_at_once(
+    make_table: MakeTable, socket_address: str
+) -> None:
+    table = make_table(reap_timeout=30.0)
+    drops: "queue.Queue[livereg.DropEvent]" = queue.Queue()
+    with table.start_reaper(on_drop=drops.put, listen=[socket_address]):
+        child = isolated(socket_address, 21, "ping")
+        assert line(child) == "registered"
+        [row] = table.status().registrations
+        assert row.exit_detection == "connection"
+        assert row.remote is not None and row.remote["peer"].startswith("unix pid=")
+        killed = time.monotonic()
+        child.send_signal(signal.SIGKILL)  # unshare's parent-death signal kills the engine
+        child.wait()
+        event = drops.get(timeout=10)
+        assert (event.instance_id, event.reason) == (21, livereg.Reason.DISCONNECTED)
+        assert time.monotonic() - killed < 2.0
+
+
+def test_an_isolated_python_engine_that_deregisters_ends_deregistered(
+    make_table: MakeTable, socket_address: str
+) -> None:
+    table = make_table(reap_timeout=30.0)
+    drops: "queue.Queue[livereg.DropEvent]" = queue.Queue()
+    with table.start_reaper(on_drop=drops.put, listen=[socket_address]):
+        child = isolated(socket_address, 22, "exit")
+        assert line(child) == "registered"
+        assert line(child) == "done"
+        event = drops.get(timeout=10)
+        assert (event.instance_id, event.reason) == (22, livereg.Reason.DEREGISTERED)
+        child.wait()
+
+
+def test_a_wrong_token_is_refused_and_a_live_id_is_exists(make_table: MakeTable) -> None:
+    table = make_table(reap_timeout=30.0)
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    with pytest.raises(livereg.InvalidArgumentError, match="needs a token"):
+        table.start_reaper(listen=[address])
+    with table.start_reaper(listen=[address], token="s3cret"):
+        child = isolated(address, 23, "ping", token="wrong")
+        assert line(child).startswith("refused PermissionDeniedError")
+        child.wait()
+        assert table.status().registrations == []
+        with pytest.raises(livereg.PermissionDeniedError):
+            livereg.connect(address, 23, token=b"wrong")
+        worker = livereg.connect(address, 23, label="first", token=b"s3cret")
+        assert worker.remote
+        with pytest.raises(livereg.ExistsError):
+            livereg.connect(address, 23, token="s3cret")
+        worker.ping()
+        worker.deregister()
+
+
+def test_info_and_a_reset_reach_a_session(make_table: MakeTable, socket_address: str) -> None:
+    table = make_table(reap_timeout=30.0)
+    table.set_info(b'{"chunk_size": 256}')
+    with table.start_reaper(listen=[socket_address]):
+        worker = livereg.connect(socket_address, 24)
+        assert worker.info() == b'{"chunk_size": 256}'
+        worker.ping()
+        table.reset(timeout=5)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                worker.ping()
+            except livereg.EvictedError as e:
+                assert "cleared" in str(e)
+                break
+            time.sleep(0.005)
+        else:
+            pytest.fail("the reset never reached the session")

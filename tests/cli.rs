@@ -1151,3 +1151,116 @@ fn a_build_without_etcd_refuses_its_options_in_one_line_saying_how_to_build_them
     // Nothing was started: the table has no reaper.
     assert!(!reaper_alive(&name));
 }
+
+/// `reap --listen`: workers that cannot map the table (`worker ADDRESS`, in
+/// a container of their own: private /dev/shm, own PID and IPC namespaces)
+/// register over a Unix socket and a token-guarded TCP port; status shows
+/// their sessions; the daemon SIGKILLed and restarted within the timeout
+/// loses none of them (no hook runs, their pings go on), and a worker
+/// killed meanwhile is dropped `disconnected`.
+#[test]
+fn reap_listen_serves_isolated_workers_and_a_restart_within_the_timeout_loses_none() {
+    let (name, _guard) = created("listen", &["--timeout", "2s", "--grace", "4s"]);
+    let socket = format!("/tmp/{name}.sock");
+    let token_file = std::env::temp_dir().join(format!("{name}.token"));
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (unix, tcp) = (format!("unix:{socket}"), format!("tcp://127.0.0.1:{port}"));
+    let hook_log = std::env::temp_dir().join(format!("{name}.hook"));
+    let hook = format!(
+        "echo \"$LIVEREG_INSTANCE_ID $LIVEREG_REASON\" >> {}",
+        hook_log.display()
+    );
+    let token = token_file.to_str().unwrap();
+    let daemon = |name: &str| {
+        Background::spawn(&[
+            "reap",
+            name,
+            "--on-drop",
+            &hook,
+            "--listen",
+            &unix,
+            "--listen",
+            &tcp,
+            "--token-file",
+            token,
+        ])
+    };
+    let no_token = livereg(&["reap", &name, "--listen", &tcp]);
+    fails_with(&no_token, "needs a token");
+    let first = daemon(&name);
+    wait_until("the reaper", || reaper_alive(&name));
+    let isolated = |address: &str, instance: &str| {
+        let mut child = Command::new("unshare")
+            .args(["--mount", "--pid", "--ipc", "--fork", "--kill-child"])
+            .args([
+                "sh",
+                "-c",
+                "mount -t tmpfs w /dev/shm && exec \"$0\" \"$@\"",
+            ])
+            .arg(env!("CARGO_BIN_EXE_livereg"))
+            .args([
+                "worker",
+                address,
+                "--instance",
+                instance,
+                "--interval",
+                "20ms",
+            ])
+            .args(["--token-file", token])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("registered"), "{line}");
+        child
+    };
+    let mut over_unix = isolated(&unix, "1");
+    let mut over_tcp = isolated(&tcp, "2");
+    let shown = stdout(&livereg(&["status", &name]));
+    assert!(shown.contains("session from unix pid="), "{shown}");
+    assert!(shown.contains("session from tcp 127.0.0.1:"), "{shown}");
+    assert_eq!(
+        status_json(&name)["registrations"][0]["exit_detection"],
+        "connection"
+    );
+
+    first.signal(libc::SIGKILL);
+    drop(first);
+    std::thread::sleep(Duration::from_millis(500));
+    let _second = daemon(&name);
+    wait_until("the restarted reaper", || reaper_alive(&name));
+    std::thread::sleep(Duration::from_secs(3)); // past the 2 s timeout
+    assert!(
+        !hook_log.exists(),
+        "a hook ran: {:?}",
+        std::fs::read_to_string(&hook_log)
+    );
+    assert_eq!(status_json(&name)["tracked_instances"], 2);
+    assert_eq!(
+        over_unix.try_wait().unwrap(),
+        None,
+        "the worker heard an eviction"
+    );
+    assert_eq!(
+        over_tcp.try_wait().unwrap(),
+        None,
+        "the worker heard an eviction"
+    );
+
+    over_unix.kill().unwrap();
+    wait_until("the hook", || {
+        std::fs::read_to_string(&hook_log).is_ok_and(|log| log.contains("1 disconnected"))
+    });
+    over_tcp.kill().unwrap();
+    let _ = (over_unix.wait(), over_tcp.wait());
+    let _ = std::fs::remove_file(&hook_log);
+    let _ = std::fs::remove_file(&token_file);
+}

@@ -26,7 +26,7 @@ mod output {
 /// Who registers: the table, the instance id and its label (`run`, `worker`).
 #[derive(clap::Args)]
 pub struct Registrant {
-    /// Table name.
+    /// Table name, or a reaper's listener (`unix:PATH`, `tcp://HOST:PORT`).
     name: String,
     /// Instance id to register.
     #[arg(long)]
@@ -34,6 +34,8 @@ pub struct Registrant {
     /// Label.
     #[arg(long, default_value = "")]
     label: String,
+    #[command(flatten)]
+    token: target::TokenArgs,
 }
 
 mod clear;
@@ -55,6 +57,7 @@ mod sample_status;
 mod serve;
 mod signals;
 mod status;
+mod target;
 mod worker;
 
 use clap::{Parser, Subcommand};

@@ -1,5 +1,6 @@
 //! `livereg reap NAME [--on-drop CMD] [--hook-timeout D] [--standby]
-//! [--notify] [--metrics-addr A] [--etcd ENDPOINTS …]`
+//! [--notify] [--metrics-addr A] [--listen ADDRESS … [--token-file F]]
+//! [--etcd ENDPOINTS …]`
 //!
 //! The hook is the drop: it runs (on the reaper's handler thread, never
 //! holding up scans) before the registration's slot is freed, so its id
@@ -10,8 +11,9 @@ use crate::cluster::{Ends, Publishing};
 use crate::etcd_args::PublishArgs;
 use crate::notify::{self, Notifier};
 use crate::serve::{MetricsServer, Role};
+use crate::target::TokenArgs;
 use crate::{duration, signals, Outcome};
-use livereg::{DropEvent, Error, HandlerError, ReaperThread, Reason, Table};
+use livereg::{Address, DropEvent, Error, HandlerError, ReaperThread, Reason, Table};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -53,12 +55,42 @@ pub struct Args {
     /// interface; port 0: any free port, logged).
     #[arg(long, value_name = "[HOST:]PORT")]
     metrics_addr: Option<String>,
+    /// Also serve sessions here, for workers that cannot map the table
+    /// (containers sharing no /dev/shm): `unix:/PATH` or
+    /// `tcp://HOST:PORT`. Repeatable. `tcp://` needs a token.
+    #[arg(long, value_name = "ADDRESS", value_parser = parse_address)]
+    listen: Vec<Address>,
+    /// The mode of `unix:` listening sockets (who may connect), in octal.
+    #[arg(long, value_name = "OCTAL", value_parser = parse_mode, default_value = "660")]
+    socket_mode: u32,
+    #[command(flatten)]
+    token: TokenArgs,
     #[command(flatten)]
     etcd: PublishArgs,
 }
 
+fn parse_address(text: &str) -> Result<Address, String> {
+    Address::parse(text).map_err(|e| e.to_string())
+}
+
+fn parse_mode(text: &str) -> Result<u32, String> {
+    u32::from_str_radix(text, 8)
+        .ok()
+        .filter(|mode| *mode <= 0o777)
+        .ok_or_else(|| format!("mode '{text}': expected octal digits, 0 to 777"))
+}
+
 pub fn run(args: Args) -> Outcome {
     let etcd = Publishing::checked(&args.etcd)?;
+    let token = args.token.token()?;
+    if let Some(tcp) = args.listen.iter().find(|a| matches!(a, Address::Tcp(_))) {
+        if token.is_none() {
+            return Err(format!(
+                "--listen {tcp}: a tcp:// listener needs a token: --token-file FILE or LIVEREG_TOKEN"
+            )
+            .into());
+        }
+    }
     signals::catch_termination();
     raise_open_files_limit();
     let table = Table::open(&args.name)?;
@@ -75,7 +107,8 @@ pub fn run(args: Args) -> Outcome {
         None => None,
     };
     let ends = Ends::new();
-    let Some((mut reaper, scans_before)) = take_role(&table, &args, &ends)? else {
+    let Some((mut reaper, scans_before)) = take_role(&table, &args, &ends, token.as_deref())?
+    else {
         return Ok(ExitCode::SUCCESS);
     };
     role.set(true);
@@ -182,6 +215,7 @@ fn take_role(
     table: &Table,
     args: &Args,
     ends: &Ends,
+    token: Option<&[u8]>,
 ) -> Result<Option<(ReaperThread, u64)>, Error> {
     let mut announced = false;
     loop {
@@ -189,8 +223,13 @@ fn take_role(
         let ends = ends.clone();
         let hook_timeout = args.hook_timeout;
         let scans_before = table.scans();
-        let attempt = table
-            .reaper()
+        // A standby listens only once it holds the role.
+        let mut builder = table.reaper();
+        for address in &args.listen {
+            builder = builder.listen(address.clone(), token.map(<[u8]>::to_vec));
+        }
+        let attempt = builder
+            .socket_mode(args.socket_mode)
             // (The library logs every ended registration at info.)
             .on_drop(move |event| {
                 // Published first: a watcher learns of the end before a slow

@@ -9,8 +9,9 @@
 //! passed on once; those the terminal sends to the whole foreground group
 //! already reached the program.
 
+use crate::target::Target;
 use crate::{duration, signals, Outcome, Registrant};
-use livereg::{Error, Table, Worker, BEATS_PER_TIMEOUT};
+use livereg::{Error, Worker, BEATS_PER_TIMEOUT};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -35,15 +36,18 @@ pub struct Args {
 const POLL: Duration = Duration::from_millis(20);
 
 pub fn run(args: Args) -> Outcome {
-    let table = Table::open(&args.who.name)?;
+    let target = Target::open(&args.who.name, &args.who.token)?;
+    // A session's heartbeat is free (its sender thread forwards it): beat
+    // often; on a table, a few times per timeout.
     let interval = args.interval.unwrap_or_else(|| {
-        (table.reap_timeout() / BEATS_PER_TIMEOUT).max(Duration::from_millis(10))
+        target
+            .reap_timeout()
+            .map_or(Duration::from_millis(100), |timeout| {
+                (timeout / BEATS_PER_TIMEOUT).max(Duration::from_millis(10))
+            })
     });
     let register = || {
-        let worker = table
-            .registration(args.who.instance)
-            .label(&args.who.label)
-            .register()?;
+        let worker = target.register(args.who.instance, &args.who.label)?;
         worker.heartbeat()?;
         Ok(worker)
     };

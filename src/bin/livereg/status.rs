@@ -248,8 +248,13 @@ fn line(r: &RegistrationStatus) -> String {
         (true, Some(quiet)) => format!("busy, {} quiet", age(quiet)),
         (true, None) => "busy".to_owned(),
     };
-    format!(
-        "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}  {:<16}\n",
+    // A session: its connection, and the host its client reported.
+    let remote = r.remote.as_ref().map_or(String::new(), |remote| {
+        format!("  session from {} (host {})", remote.peer, remote.host)
+    });
+    let row = format!(
+        "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}  {:<16}{remote}",
         r.slot, r.instance_id, r.label, r.pid, state, last, r.heartbeats, registered, progress,
-    )
+    );
+    row.trim_end().to_owned() + "\n"
 }

@@ -2,8 +2,9 @@
 //! and the tests. It prints one line per event on stdout:
 //! `registered SLOT GENERATION`, `evicted`, `deregistered`.
 
+use crate::target::Target;
 use crate::{duration, Outcome, Registrant};
-use livereg::{Error, Table, Worker};
+use livereg::{Error, Worker};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,8 +56,8 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
-fn register(table: &Table, args: &Args) -> Result<Worker, Error> {
-    let worker = table.register(args.who.instance, &args.who.label)?;
+fn register(target: &Target, args: &Args) -> Result<Worker, Error> {
+    let worker = target.register(args.who.instance, &args.who.label)?;
     if args.busy {
         worker.set_busy(true)?;
     }
@@ -70,9 +71,9 @@ fn register(table: &Table, args: &Args) -> Result<Worker, Error> {
 
 pub fn run(args: Args) -> Outcome {
     die_with_parent();
-    let table = Table::open(&args.who.name)?;
-    let mut worker = register(&table, &args)?;
-    let others = register_others(&table, &args)?;
+    let target = Target::open(&args.who.name, &args.who.token)?;
+    let mut worker = register(&target, &args)?;
+    let others = register_others(&target, &args)?;
     if args.never_beat {
         std::mem::forget(worker);
         loop {
@@ -105,7 +106,7 @@ pub fn run(args: Args) -> Outcome {
         for other in &others {
             let _ = other.heartbeat();
         }
-        if let Some(code) = beat(&table, &args, &mut worker)? {
+        if let Some(code) = beat(&target, &args, &mut worker)? {
             return Ok(code);
         }
     }
@@ -119,10 +120,10 @@ fn die_with_parent() {
 }
 
 /// `--also N`: N more registrations of this process, beaten beside the first.
-fn register_others(table: &Table, args: &Args) -> Result<Vec<Worker>, Error> {
+fn register_others(target: &Target, args: &Args) -> Result<Vec<Worker>, Error> {
     (1..=args.also)
         .map(|n| {
-            let other = table.register(args.who.instance + n, &args.who.label)?;
+            let other = target.register(args.who.instance + n, &args.who.label)?;
             say(&format!("also {} {}", other.slot(), other.generation()));
             Ok(other)
         })
@@ -180,7 +181,7 @@ fn make_progress(args: &Args, worker: &Worker, started: Instant, said_hung: &mut
 
 /// One heartbeat. Evicted: registers again with `--reregister`, else the
 /// exit code 3.
-fn beat(table: &Table, args: &Args, worker: &mut Worker) -> Result<Option<ExitCode>, Error> {
+fn beat(target: &Target, args: &Args, worker: &mut Worker) -> Result<Option<ExitCode>, Error> {
     match worker.heartbeat() {
         Ok(()) => Ok(None),
         Err(Error::Evicted { .. }) => {
@@ -189,7 +190,7 @@ fn beat(table: &Table, args: &Args, worker: &mut Worker) -> Result<Option<ExitCo
                 return Ok(Some(ExitCode::from(3)));
             }
             *worker = loop {
-                match register(table, args) {
+                match register(target, args) {
                     Ok(worker) => break worker,
                     // Live still, or its drop pending: try again.
                     Err(Error::Exists(_) | Error::Busy(_) | Error::Timeout(_)) => {

@@ -1,0 +1,94 @@
+//! What `run`, `worker`, `status` and `probe` act on: a table by name, or a
+//! reaper's listener by address (`unix:PATH`, `tcp://HOST:PORT`) for a
+//! process that cannot map the table. A token is read from `--token-file`
+//! or `LIVEREG_TOKEN`, never from argv (argv is public).
+
+use livereg::{Address, ConnectOptions, Error, Table, Worker};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `--token-file`, shared by every command that can take an address.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct TokenArgs {
+    /// File holding the listener's token (its first line); else
+    /// `LIVEREG_TOKEN`. A token is never an argument: argv is public.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+impl TokenArgs {
+    /// The token: the file's first line, or `LIVEREG_TOKEN`, or none.
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be read, or holds an empty first line.
+    pub fn token(&self) -> Result<Option<Vec<u8>>, String> {
+        match &self.token_file {
+            Some(path) => read_token(path).map(Some),
+            None => Ok(std::env::var("LIVEREG_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty())
+                .map(String::into_bytes)),
+        }
+    }
+}
+
+/// The first line of a token file, without its line ending.
+pub fn read_token(path: &Path) -> Result<Vec<u8>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim_end_matches('\r');
+    if token.is_empty() {
+        return Err(format!(
+            "the token file {} is empty, expected the token on its first line",
+            path.display()
+        ));
+    }
+    Ok(token.as_bytes().to_vec())
+}
+
+/// A table, or a listener's address.
+pub enum Target {
+    Table(Table),
+    Session {
+        address: String,
+        options: ConnectOptions,
+    },
+}
+
+impl Target {
+    /// Opens `name`: an address if it starts with `unix:` or `tcp://`.
+    pub fn open(name: &str, token: &TokenArgs) -> Result<Target, String> {
+        if Address::is_address(name) {
+            Address::parse(name).map_err(|e| e.to_string())?;
+            return Ok(Target::Session {
+                address: name.to_owned(),
+                options: ConnectOptions {
+                    token: token.token()?,
+                    connect_timeout: None,
+                },
+            });
+        }
+        Table::open(name)
+            .map(Target::Table)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Registers `instance` with `label`.
+    pub fn register(&self, instance: u64, label: &str) -> Result<Worker, Error> {
+        match self {
+            Target::Table(table) => table.register(instance, label),
+            Target::Session { address, options } => {
+                livereg::connect(address, instance, label, options)
+            }
+        }
+    }
+
+    /// The reap timeout, when it can be known before registering.
+    pub fn reap_timeout(&self) -> Option<Duration> {
+        match self {
+            Target::Table(table) => Some(table.reap_timeout()),
+            Target::Session { .. } => None,
+        }
+    }
+}

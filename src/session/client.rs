@@ -137,6 +137,7 @@ impl Hello {
         };
         send(&mut stream, &frame).map_err(|e| io("send hello", e))?;
         let mut inbox = Inbox::default();
+        let mut info = None;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -159,50 +160,48 @@ impl Hello {
                 }
                 Err(e) => return Err(io("read the answer", e)),
             };
-            let mut frames = frames.into_iter();
-            match frames.next() {
-                Some(Frame::Welcome {
-                    slot,
-                    generation,
-                    secret,
-                    reap_timeout_ms,
-                    ..
-                }) => {
-                    let info = match frames.next() {
-                        Some(Frame::Info { bytes }) => Some(bytes),
-                        _ => None,
-                    };
-                    return Ok(Dialed {
-                        stream,
-                        inbox,
-                        reclaim: Reclaim {
-                            slot,
-                            generation,
-                            secret,
-                        },
-                        reap_timeout: Duration::from_millis(reap_timeout_ms.max(1)),
-                        info,
-                    });
+            for frame in frames {
+                match frame {
+                    // The info area comes first, so a welcomed client has it.
+                    Frame::Info { bytes } => info = Some(bytes),
+                    Frame::Welcome {
+                        slot,
+                        generation,
+                        secret,
+                        reap_timeout_ms,
+                        ..
+                    } => {
+                        return Ok(Dialed {
+                            stream,
+                            inbox,
+                            reclaim: Reclaim {
+                                slot,
+                                generation,
+                                secret,
+                            },
+                            reap_timeout: Duration::from_millis(reap_timeout_ms.max(1)),
+                            info,
+                        });
+                    }
+                    Frame::Refused { code, message } => {
+                        return Err(refused(code, message, self.instance_id))
+                    }
+                    other => {
+                        return Err(Error::Incompatible(format!(
+                            "session {}: expected welcome or refused, found {other:?}",
+                            self.address
+                        )))
+                    }
                 }
-                Some(Frame::Refused { code, message }) => {
-                    return Err(refused(code, message, self.instance_id))
-                }
-                Some(other) => {
-                    return Err(Error::Incompatible(format!(
-                        "session {}: expected welcome or refused, found {other:?}",
-                        self.address
-                    )))
-                }
-                None if closed => {
-                    return Err(io(
-                        "read the answer",
-                        std::io::Error::new(
-                            std::io::ErrorKind::UnexpectedEof,
-                            "the listener closed the connection without an answer",
-                        ),
-                    ))
-                }
-                None => {}
+            }
+            if closed {
+                return Err(io(
+                    "read the answer",
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the listener closed the connection without an answer",
+                    ),
+                ));
             }
         }
     }

@@ -143,6 +143,10 @@ impl Served {
         match outcome {
             Ok((holding, secret)) => {
                 self.holding = Some(holding);
+                // The info first: a client that reads its welcome has it.
+                if self.send_info(gate.table) != Next::Serve {
+                    return Next::Close(Some(Reason::Disconnected));
+                }
                 let welcome = Frame::Welcome {
                     version: VERSION,
                     slot: holding.index,
@@ -154,7 +158,7 @@ impl Served {
                 if send(&mut self.stream, &welcome).is_err() {
                     return Next::Close(Some(Reason::Disconnected));
                 }
-                self.send_info(gate.table)
+                Next::Serve
             }
             Err(refusal) => {
                 if matches!(refusal, Error::Permission(_)) {

@@ -19,7 +19,7 @@
 //! | 129 `Welcome` | server → client | version u16, slot u32, generation u32, secret u64, reap timeout ms u64, boot token u64 |
 //! | 130 `Refused` | server → client | result code u8, message (u16 + ≤ 1024 bytes) |
 //! | 131 `Ended` | server → client | reason u8 (the registration ended: the next ping hears it) |
-//! | 132 `Info` | server → client | the server's info area (u16 + ≤ 1024 bytes) |
+//! | 132 `Info` | server → client | the server's info area (u16 + ≤ 1024 bytes): just before `Welcome` (if not empty), and whenever it changes |
 
 use crate::event::Reason;
 use crate::layout::{INFO_MAX, LABEL_MAX};
@@ -562,7 +562,7 @@ mod tests {
             refused(&beat),
             "beat frame: expected a flag (0 or 1), found 2"
         );
-        assert!(refused(&[0, 0, 0, 2, 131, 8]).contains("expected a reason"));
+        assert!(refused(&[0, 0, 0, 2, 131, 9]).contains("expected a reason"));
         assert!(refused(&[0, 0, 0, 5, 1, 0, 1, 0, 0]).contains("hello frame: expected"));
     }
 

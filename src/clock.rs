@@ -70,7 +70,7 @@ enum Ticks {
 /// assert_eq!(table.stamp_resolution(), Duration::ZERO);
 /// # Ok::<(), livereg::Error>(())
 /// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StampClock {
     /// The coarse clock where the reap timeout is at least

@@ -8,7 +8,7 @@ use crate::protocol::{self, Beat, LIVE};
 use crate::session::records::{Record, Records};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ use std::collections::HashMap;
 /// What a table holds and how its reaper is doing. Serialises to the keys of
 /// the reference's `worker_liveness` (`enabled`, `reap_timeout_seconds`,
 /// `registration_grace_seconds`, `tracked_instances`) and more.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Status {
     /// The table's name.
     pub table: String,
@@ -77,7 +77,7 @@ pub struct Status {
 }
 
 /// One occupied slot.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RegistrationStatus {
     /// Slot index.
     pub slot: u32,
@@ -116,7 +116,7 @@ pub struct RegistrationStatus {
 }
 
 /// A session's registration, as its listener recorded it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteStatus {
     /// The peer as the listener saw it: `tcp ADDRESS:PORT`, or `unix
     /// pid=… uid=… gid=…` (the kernel's credentials of the connecting
@@ -128,7 +128,7 @@ pub struct RemoteStatus {
 }
 
 /// Where a registration is in its life, as `status` shows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RegistrationState {
     /// Registered and not ended.
@@ -138,7 +138,7 @@ pub enum RegistrationState {
 }
 
 /// How a registration's process exit is detected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExitDetection {
     /// The reaper watches the process through a pidfd and wakes at once; the
     /// slot's kernel lock confirms.

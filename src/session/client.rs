@@ -10,6 +10,7 @@ use super::sender::{Dialed, Link};
 use super::stream::{send, Inbox, Received, Stream};
 use super::wire::{Frame, Reclaim, VERSION};
 use crate::error::{Error, Result};
+use crate::status::Status;
 use crate::table::{Table, TableOptions};
 use crate::worker::Worker;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -102,6 +103,75 @@ pub fn connect(
     let dialed = hello.dial(None)?;
     let link = Link::start(hello, dialed, &worker)?;
     Ok(worker.with_session(link))
+}
+
+/// The status of the table behind the listener at `address`, with only
+/// the registrations of `instance` (none if `None`): what `status` and
+/// `probe` show for a process that cannot map the table. Registers nothing.
+///
+/// # Errors
+///
+/// As [`connect`]: a bad address, a refused token, no answer in time, a
+/// failed connection.
+pub fn remote_status(
+    address: &str,
+    instance: Option<u64>,
+    options: &ConnectOptions,
+) -> Result<Status> {
+    let parsed = Address::parse(address)?;
+    let timeout = options.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+    let mut stream = open(&parsed, timeout)?;
+    let io = |step: &str, e: std::io::Error| Error::Io {
+        context: format!("session {address}: {step}"),
+        source: e,
+    };
+    let ask = Frame::Ask {
+        version: VERSION,
+        token: options.token.clone().unwrap_or_default(),
+        instance_id: instance.unwrap_or(0),
+    };
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| io("set a read timeout", e))?;
+    send(&mut stream, &ask).map_err(|e| io("ask", e))?;
+    let mut inbox = Inbox::default();
+    loop {
+        let (frames, closed) = match inbox.receive(&mut stream) {
+            Ok(Received::Frames(frames)) => (frames, false),
+            Ok(Received::Closed(frames)) => (frames, true),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(Error::Timeout(format!(
+                    "session {address}: no answer within {timeout:?}"
+                )))
+            }
+            Err(e) => return Err(io("read the answer", e)),
+        };
+        match frames.into_iter().next() {
+            Some(Frame::Answer { json }) => {
+                return serde_json::from_str(&json).map_err(|e| {
+                    Error::Incompatible(format!(
+                        "session {address}: the answer is not a status: {e}"
+                    ))
+                })
+            }
+            Some(Frame::Refused { code, message }) => return Err(refused(code, message, 0)),
+            Some(other) => {
+                return Err(Error::Incompatible(format!(
+                    "session {address}: expected an answer, found {other:?}"
+                )))
+            }
+            None if closed => {
+                return Err(io(
+                    "read the answer",
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "closed without an answer",
+                    ),
+                ))
+            }
+            None => {}
+        }
+    }
 }
 
 /// Everything needed to say hello again after a reconnect.

@@ -14,5 +14,5 @@ mod stream;
 pub mod wire;
 
 pub use address::Address;
-pub use client::{connect, ConnectOptions, DEFAULT_CONNECT_TIMEOUT};
+pub use client::{connect, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT};
 pub(crate) use sender::Link;

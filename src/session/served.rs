@@ -4,7 +4,7 @@
 use super::held::Held;
 use super::records::Record;
 use super::stream::{send, Inbox, Received, Stream};
-use super::wire::{Frame, Reclaim, VERSION};
+use super::wire::{Frame, Reclaim, ANSWER_MAX, VERSION};
 use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::layout::FLAG_REMOTE;
@@ -75,6 +75,14 @@ impl Served {
             let next = match (&self.holding, frame) {
                 (None, hello @ Frame::Hello { .. }) => self.greet(gate, hello),
                 (
+                    None,
+                    Frame::Ask {
+                        version,
+                        token,
+                        instance_id,
+                    },
+                ) => self.answer(gate, version, &token, instance_id),
+                (
                     Some(_),
                     Frame::Beat {
                         heartbeats,
@@ -123,23 +131,10 @@ impl Served {
         else {
             return Next::Close(None);
         };
-        let outcome = if version != VERSION {
-            Err(Error::Incompatible(format!(
-                "session protocol version {version}, this reaper speaks {VERSION}"
-            )))
-        } else if gate
-            .token
-            .is_some_and(|expected| !same_secret(expected, &token))
-        {
-            Err(Error::Permission(
-                "wrong or missing token: the listener's token file says who may register".into(),
-            ))
-        } else {
-            match reclaim {
-                Some(reclaim) => self.reclaim(gate, instance_id, reclaim),
-                None => self.register(gate, instance_id, pid, &label, &host),
-            }
-        };
+        let outcome = admit(gate, version, &token).and_then(|()| match reclaim {
+            Some(reclaim) => self.reclaim(gate, instance_id, reclaim),
+            None => self.register(gate, instance_id, pid, &label, &host),
+        });
         match outcome {
             Ok((holding, secret)) => {
                 self.holding = Some(holding);
@@ -160,21 +155,51 @@ impl Served {
                 }
                 Next::Serve
             }
-            Err(refusal) => {
-                if matches!(refusal, Error::Permission(_)) {
-                    refused_token(&self.peer);
-                }
-                let message: String = refusal.to_string().chars().take(512).collect();
-                let _ = send(
-                    &mut self.stream,
-                    &Frame::Refused {
-                        code: refusal.code() as u8,
-                        message,
-                    },
-                );
+            Err(refusal) => self.refuse(&refusal),
+        }
+    }
+
+    /// Answers a question with the table's status (the registrations of
+    /// `instance_id` only), then closes.
+    fn answer(&mut self, gate: &Gate<'_>, version: u16, token: &[u8], instance_id: u64) -> Next {
+        let json = admit(gate, version, token)
+            .and_then(|()| gate.table.status())
+            .and_then(|mut status| {
+                status
+                    .registrations
+                    .retain(|r| r.instance_id == instance_id && instance_id != 0);
+                serde_json::to_string(&status).map_err(|e| Error::Io {
+                    context: "encode the status".into(),
+                    source: e.into(),
+                })
+            });
+        match json {
+            Ok(json) if json.len() <= ANSWER_MAX => {
+                let _ = send(&mut self.stream, &Frame::Answer { json });
                 Next::Close(None)
             }
+            Ok(json) => self.refuse(&Error::InvalidArgument(format!(
+                "the status is {} bytes, over the {ANSWER_MAX} an answer holds",
+                json.len()
+            ))),
+            Err(refusal) => self.refuse(&refusal),
         }
+    }
+
+    /// Tells the client why not (a wrong token is logged), then closes.
+    fn refuse(&mut self, refusal: &Error) -> Next {
+        if matches!(refusal, Error::Permission(_)) {
+            refused_token(&self.peer);
+        }
+        let message: String = refusal.to_string().chars().take(512).collect();
+        let _ = send(
+            &mut self.stream,
+            &Frame::Refused {
+                code: refusal.code() as u8,
+                message,
+            },
+        );
+        Next::Close(None)
     }
 
     fn register(
@@ -358,6 +383,24 @@ impl Served {
             Err(_) => Next::Serve,
         }
     }
+}
+
+/// Whether a client may speak: its protocol version, its token.
+fn admit(gate: &Gate<'_>, version: u16, token: &[u8]) -> Result<()> {
+    if version != VERSION {
+        return Err(Error::Incompatible(format!(
+            "session protocol version {version}, this reaper speaks {VERSION}"
+        )));
+    }
+    if gate
+        .token
+        .is_some_and(|expected| !same_secret(expected, token))
+    {
+        return Err(Error::Permission(
+            "wrong or missing token: the listener's token file says who may register".into(),
+        ));
+    }
+    Ok(())
 }
 
 impl Holding {

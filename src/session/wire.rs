@@ -16,10 +16,12 @@
 //! | 1 `Hello` | client → server, first | version u16, instance id u64, pid u32, token (u16 + ≤ 256 bytes), label (u8 + ≤ 47 bytes), host (u8 + ≤ 255 bytes), reclaim flag u8, then if 1: slot u32, generation u32, secret u64 |
 //! | 2 `Beat` | client → server | heartbeats u64, microseconds since the last heartbeat u64, busy u8 (0/1), progress steps u64 |
 //! | 3 `Bye` | client → server | (none): a clean deregistration |
+//! | 4 `Ask` | client → server, first and only | version u16, token (u16 + ≤ 256 bytes), instance id u64 (0: none): a question that registers nothing (`status`, `probe` over an address) |
 //! | 129 `Welcome` | server → client | version u16, slot u32, generation u32, secret u64, reap timeout ms u64, boot token u64 |
 //! | 130 `Refused` | server → client | result code u8, message (u16 + ≤ 1024 bytes) |
 //! | 131 `Ended` | server → client | reason u8 (the registration ended: the next ping hears it) |
 //! | 132 `Info` | server → client | the server's info area (u16 + ≤ 1024 bytes): just before `Welcome` (if not empty), and whenever it changes |
+//! | 133 `Answer` | server → client | the table's status as JSON (u16 + ≤ 4000 bytes), with only the registrations of the instance asked about |
 
 use crate::event::Reason;
 use crate::layout::{INFO_MAX, LABEL_MAX};
@@ -38,6 +40,9 @@ pub const HOST_MAX: usize = 255;
 
 /// The longest message of a `Refused`.
 pub const MESSAGE_MAX: usize = 1024;
+
+/// The longest `Answer`.
+pub const ANSWER_MAX: usize = 4000;
 
 /// A registration a client held before its connection broke, and the secret
 /// the server gave it at `Welcome`, to take it back after a reconnect.
@@ -87,6 +92,15 @@ pub enum Frame {
     },
     /// A clean deregistration.
     Bye,
+    /// A question about the table that registers nothing.
+    Ask {
+        /// The client's protocol version.
+        version: u16,
+        /// The listener's token (may be empty).
+        token: Vec<u8>,
+        /// The instance whose registrations to include (0: none).
+        instance_id: u64,
+    },
     /// The registration was made (or taken back).
     Welcome {
         /// The server's protocol version.
@@ -119,6 +133,11 @@ pub enum Frame {
         /// Its bytes.
         bytes: Vec<u8>,
     },
+    /// The answer to an `Ask`: the table's status as JSON.
+    Answer {
+        /// The JSON text.
+        json: String,
+    },
 }
 
 /// Why bytes are not a frame.
@@ -128,7 +147,7 @@ pub enum WireError {
     #[error("frame length: expected 1 to {MAX_FRAME} bytes, found {0}")]
     Length(u32),
     /// A type no side sends.
-    #[error("frame type: expected 1, 2, 3 or 129 to 132, found {0}")]
+    #[error("frame type: expected 1 to 4 or 129 to 133, found {0}")]
     Type(u8),
     /// The payload does not match its type's layout.
     #[error("{frame} frame: expected {expected}, found {found}")]
@@ -191,6 +210,16 @@ impl Frame {
                 out.u64(*steps);
             }
             Frame::Bye => out.u8(3),
+            Frame::Ask {
+                version,
+                token,
+                instance_id,
+            } => {
+                out.u8(4);
+                out.u16(*version);
+                out.bytes16(token, TOKEN_MAX);
+                out.u64(*instance_id);
+            }
             Frame::Welcome {
                 version,
                 slot,
@@ -219,6 +248,10 @@ impl Frame {
             Frame::Info { bytes } => {
                 out.u8(132);
                 out.bytes16(bytes, INFO_MAX);
+            }
+            Frame::Answer { json } => {
+                out.u8(133);
+                out.bytes16(json.as_bytes(), ANSWER_MAX);
             }
         }
         let body = out.0;
@@ -257,6 +290,13 @@ impl Frame {
                 })
             })?,
             3 => whole("bye", payload, |_| Ok(Frame::Bye))?,
+            4 => whole("ask", payload, |input| {
+                Ok(Frame::Ask {
+                    version: input.u16()?,
+                    token: input.bytes16(TOKEN_MAX)?.to_vec(),
+                    instance_id: input.u64()?,
+                })
+            })?,
             129 => whole("welcome", payload, |input| {
                 Ok(Frame::Welcome {
                     version: input.u16()?,
@@ -286,6 +326,11 @@ impl Frame {
             132 => whole("info", payload, |input| {
                 Ok(Frame::Info {
                     bytes: input.bytes16(INFO_MAX)?.to_vec(),
+                })
+            })?,
+            133 => whole("answer", payload, |input| {
+                Ok(Frame::Answer {
+                    json: input.text16(ANSWER_MAX)?,
                 })
             })?,
             other => return Err(WireError::Type(other)),
@@ -510,6 +555,14 @@ mod tests {
             Frame::Info {
                 bytes: vec![1; INFO_MAX],
             },
+            Frame::Ask {
+                version: VERSION,
+                token: b"t".to_vec(),
+                instance_id: 7,
+            },
+            Frame::Answer {
+                json: "{}".repeat(ANSWER_MAX / 2),
+            },
         ]
     }
 
@@ -544,7 +597,7 @@ mod tests {
         );
         assert_eq!(
             refused(&[0, 0, 0, 1, 9]),
-            "frame type: expected 1, 2, 3 or 129 to 132, found 9"
+            "frame type: expected 1 to 4 or 129 to 133, found 9"
         );
         assert_eq!(
             refused(&[0, 0, 0, 2, 3, 0]),

@@ -4,27 +4,51 @@
 //! engine container's exec probe).
 
 use crate::duration::age;
+use crate::target::TokenArgs;
 use crate::Outcome;
-use livereg::{RegistrationState, Status, Table};
+use livereg::{Address, ConnectOptions, RegistrationState, Status, Table};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Table name.
+    /// Table name, or a reaper's listener (`unix:PATH`, `tcp://HOST:PORT`)
+    /// from a container that cannot map the table.
     name: String,
     /// Probe this instance's registration instead of the reaper.
     #[arg(long, value_name = "N")]
     instance: Option<u64>,
+    #[command(flatten)]
+    token: TokenArgs,
 }
 
 pub fn run(args: Args) -> Outcome {
+    if Address::is_address(&args.name) {
+        let options = ConnectOptions {
+            token: args.token.token()?,
+            connect_timeout: None,
+        };
+        let status = livereg::remote_status(&args.name, args.instance, &options)?;
+        return answer(&status, args.instance);
+    }
     let table = Table::open(&args.name)?;
     let Some(instance) = args.instance else {
         let token = table.probe()?;
         out!("{token:#018x}");
         return Ok(ExitCode::SUCCESS);
     };
-    match instance_health(&table.status()?, instance) {
+    answer(&table.status()?, Some(instance))
+}
+
+/// Exit 0 and a line if the reaper (or `instance`) is well, else the reason.
+fn answer(status: &Status, instance: Option<u64>) -> Outcome {
+    let Some(instance) = instance else {
+        if !status.reaper_alive {
+            return Err(format!("table '{}': no reaper is alive", status.table).into());
+        }
+        out!("{:#018x}", status.boot_token);
+        return Ok(ExitCode::SUCCESS);
+    };
+    match instance_health(status, instance) {
         Ok(line) => {
             out!("{line}");
             Ok(ExitCode::SUCCESS)

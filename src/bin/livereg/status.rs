@@ -3,15 +3,20 @@
 
 use crate::duration::{self, age};
 use crate::etcd_args::EtcdArgs;
+use crate::target::TokenArgs;
 use crate::{cluster, signals, Outcome};
-use livereg::{Reason, RegistrationState, RegistrationStatus, Status, Table};
+use livereg::{
+    Address, ConnectOptions, Reason, RegistrationState, RegistrationStatus, Status, Table,
+};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Table name.
+    /// Table name, or a reaper's listener (`unix:PATH`, `tcp://HOST:PORT`)
+    /// from a process that cannot map the table (the table's summary; its
+    /// registrations are listed on the reaper's host).
     #[arg(required_unless_present = "cluster", conflicts_with = "etcd")]
     name: Option<String>,
     /// Print one JSON object instead of the table (as `--format json`).
@@ -29,6 +34,8 @@ pub struct Args {
     #[arg(long, requires = "etcd", conflicts_with = "watch")]
     cluster: bool,
     #[command(flatten)]
+    token: TokenArgs,
+    #[command(flatten)]
     etcd: EtcdArgs,
 }
 
@@ -39,7 +46,11 @@ pub fn run(args: Args) -> Outcome {
         }
         return cluster::show(&args.etcd, args.json || args.format == Format::Json);
     }
-    let table = Table::open(args.name.as_deref().unwrap_or_default())?;
+    let name = args.name.as_deref().unwrap_or_default();
+    if Address::is_address(name) {
+        return remote(name, &args);
+    }
+    let table = Table::open(name)?;
     if let Some(every) = args.watch {
         return watch(&table, every.unwrap_or_else(|| table.scan_interval()));
     }
@@ -49,6 +60,28 @@ pub fn run(args: Args) -> Outcome {
         }
         (false, Format::Text) => out!("{}", render(&table.status()?).trim_end()),
         (false, Format::Openmetrics) => out!("{}", table.metrics_text()?.trim_end()),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `status ADDRESS`: the summary the listener answers with.
+fn remote(address: &str, args: &Args) -> Outcome {
+    if args.watch.is_some() || args.format == Format::Openmetrics {
+        return Err(format!(
+            "status {address}: over an address, expected text or --json (watch and metrics need the table: run them on the reaper's host)"
+        )
+        .into());
+    }
+    let options = ConnectOptions {
+        token: args.token.token()?,
+        connect_timeout: None,
+    };
+    let status = livereg::remote_status(address, None, &options)?;
+    if args.json || args.format == Format::Json {
+        out!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        out!("{}", header(&status).trim_end());
+        out!("(registrations are listed on the reaper's host: `livereg status TABLE` there, or `livereg probe {address} --instance N` for one)");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -561,6 +561,15 @@ impl Worker {
         &self.table
     }
 
+    /// The reap timeout of the table this worker is registered in (for a
+    /// session: the reaper's table, as its listener said): beat well within
+    /// it.
+    pub fn reap_timeout(&self) -> Duration {
+        self.session
+            .as_ref()
+            .map_or_else(|| self.table.reap_timeout(), |s| s.reap_timeout)
+    }
+
     /// Whether this worker registered through a session ([`connect`](crate::connect)).
     pub fn is_remote(&self) -> bool {
         self.session.is_some()

@@ -55,6 +55,8 @@ pub(crate) struct Link {
     /// The registration's slot and generation in the reaper's table.
     pub slot: u32,
     pub generation: u32,
+    /// The reaper's table's reap timeout, as the listener said.
+    pub reap_timeout: Duration,
 }
 
 impl Link {
@@ -73,6 +75,7 @@ impl Link {
             info: Mutex::new(dialed.info.clone().unwrap_or_default()),
         });
         let (slot, generation) = (dialed.reclaim.slot, dialed.reclaim.generation);
+        let reap_timeout = dialed.reap_timeout;
         let mut sender = Sender {
             hello,
             shared: shared.clone(),
@@ -94,6 +97,7 @@ impl Link {
             thread: Some(thread),
             slot,
             generation,
+            reap_timeout,
         })
     }
 

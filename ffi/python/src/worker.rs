@@ -83,6 +83,15 @@ impl Worker {
         Ok(pyo3::types::PyBytes::new(py, &bytes))
     }
 
+    /// The reap timeout of its table, in seconds (for a session: the
+    /// reaper's table's): beat well within it.
+    #[getter]
+    fn reap_timeout(&self) -> f64 {
+        self.handle()
+            .as_ref()
+            .map_or(0.0, |worker| worker.reap_timeout().as_secs_f64())
+    }
+
     /// Whether it registered through a session (`livereg.connect`).
     #[getter]
     fn remote(&self) -> bool {

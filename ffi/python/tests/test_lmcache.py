@@ -384,3 +384,45 @@ def test_logging_goes_to_the_livereg_logger(table_name: str, caplog: pytest.LogC
     with management(Ctx(), Mirror()), WorkerLiveness(table_name, 12):
         pass
     assert any("instance 12 registered (start)" in r.getMessage() for r in caplog.records)
+
+
+ISOLATED_ENGINE = """
+import sys, time
+from livereg.lmcache import WorkerLiveness
+with WorkerLiveness(sys.argv[1], int(sys.argv[2]), label="isolated", token=sys.argv[3]) as liveness:
+    print("registered", liveness.chunk_size, flush=True)
+    time.sleep(3600)
+"""
+
+
+def test_an_isolated_engine_reaches_the_server_through_its_listener(table_name: str) -> None:
+    """The isolated-IPC deployment: the engine's container shares no
+    /dev/shm with the server; WorkerLiveness given the server's listening
+    address registers there, and its death frees its state at once."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    with pytest.raises(ValueError, match="listen="):
+        LiveregManagement(Ctx(), [], 0.0, 0.0, listen=[address], token="t")
+    ctx, transfer = Ctx(), EvictingTransfer()
+    with LiveregManagement(ctx, [transfer], 30.0, 30.0, listen=[address], token="s3cret") as server:
+        engine = subprocess.Popen(
+            ["unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "sh", "-c",
+             'mount -t tmpfs engine /dev/shm && exec "$0" "$@"',
+             *python_child(ISOLATED_ENGINE, address, "9", "s3cret")],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert engine.stdout is not None
+        assert engine.stdout.readline().split() == ["registered", "256"]  # the info area, delivered
+        transfer.attach(9)
+        assert server.table.status().registrations[0].remote is not None
+        killed = time.monotonic()
+        engine.send_signal(signal.SIGKILL)  # unshare's parent-death signal kills the engine
+        engine.wait()
+        freed = transfer.wait_freed(9)
+        assert freed - killed < 2.0  # the 30 s timeout cannot explain it
+        wait_until("the drop fanned out", lambda: transfer.drops_of(9) == 1)

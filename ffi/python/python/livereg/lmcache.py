@@ -165,7 +165,12 @@ class LiveregManagement:
     default, as there) disables reaping: no reaper runs, nothing is dropped.
 
     Keyword-only, livereg's own: ``table`` (default :func:`default_table`),
-    ``capacity``. The table is created, or an existing one whose settings
+    ``capacity``, and ``listen`` (addresses such as
+    ``"unix:/run/livereg/kv.sock"`` or ``"tcp://0.0.0.0:7071"``) with
+    ``token`` (str or bytes; required for ``tcp://``): engines in containers
+    that cannot map the table (isolated IPC, no shared ``/dev/shm``) register
+    there with :class:`WorkerLiveness` given the address, and are reaped
+    like the others. The table is created, or an existing one whose settings
     match is opened (else :class:`livereg.IncompatibleError` naming both);
     ``ctx.chunk_size`` is published in its info area for workers to read
     without RPC.
@@ -180,7 +185,11 @@ class LiveregManagement:
         *,
         table: Optional[str] = None,
         capacity: int = 256,
+        listen: Sequence[str] = (),
+        token: Optional[Union[str, bytes]] = None,
     ) -> None:
+        if listen and float(worker_reap_timeout_seconds) <= 0:
+            raise ValueError("listen= serves sessions for the reaper: it needs worker_reap_timeout_seconds > 0")
         for target in liveness_targets:
             if not callable(getattr(target, "drop_instance_state", None)):
                 raise TypeError(f"liveness target {target!r} has no drop_instance_state(instance_id)")
@@ -203,7 +212,9 @@ class LiveregManagement:
         self._stopping = threading.Event()
         self._cycle: Optional[threading.Thread] = None
         if self._reap_timeout > 0:
-            self._reaper = self._table.start_reaper(on_drop=self._ended, on_clear=self.clear)
+            self._reaper = self._table.start_reaper(
+                on_drop=self._ended, on_clear=self.clear, listen=list(listen), token=token
+            )
             if self._targets:
                 self._cycle = threading.Thread(target=self._cycle_loop, name="livereg-lmcache-cycle", daemon=True)
                 self._cycle.start()
@@ -486,7 +497,10 @@ class LiveregManagement:
 
 class WorkerLiveness:
     """Keeps worker ``instance_id`` registered in ``table`` (a name, an open
-    :class:`livereg.Table`, or ``None`` for :func:`default_table`): beats
+    :class:`livereg.Table`, ``None`` for :func:`default_table`, or the
+    address of the server's listener, ``"unix:/PATH"`` or
+    ``"tcp://HOST:PORT"`` with ``token=``, from a container that cannot map
+    the table): beats
     from a daemon thread at a third of the table's timeout, registers again
     when evicted or when the server's reaper changes (a restart: its boot
     token changes), and deregisters on ``close()``. ``on_register(why)`` is
@@ -507,8 +521,11 @@ class WorkerLiveness:
         on_register: Optional[Callable[[str], object]] = None,
         interval: Optional[float] = None,
         wait: float = 10.0,
+        token: Optional[Union[str, bytes]] = None,
     ) -> None:
         self.instance_id = instance_id
+        self._address = table if isinstance(table, str) and table.startswith(("unix:", "tcp://")) else None
+        self._session_token = token
         self.registrations = 0
         self._label = label
         self._on_register = on_register
@@ -520,12 +537,14 @@ class WorkerLiveness:
             self._stopping.set()
             self._owns_table = False
             return
+        self._table: Optional[livereg.Table] = None
         self._owns_table = not isinstance(table, livereg.Table)
-        self._table = table if isinstance(table, livereg.Table) else livereg.open(table or default_table())
-        timeout = self._table.reap_timeout or self._table.registration_grace
-        self.interval = interval if interval is not None else max(0.001, timeout / livereg.BEATS_PER_TIMEOUT)
-        self._token = self._table.probe()
+        if self._address is None:
+            self._table = table if isinstance(table, livereg.Table) else livereg.open(table or default_table())
+        self._token = self._table.probe() if self._table is not None else None
         self._worker = self._register("start", deadline=time.monotonic() + wait)
+        timeout = self._worker.reap_timeout or (self._table.registration_grace if self._table else 1.0)
+        self.interval = interval if interval is not None else max(0.001, timeout / livereg.BEATS_PER_TIMEOUT)
         self._thread = threading.Thread(target=self._beat, name=f"livereg-beat-{instance_id}", daemon=True)
         self._thread.start()
 
@@ -538,7 +557,15 @@ class WorkerLiveness:
     def _register(self, why: str, deadline: Optional[float] = None) -> livereg.Worker:
         while True:
             try:
-                worker = self._table.register(self.instance_id, label=self._label)
+                if self._address is not None:
+                    # A session: the sender thread reconnects and takes the
+                    # registration back after a server restart by itself.
+                    worker = livereg.connect(
+                        self._address, self.instance_id, label=self._label or "", token=self._session_token
+                    )
+                else:
+                    assert self._table is not None
+                    worker = self._table.register(self.instance_id, label=self._label)
                 break
             except (livereg.ExistsError, livereg.BusyError, livereg.DeadlineExceededError):
                 # A live or ending registration of this id (a previous
@@ -571,6 +598,8 @@ class WorkerLiveness:
             self._worker.ping()
         except livereg.EvictedError:
             self._worker = self._register("evicted")
+        if self._table is None:
+            return
         token = self._table.probe()
         if token is not None and token != self._token:
             if self._token is not None:
@@ -586,7 +615,7 @@ class WorkerLiveness:
         """The server's chunk size, read from the table's info area (no RPC)."""
         if not self._tracked:
             return None
-        info = self._table.info()
+        info = self._worker.info()
         if not info:
             return None
         value = json.loads(info).get("chunk_size")
@@ -610,7 +639,7 @@ class WorkerLiveness:
             self._worker.deregister()
         except livereg.EvictedError:
             pass
-        if self._owns_table:
+        if self._owns_table and self._table is not None:
             self._table.close()
 
     def __enter__(self) -> "WorkerLiveness":

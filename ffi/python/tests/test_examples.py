@@ -93,3 +93,23 @@ def test_the_kv_server_example_frees_every_state_within_its_bound() -> None:
     ):
         assert expected in ran.stdout, ran.stdout
     assert "VIOLATED" not in ran.stdout
+
+
+def test_the_kv_server_example_with_isolated_engines_frees_every_state_within_its_bound() -> None:
+    ran = subprocess.run(
+        [sys.executable, str(ROOT / "ffi/examples/kv_server.py"), "--timeout", "0.8", "--isolated"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    for expected in (
+        "worker 1 (killed): freed after",
+        "worker 4 (crashed before its first beat): freed after",
+        "worker 2 (stopped): freed after",
+        "worker 3 (idle but alive) after 1.6s, two timeouts: kept",
+        "worker 3 kept its registration and state through the restart",
+        "all state freed within its bound",
+    ):
+        assert expected in ran.stdout, ran.stdout
+    assert "VIOLATED" not in ran.stdout

@@ -125,6 +125,9 @@ pub struct RemoteStatus {
     pub peer: String,
     /// The host name the client reported.
     pub host: String,
+    /// Whether the running reaper's listener holds its connection (false:
+    /// its client is away, and has until the timeout to come back).
+    pub connected: bool,
 }
 
 /// Where a registration is in its life, as `status` shows it.
@@ -208,6 +211,7 @@ impl Table {
         inner.check_size()?;
         let header = inner.header();
         let view = View {
+            reaper_alive: self.reaper_alive(),
             now: self.clock.now_ns(),
             clock_id: self.clock.identity(),
             reaper_clock: self.clock.identity() != Clock::UNKNOWN
@@ -263,6 +267,8 @@ impl Table {
 /// What a status read knows of its own handle: the time now, its clock's
 /// identity, whether that is the reaper's clock, whether the table is shared.
 struct View {
+    /// Whether a reaper holds the table (a session is connected only then).
+    reaper_alive: bool,
     now: u64,
     clock_id: u64,
     reaper_clock: bool,
@@ -339,9 +345,12 @@ impl Table {
                     .get_or_init(|| Records::read_all(self))
                     .get(&index)
                     .filter(|record| record.generation == generation);
+                let boot_token = inner.header().boot_token.load(Acquire);
                 RemoteStatus {
                     peer: record.map_or_else(String::new, |r| r.peer.clone()),
                     host: record.map_or_else(String::new, |r| r.host.clone()),
+                    connected: view.reaper_alive
+                        && record.is_some_and(|r| r.holder != 0 && r.holder == boot_token),
                 }
             }),
         })

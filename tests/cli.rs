@@ -1235,8 +1235,14 @@ fn reap_listen_serves_isolated_workers_and_a_restart_within_the_timeout_loses_no
     first.signal(libc::SIGKILL);
     drop(first);
     std::thread::sleep(Duration::from_millis(500));
+    let away = stdout(&livereg(&["status", &name]));
+    assert_eq!(away.matches("away: reclaim pending").count(), 2, "{away}");
     let _second = daemon(&name);
     wait_until("the restarted reaper", || reaper_alive(&name));
+    wait_until("both sessions reclaimed", || {
+        let rows = status_json(&name)["registrations"].clone();
+        (0..2).all(|i| rows[i]["remote"]["connected"] == true)
+    });
     std::thread::sleep(Duration::from_secs(3)); // past the 2 s timeout
     assert!(
         !hook_log.exists(),

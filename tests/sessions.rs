@@ -229,6 +229,7 @@ fn an_isolated_client_killed_is_dropped_disconnected_at_once_over_unix_and_tcp()
             "{remote:?}"
         );
         assert!(!remote.host.is_empty());
+        assert!(remote.connected);
         std::thread::sleep(Duration::from_millis(100));
         let killed = Instant::now();
         client.signal(libc::SIGKILL);
@@ -452,15 +453,22 @@ fn a_silent_or_garbled_connection_is_closed_and_the_table_holds_at_most_capacity
     let (reaper, _events) = with_events(&temp.table, &socket.address(), None);
     // Says nothing: closed after the 2 s handshake deadline.
     let mut silent = std::os::unix::net::UnixStream::connect(&socket.0).unwrap();
-    silent.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let opened = Instant::now();
     assert_eq!(silent.read(&mut [0u8; 16]).unwrap(), 0, "closed");
     let waited = opened.elapsed();
-    assert!(waited >= Duration::from_millis(1900) && waited < Duration::from_secs(5), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(1900) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
     // A frame over the cap: closed at once, nothing registered.
     let mut garbled = std::os::unix::net::UnixStream::connect(&socket.0).unwrap();
     garbled.write_all(&[0xFF, 0xFF, 0xFF, 0xFF, 1]).unwrap();
-    garbled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    garbled
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     assert_eq!(garbled.read(&mut [0u8; 16]).unwrap_or(0), 0);
     assert!(temp.table.status().unwrap().registrations.is_empty());
     // Two sessions fill the table; a third is refused, naming why.

@@ -343,6 +343,9 @@ impl Serve {
                 }
             }
             self.held.let_go(holding.index, holding.generation);
+            if let Ok(records) = self.held.records(&self.table) {
+                records.set_holder(holding.index, holding.generation, 0);
+            }
             self.table.memory.wake_reaper();
         }
         // Dropping the stream closes it and takes it out of the epoll set.

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 const RECORD_SIZE: usize = 128;
 const MAGIC: &[u8; 4] = b"LRSS";
 const PEER_MAX: usize = 63;
-const HOST_MAX: usize = 39;
+const HOST_MAX: usize = 31;
 
 /// One session registration's record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,8 +27,11 @@ pub(crate) struct Record {
     /// The peer's address as the listener saw it (`tcp` peers) or its
     /// credentials (`unix` peers: `pid=… uid=… gid=…`).
     pub peer: String,
-    /// The host name the client reported (shortened to 39 bytes).
+    /// The host name the client reported (shortened to 31 bytes).
     pub host: String,
+    /// The boot token of the reaper whose listener holds the session (0:
+    /// none; the client is away, and may come back to reclaim it).
+    pub holder: u64,
 }
 
 impl Record {
@@ -39,7 +42,8 @@ impl Record {
         out[8..16].copy_from_slice(&self.instance_id.to_le_bytes());
         out[16..24].copy_from_slice(&self.secret.to_le_bytes());
         put_text(&mut out[24..24 + 1 + PEER_MAX], &self.peer);
-        put_text(&mut out[88..88 + 1 + HOST_MAX], &self.host);
+        out[88..96].copy_from_slice(&self.holder.to_le_bytes());
+        put_text(&mut out[96..96 + 1 + HOST_MAX], &self.host);
         out
     }
 
@@ -53,7 +57,8 @@ impl Record {
             instance_id: word(8),
             secret: word(16),
             peer: get_text(&bytes[24..24 + 1 + PEER_MAX]),
-            host: get_text(&bytes[88..88 + 1 + HOST_MAX]),
+            holder: word(88),
+            host: get_text(&bytes[96..96 + 1 + HOST_MAX]),
         })
     }
 }
@@ -133,6 +138,15 @@ impl Records {
         }
     }
 
+    /// Marks the record of `(index, generation)` held by the reaper of
+    /// `holder` (0: by none), if it is that registration's.
+    pub(crate) fn set_holder(&self, index: u32, generation: u32, holder: u64) {
+        if let Some(mut record) = self.read(index).filter(|r| r.generation == generation) {
+            record.holder = holder;
+            let _ = self.write(index, &record);
+        }
+    }
+
     pub(crate) fn read(&self, index: u32) -> Option<Record> {
         match self {
             Records::File(file) => {
@@ -164,13 +178,14 @@ mod tests {
             secret: 0x1234_5678_9ABC_DEF0,
             peer: "tcp 10.0.0.1:40000".into(),
             host: "é".repeat(30),
+            holder: 9,
         };
         let back = Record::decode(&record.encode()).unwrap();
-        assert_eq!(back.host, "é".repeat(19));
+        assert_eq!(back.host, "é".repeat(15));
         assert_eq!(
             back,
             Record {
-                host: "é".repeat(19),
+                host: "é".repeat(15),
                 ..record
             }
         );

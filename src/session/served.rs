@@ -235,6 +235,7 @@ impl Served {
             secret,
             peer: self.peer.clone(),
             host: host.to_owned(),
+            holder: table.memory.header().boot_token.load(Acquire),
         };
         if let Err(e) = records.write(index, &record) {
             // Not reclaimable after a restart, but served: say so.
@@ -296,6 +297,10 @@ impl Served {
             return Err(Error::Busy(format!(
                 "instance {instance_id}'s registration is held by another connection"
             )));
+        }
+        if let Ok(records) = gate.held.records(table) {
+            let holder = table.memory.header().boot_token.load(Acquire);
+            records.set_holder(claim.slot, claim.generation, holder);
         }
         Ok((Holding::new(claim.slot, claim.generation), claim.secret))
     }

@@ -283,7 +283,15 @@ fn line(r: &RegistrationStatus) -> String {
     };
     // A session: its connection, and the host its client reported.
     let remote = r.remote.as_ref().map_or(String::new(), |remote| {
-        format!("  session from {} (host {})", remote.peer, remote.host)
+        let away = if remote.connected {
+            ""
+        } else {
+            ", away: reclaim pending"
+        };
+        format!(
+            "  session from {} (host {}{away})",
+            remote.peer, remote.host
+        )
     });
     let row = format!(
         "{:>5}  {:>12}  {:<20}  {:>8}  {:<22}  {:>10}  {:>10}  {:>10}  {:<16}{remote}",

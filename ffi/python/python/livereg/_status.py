@@ -48,10 +48,11 @@ class RegistrationStatus:
     registered_age_seconds: Optional[float]
     #: ``"pidfd+lock"``, ``"lock"``, ``"connection"`` (a session) or ``"none"``.
     exit_detection: str
-    #: For a session's registration: ``{"peer": ..., "host": ...}``, the
-    #: connection's peer as the listener saw it and the host the client
-    #: reported; ``None`` for a registration in the table.
-    remote: Optional[Dict[str, str]] = None
+    #: For a session's registration: ``{"peer": ..., "host": ...,
+    #: "connected": ...}``, the connection's peer as the listener saw it, the
+    #: host the client reported, and whether the running reaper holds its
+    #: connection; ``None`` for a registration in the table.
+    remote: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_dict(cls, row: Mapping[str, Any]) -> "RegistrationStatus":

@@ -1,0 +1,373 @@
+//! Sessions over real sockets, each figure beside its baseline in the same
+//! run: a session's ping against a local one (criterion); SIGKILL of a
+//! client in an isolated container to its drop handler over `unix:` and
+//! `tcp://` loopback, against a local worker watched by pidfd; connect to
+//! registered against a local registration; one reaper holding 1,000
+//! sessions beating at T = 1 s (its process's CPU share and threads) against
+//! 1,000 local registrations; a reaper SIGKILLed and restarted under 100
+//! sessions. Prints markdown. `LIVEREG_BENCH_QUICK=1` runs small counts.
+
+mod support;
+
+use criterion::black_box;
+use livereg::{connect, Address, ConnectOptions, DropEvent, Reason, Table, TableOptions};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+use support::{quick, BenchTable};
+
+const LIVEREG: &str = env!("CARGO_BIN_EXE_livereg");
+const TOKEN: &str = "bench-token";
+
+fn options(timeout: Duration, capacity: u32) -> TableOptions {
+    TableOptions {
+        capacity,
+        reap_timeout: timeout,
+        registration_grace: timeout * 2,
+        ..TableOptions::default()
+    }
+}
+
+fn socket(tag: &str) -> (String, String) {
+    let path = format!("/tmp/livereg-bench-{tag}-{}.sock", std::process::id());
+    let _ = std::fs::remove_file(&path);
+    (format!("unix:{path}"), path)
+}
+
+fn tcp() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("tcp://{}", listener.local_addr().unwrap())
+}
+
+fn token() -> ConnectOptions {
+    ConnectOptions {
+        token: Some(TOKEN.as_bytes().to_vec()),
+        ..ConnectOptions::default()
+    }
+}
+
+fn listening(
+    table: &Table,
+    addresses: &[&str],
+) -> (livereg::ReaperThread, Receiver<(DropEvent, Instant)>) {
+    let (sender, events) = mpsc::channel();
+    let mut builder = table
+        .reaper()
+        .on_drop(move |e| Ok(sender.send((e.clone(), Instant::now()))?));
+    for address in addresses {
+        builder = builder.listen(
+            Address::parse(address).unwrap(),
+            Some(TOKEN.as_bytes().to_vec()),
+        );
+    }
+    (builder.spawn().unwrap(), events)
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn show(d: Duration) -> String {
+    if d < Duration::from_millis(1) {
+        format!("{:.1} µs", d.as_secs_f64() * 1e6)
+    } else {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    }
+}
+
+/// Criterion: `heartbeat()` through a session against a local one.
+fn ping(c: &mut criterion::Criterion) {
+    let bench = BenchTable::new("session-ping", &options(Duration::from_secs(10), 8));
+    let (address, _path) = socket("ping");
+    let (_reaper, _events) = listening(&bench.table, &[&address]);
+    let local = bench.table.register(1, "local").unwrap();
+    let remote = connect(&address, 2, "session", &token()).unwrap();
+    let mut group = c.benchmark_group("ping");
+    group.bench_function("Worker::heartbeat, local registration (baseline)", |b| {
+        b.iter(|| black_box(&local).heartbeat().unwrap())
+    });
+    group.bench_function("Worker::heartbeat, session over unix:", |b| {
+        b.iter(|| black_box(&remote).heartbeat().unwrap())
+    });
+    group.finish();
+}
+
+/// A client in a container of its own (`unshare`: mount namespace with a
+/// private /dev/shm, PID and IPC namespaces; network too over `unix:`),
+/// beating every 10 ms; returns it once registered.
+fn isolated_worker(address: &str, id: u64) -> Child {
+    let mut command = Command::new("unshare");
+    command.args(["--mount", "--pid", "--ipc", "--fork", "--kill-child"]);
+    if address.starts_with("unix:") {
+        command.arg("--net");
+    }
+    let mut child = command
+        .args(["sh", "-c", "mount -t tmpfs w /dev/shm && exec \"$0\" \"$@\""])
+        .args([LIVEREG, "worker", address, "--instance", &id.to_string()])
+        .args(["--interval", "10ms"])
+        .env("LIVEREG_TOKEN", TOKEN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("registered"), "{line}");
+    child
+}
+
+fn local_worker(table: &str, id: u64) -> Child {
+    let mut child = Command::new(LIVEREG)
+        .args(["worker", table, "--instance", &id.to_string(), "--interval", "10ms"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    child
+}
+
+/// SIGKILL → drop handler, per run; `address` `None` is the local baseline.
+fn kill_to_drop(address: Option<&str>, runs: usize) -> Vec<Duration> {
+    let bench = BenchTable::new("session-kill", &options(Duration::from_secs(10), 64));
+    let (_reaper, events) = match address {
+        Some(address) => listening(&bench.table, &[address]),
+        None => listening(&bench.table, &[]),
+    };
+    (0..runs)
+        .map(|run| {
+            let id = run as u64 + 1;
+            let mut child = match address {
+                Some(address) => isolated_worker(address, id),
+                None => local_worker(&bench.name, id),
+            };
+            std::thread::sleep(Duration::from_millis(30));
+            let killed = Instant::now();
+            // unshare's child gets SIGKILL as its parent-death signal.
+            child.kill().unwrap();
+            let (event, at) = events.recv_timeout(Duration::from_secs(30)).unwrap();
+            let expected = if address.is_some() {
+                Reason::Disconnected
+            } else {
+                Reason::ProcessExited
+            };
+            assert_eq!((event.instance_id, event.reason), (id, expected));
+            let _ = child.wait();
+            at - killed
+        })
+        .collect()
+}
+
+/// Connect → registered (`connect` returning), against `register`.
+fn connect_latency(runs: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let bench = BenchTable::new("session-connect", &options(Duration::from_secs(10), 8));
+    let (address, _path) = socket("connect");
+    let (_reaper, _events) = listening(&bench.table, &[&address]);
+    let mut sessions = Vec::new();
+    let mut locals = Vec::new();
+    for run in 0..runs {
+        let id = run as u64 + 1;
+        let started = Instant::now();
+        let worker = bench.table.register(id, "local").unwrap();
+        locals.push(started.elapsed());
+        worker.deregister().unwrap();
+        let started = Instant::now();
+        let worker = connect(&address, id + 1_000, "session", &token()).unwrap();
+        sessions.push(started.elapsed());
+        worker.deregister().unwrap();
+    }
+    (sessions, locals)
+}
+
+/// CPU time (user + system) of process `pid`, and its thread count.
+fn cpu_and_threads(pid: u32) -> (Duration, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    // utime, stime: fields 14 and 15 (1-based), 12 and 13 after the comm.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let threads = fields[17].parse().unwrap();
+    (Duration::from_millis(ticks * 1000 / hz), threads)
+}
+
+/// A reaper daemon (`livereg reap`) holding `count` registrations beating
+/// at T = 1 s for `measure`: its CPU share of one core and its threads.
+/// Sessions over `unix:` (one client process with `count` connections), or
+/// local registrations (the baseline).
+fn reaper_load(count: u32, sessions: bool, measure: Duration) -> (f64, u64) {
+    let bench = BenchTable::new(
+        if sessions { "session-load" } else { "local-load" },
+        &options(Duration::from_secs(1), count + 8),
+    );
+    let (address, _path) = socket("load");
+    let mut args = vec!["reap", bench.name.as_str()];
+    if sessions {
+        args.extend(["--listen", address.as_str()]);
+    }
+    let mut daemon = Command::new(LIVEREG)
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    while bench.table.probe().is_err() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if sessions {
+        while !std::path::Path::new(&address[5..]).exists() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let workers: Vec<livereg::Worker> = (0..count)
+        .map(|i| {
+            let id = u64::from(i) + 1;
+            if sessions {
+                connect(&address, id, "load", &ConnectOptions::default()).unwrap()
+            } else {
+                bench.table.register(id, "load").unwrap()
+            }
+        })
+        .collect();
+    let beat = |until: Instant| {
+        while Instant::now() < until {
+            for worker in &workers {
+                worker.heartbeat().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    beat(Instant::now() + Duration::from_secs(2)); // settle
+    let (before, _) = cpu_and_threads(daemon.id());
+    let started = Instant::now();
+    beat(started + measure);
+    let (after, threads) = cpu_and_threads(daemon.id());
+    let share = (after - before).as_secs_f64() / started.elapsed().as_secs_f64();
+    assert_eq!(bench.table.status().unwrap().tracked_instances, count as usize);
+    drop(workers);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    (share, threads)
+}
+
+/// 100 sessions on a reaper daemon that is SIGKILLed and restarted at once:
+/// registrations lost (drops seen by the hook) and the time from the
+/// restart until every session is connected again.
+fn restart(count: u32) -> (usize, Duration) {
+    let bench = BenchTable::new("session-restart", &options(Duration::from_secs(2), count + 8));
+    let (address, path) = socket("restart");
+    let hook_log = format!("/tmp/livereg-bench-restart-{}.hook", std::process::id());
+    let _ = std::fs::remove_file(&hook_log);
+    let hook = format!("echo $LIVEREG_INSTANCE_ID >> {hook_log}");
+    let daemon = || {
+        Command::new(LIVEREG)
+            .args(["reap", &bench.name, "--listen", &address, "--on-drop", &hook])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = daemon();
+    while !std::path::Path::new(&path).exists() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let workers: Vec<livereg::Worker> = (0..count)
+        .map(|i| connect(&address, u64::from(i) + 1, "r", &ConnectOptions::default()).unwrap())
+        .collect();
+    first.kill().unwrap();
+    let _ = first.wait();
+    let restarted = Instant::now();
+    let mut second = daemon();
+    let connected = |table: &Table| {
+        let status = table.status().unwrap();
+        status.registrations.len() == count as usize
+            && status
+                .registrations
+                .iter()
+                .all(|r| r.remote.as_ref().is_some_and(|remote| remote.connected))
+    };
+    while !connected(&bench.table) {
+        for worker in &workers {
+            let _ = worker.heartbeat();
+        }
+        assert!(restarted.elapsed() < Duration::from_secs(30), "not all reclaimed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let all_back = restarted.elapsed();
+    // Past the timeout: nothing may have ended.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        for worker in &workers {
+            worker.heartbeat().expect("a session was lost");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lost = std::fs::read_to_string(&hook_log)
+        .map(|log| log.lines().count())
+        .unwrap_or(0);
+    drop(workers);
+    let _ = second.kill();
+    let _ = second.wait();
+    let _ = std::fs::remove_file(&hook_log);
+    (lost, all_back)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let mut c = support::criterion();
+    ping(&mut c);
+    let runs = if quick() { 3 } else { 30 };
+    println!("\n| figure (runs) | median | max | baseline (same run) | ratio of medians |");
+    println!("|---|---|---|---|---|");
+    let mut local = kill_to_drop(None, runs);
+    let local_median = median(&mut local);
+    let (unix, _path) = socket("kill");
+    for (what, address) in [("unix:", unix.as_str()), ("tcp:// loopback", &tcp())] {
+        let mut samples = kill_to_drop(Some(address), runs);
+        let m = median(&mut samples);
+        println!(
+            "| SIGKILL of an isolated client → drop handler over {what} ({runs}) | {} | {} | local worker by pidfd: median {} | {:.2}x |",
+            show(m),
+            show(*samples.last().unwrap()),
+            show(local_median),
+            m.as_secs_f64() / local_median.as_secs_f64()
+        );
+    }
+    let (mut sessions, mut locals) = connect_latency(if quick() { 5 } else { 100 });
+    let (s, l) = (median(&mut sessions), median(&mut locals));
+    println!(
+        "| connect → registered over unix: ({}) | {} | {} | `register` in the table: median {} | {:.1}x |",
+        sessions.len(),
+        show(s),
+        show(*sessions.last().unwrap()),
+        show(l),
+        s.as_secs_f64() / l.as_secs_f64()
+    );
+    let count = if quick() { 50 } else { 1_000 };
+    let measure = Duration::from_secs(if quick() { 2 } else { 10 });
+    let (session_share, session_threads) = reaper_load(count, true, measure);
+    let (local_share, local_threads) = reaper_load(count, false, measure);
+    println!(
+        "| reaper daemon, {count} sessions beating at T = 1 s ({}s) | {:.2} % of a core, {session_threads} threads | | {count} local registrations: {:.2} % of a core, {local_threads} threads | {:.1}x |",
+        measure.as_secs(),
+        session_share * 100.0,
+        local_share * 100.0,
+        session_share / local_share.max(1e-9)
+    );
+    let (lost, back) = restart(if quick() { 10 } else { 100 });
+    println!(
+        "| reaper SIGKILLed and restarted under {} sessions (T = 2 s) | {lost} lost | every session connected again {} after the restart | | |",
+        if quick() { 10 } else { 100 },
+        show(back)
+    );
+    c.final_summary();
+}

@@ -9,7 +9,12 @@ own PID namespace, so that it and those workers are siblings and no pidfd can
 reach them) is itself killed and restarted; clears and resets are requested. Some workers are busy
 engines making progress at every beat, some hang their engine loop while
 beating on (they must end `stalled`, and only they), some fork a child that
-outlives them holding copies of their descriptors.
+outlives them holding copies of their descriptors. A fifth of the workers
+are isolated sessions: each in a container of its own (`unshare`: a mount
+namespace with a private /dev/shm, its own PID and IPC namespaces), it
+registers through the reaper's listener (`reap --listen unix:…`, `worker
+unix:…`); the reaper's kills cut their connections, and they must reclaim
+their registrations when it comes back within the timeout.
 At the end it checks:
 
 - no worker that kept beating is ever evicted for silence (timeout/grace),
@@ -19,6 +24,8 @@ At the end it checks:
   started after the stop is reported separately, not judged;
 - every killed worker is dropped within its bound (timeout + timeout/4 plus
   slack, counted from the kill or from the reaper's restart if it was down);
+- a session ends `disconnected` only if its process was killed or stopped,
+  or its reaper was down around the end;
 - every registration ends exactly once, or again only across a reaper kill
   (a drop whose hook had started when its reaper died runs again);
 - no slot leaks: after everything stops, every slot is free;
@@ -68,9 +75,10 @@ class Life:
     stamps with.
     """
 
-    def __init__(self, pid, may_stall=False):
+    def __init__(self, pid, may_stall=False, session=False):
         self.pid = pid
         self.may_stall = may_stall  # its engine loop hangs on purpose
+        self.session = session  # registers over the reaper's socket
         self.registrations = []  # (slot, generation), in order
         self.stops = []  # [stopped, resumed or None]
         self.killed = None
@@ -133,7 +141,10 @@ class Ledger:
                     f"instance {drop.instance} (registration {key}, pid {life.pid}) evicted for "
                     f"{drop.reason} but never stopped")
                 continue
-            earliest = stopped + self.timeout - 2 * self.beat_interval
+            # A session's last beats before its stop may not have left its
+            # process (its sender forwards every timeout/8).
+            forwarding = self.timeout / 8 if life.session else 0.0
+            earliest = stopped + self.timeout - 2 * self.beat_interval - forwarding
             if drop.reason == "timeout" and drop.at < earliest:
                 violations.append(
                     f"instance {drop.instance} (registration {key}) evicted {drop.at - stopped:.3f}s after "
@@ -157,6 +168,21 @@ class Ledger:
             if life is not None and drop.reason == "stalled" and not life.may_stall:
                 violations.append(
                     f"instance {drop.instance} (registration {key}) ended stalled but its engine never hung")
+        # 1c. A session ends `disconnected` only when its process was killed
+        # or stopped, or its reaper was down around the end (the client was
+        # gone from the reaper for the timeout).
+        for key, drop in first_drop.items():
+            life = owner.get(key)
+            if life is None or drop.reason != "disconnected":
+                continue
+            window = self.timeout + self.timeout / 4 + self.slack
+            killed = life.killed is not None and life.killed <= drop.at + 0.05
+            stopped = life.last_stop_before(drop.at) is not None
+            reaper_down = any(down <= drop.at and up >= drop.at - window for down, up in self.reaper_downtime)
+            if not (killed or stopped or reaper_down):
+                violations.append(
+                    f"session instance {drop.instance} (registration {key}) ended disconnected while its process "
+                    f"lived and its reaper was up")
         # 2. Killed workers are dropped within their bound: the registration
         # they held when killed (their last) ends within timeout + timeout/4
         # plus slack, counted from the reaper's return if it was down.
@@ -224,6 +250,7 @@ class Ledger:
             "clears": self.clears,
             "resets": len(self.resets_done),
             "reaper_restarts": len(self.reaper_downtime),
+            "sessions": sum(1 for life in self.lives if life.session),
             "repeats": repeats,
             "pid_reuses": sum(n - 1 for n in pids.values()),
             "worst": worst,
@@ -239,7 +266,8 @@ def describe(seconds, violations, summary):
     return (
         f"torture {seconds:.0f}s: registrations {summary['registrations']}, ended {summary['ended']} "
         f"({reasons}), kills {summary['kills']}, stops {summary['stops']}, clears {summary['clears']}, resets {summary['resets']}, "
-        f"reaper restarts {summary['reaper_restarts']}, repeated drops {summary['repeats']}, "
+        f"reaper restarts {summary['reaper_restarts']}, sessions {summary.get('sessions', 0)}, "
+        f"repeated drops {summary['repeats']}, "
         f"pid reuses {summary['pid_reuses']}, workers in other time namespaces {summary.get('time_namespaces', 0)}, "
         f"workers in their own PID namespace {summary.get('pid_namespaces', 0)} "
         f"(reaper starts in its own {summary.get('reaper_pid_namespaces', 0)})"
@@ -264,11 +292,15 @@ def pid_namespaces():
     return probe.returncode == 0
 
 
-def spawn(command, offset=None, own_pids=False, **popen):
-    """`command`, in new time and PID namespaces as asked: then `unshare` is
-    the process returned, its one child the program (killed if `unshare`
-    dies)."""
+def spawn(command, offset=None, own_pids=False, isolated=False, **popen):
+    """`command`, in new time and PID namespaces as asked, or `isolated` in a
+    container of its own (mount namespace with a private /dev/shm, PID and
+    IPC namespaces): then `unshare` is the process returned, its one child
+    the program (killed if `unshare` dies)."""
     flags = (["--time", f"--monotonic={offset}"] if offset is not None else []) + (["--pid"] if own_pids else [])
+    if isolated:
+        flags = ["--mount", "--pid", "--ipc"]
+        command = ["sh", "-c", 'mount -t tmpfs session /dev/shm && exec "$0" "$@"', *command]
     if flags:
         command = ["unshare", *flags, "--fork", "--kill-child", *command]
     return subprocess.Popen(command, **popen)
@@ -295,9 +327,9 @@ class Reaper:
     """`livereg reap` with the drop hook; with `own_pids`, as pid 1 of a new
     PID namespace."""
 
-    def __init__(self, table, hook, own_pids):
+    def __init__(self, table, hook, own_pids, listen):
         self.own_pids = own_pids
-        self.process = spawn([LIVEREG, "reap", table, "--on-drop", hook], own_pids=own_pids,
+        self.process = spawn([LIVEREG, "reap", table, "--on-drop", hook, "--listen", listen], own_pids=own_pids,
                              stderr=subprocess.DEVNULL)
 
     def kill(self):
@@ -335,15 +367,17 @@ class Worker:
     many seconds off the reaper's; with `own_pids`, in a new PID namespace
     (`unshare` is then its parent, and kills it if it dies)."""
 
-    def __init__(self, table, instance, offset=None, shape=(), own_pids=False):
-        command = [LIVEREG, "worker", table, "--instance", str(instance), "--interval",
+    def __init__(self, table, instance, offset=None, shape=(), own_pids=False, session=None):
+        command = [LIVEREG, "worker", session or table, "--instance", str(instance), "--interval",
                    f"{int(BEAT_INTERVAL * 1000)}ms", "--reregister", *shape]
         self.offset = offset
-        self.own_pids = own_pids
-        self.process = spawn(command, offset, own_pids, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.own_pids = own_pids or session is not None
+        self.session = session
+        self.process = spawn(command, offset, own_pids, isolated=session is not None, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
         self.shape = shape
         self.forked = []  # pids of children it forked, killed at the end
-        self.life = Life(self.process.pid, may_stall="--stall-after" in shape)
+        self.life = Life(self.process.pid, may_stall="--stall-after" in shape, session=session is not None)
         self.lines = threading.Thread(target=self._read, daemon=True)
         self.lines.start()
 
@@ -359,7 +393,7 @@ class Worker:
 
     def target(self):
         """The worker itself: the process, or the child `unshare` forked."""
-        return program_pid(self.process, self.offset is not None or self.own_pids)
+        return program_pid(self.process, self.offset is not None or self.own_pids or self.session is not None)
 
     def signal(self, number):
         try:
@@ -405,14 +439,19 @@ def main():
             f' >> {drops_path}; case $LIVEREG_INSTANCE_ID in *7) sleep 1;; esac')
     offsets = time_namespaces()
     own_pids = pid_namespaces()
+    listen = f"unix:{tempfile.gettempdir()}/{name}.sock"
     reaper_starts = 0
 
     def new_reaper():
         nonlocal reaper_starts
         reaper_starts += 1
-        return Reaper(name, hook, own_pids and reaper_starts % 2 == 1)
+        return Reaper(name, hook, own_pids and reaper_starts % 2 == 1, listen)
 
     def new_worker(instance):
+        if own_pids and rng.random() < 0.2:
+            # An isolated session: the same shapes, over the socket.
+            shape = ("--busy",) if rng.random() < 0.2 else ()
+            return Worker(name, instance, shape=shape, session=listen)
         offset = rng.choice(offsets) if offsets and rng.random() < 0.25 else None
         in_own_pids = own_pids and rng.random() < 0.25
         # Shapes: an engine that makes progress at every beat, one whose loop
@@ -486,7 +525,7 @@ def main():
         violations, summary = ledger.judge(read_drops(drops_path), status["registrations"])
         everyone = retired + workers
         summary["time_namespaces"] = sum(1 for w in everyone if w.offset is not None)
-        summary["pid_namespaces"] = sum(1 for w in everyone if w.own_pids)
+        summary["pid_namespaces"] = sum(1 for w in everyone if w.own_pids and w.session is None)
         summary["reaper_pid_namespaces"] = (reaper_starts + 1) // 2 if own_pids else 0
         summary["shapes"] = {
             "busy": sum(1 for w in everyone if w.shape == ("--busy",)),

@@ -22,6 +22,27 @@ def life(pid, registrations, killed=None, stops=()):
     return record
 
 
+class Sessions(unittest.TestCase):
+    def test_a_session_ends_disconnected_only_if_killed_stopped_or_its_reaper_was_down(self):
+        ledger = Ledger(timeout=0.5, slack=1.0)
+        killed = life(100, [(1, 1)], killed=10.0)
+        alive = life(101, [(2, 1)], killed=30.0)
+        behind_a_restart = life(102, [(3, 1)], killed=30.0)
+        for record in (killed, alive, behind_a_restart):
+            record.session = True
+        ledger.lives = [killed, alive, behind_a_restart]
+        ledger.reaper_downtime = [(19.0, 19.8)]
+        drops = [
+            Drop(1, "disconnected", 100, 1, 1, 10.002),
+            Drop(2, "disconnected", 101, 2, 1, 12.0),
+            Drop(3, "disconnected", 102, 3, 1, 20.3),
+        ]
+        violations, summary = ledger.judge(drops)
+        self.assertEqual(len(violations), 1, violations)
+        self.assertIn("session instance 2", violations[0])
+        self.assertEqual(summary["sessions"], 3)
+
+
 class PidReuse(unittest.TestCase):
     def test_a_reused_pid_does_not_charge_an_old_drop_to_a_new_worker(self):
         ledger = Ledger(timeout=0.5, slack=1.0)

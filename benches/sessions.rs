@@ -104,7 +104,11 @@ fn isolated_worker(address: &str, id: u64) -> Child {
         command.arg("--net");
     }
     let mut child = command
-        .args(["sh", "-c", "mount -t tmpfs w /dev/shm && exec \"$0\" \"$@\""])
+        .args([
+            "sh",
+            "-c",
+            "mount -t tmpfs w /dev/shm && exec \"$0\" \"$@\"",
+        ])
         .args([LIVEREG, "worker", address, "--instance", &id.to_string()])
         .args(["--interval", "10ms"])
         .env("LIVEREG_TOKEN", TOKEN)
@@ -122,7 +126,14 @@ fn isolated_worker(address: &str, id: u64) -> Child {
 
 fn local_worker(table: &str, id: u64) -> Child {
     let mut child = Command::new(LIVEREG)
-        .args(["worker", table, "--instance", &id.to_string(), "--interval", "10ms"])
+        .args([
+            "worker",
+            table,
+            "--instance",
+            &id.to_string(),
+            "--interval",
+            "10ms",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -204,7 +215,11 @@ fn cpu_and_threads(pid: u32) -> (Duration, u64) {
 /// local registrations (the baseline).
 fn reaper_load(count: u32, sessions: bool, measure: Duration) -> (f64, u64) {
     let bench = BenchTable::new(
-        if sessions { "session-load" } else { "local-load" },
+        if sessions {
+            "session-load"
+        } else {
+            "local-load"
+        },
         &options(Duration::from_secs(1), count + 8),
     );
     let (address, _path) = socket("load");
@@ -226,32 +241,44 @@ fn reaper_load(count: u32, sessions: bool, measure: Duration) -> (f64, u64) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    let workers: Vec<livereg::Worker> = (0..count)
-        .map(|i| {
-            let id = u64::from(i) + 1;
-            if sessions {
-                connect(&address, id, "load", &ConnectOptions::default()).unwrap()
-            } else {
-                bench.table.register(id, "load").unwrap()
+    // A beater pings every worker connected so far every 100 ms, from the
+    // first connect on (connecting 1,000 takes longer than the timeout).
+    let workers = std::sync::Arc::new(std::sync::Mutex::new(Vec::<livereg::Worker>::new()));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beater = {
+        let (workers, done) = (workers.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for worker in workers.lock().unwrap().iter() {
+                    worker.heartbeat().expect("a beating worker was evicted");
+                }
+                std::thread::sleep(Duration::from_millis(100));
             }
         })
-        .collect();
-    let beat = |until: Instant| {
-        while Instant::now() < until {
-            for worker in &workers {
-                worker.heartbeat().unwrap();
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
     };
-    beat(Instant::now() + Duration::from_secs(2)); // settle
+    for i in 0..count {
+        let id = u64::from(i) + 1;
+        let worker = if sessions {
+            connect(&address, id, "load", &ConnectOptions::default()).unwrap()
+        } else {
+            bench.table.register(id, "load").unwrap()
+        };
+        worker.heartbeat().unwrap();
+        workers.lock().unwrap().push(worker);
+    }
+    std::thread::sleep(Duration::from_secs(2)); // settle
     let (before, _) = cpu_and_threads(daemon.id());
     let started = Instant::now();
-    beat(started + measure);
+    std::thread::sleep(measure);
     let (after, threads) = cpu_and_threads(daemon.id());
     let share = (after - before).as_secs_f64() / started.elapsed().as_secs_f64();
-    assert_eq!(bench.table.status().unwrap().tracked_instances, count as usize);
-    drop(workers);
+    assert_eq!(
+        bench.table.status().unwrap().tracked_instances,
+        count as usize
+    );
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    beater.join().expect("every worker kept its registration");
+    workers.lock().unwrap().clear();
     let _ = daemon.kill();
     let _ = daemon.wait();
     (share, threads)
@@ -261,14 +288,24 @@ fn reaper_load(count: u32, sessions: bool, measure: Duration) -> (f64, u64) {
 /// registrations lost (drops seen by the hook) and the time from the
 /// restart until every session is connected again.
 fn restart(count: u32) -> (usize, Duration) {
-    let bench = BenchTable::new("session-restart", &options(Duration::from_secs(2), count + 8));
+    let bench = BenchTable::new(
+        "session-restart",
+        &options(Duration::from_secs(2), count + 8),
+    );
     let (address, path) = socket("restart");
     let hook_log = format!("/tmp/livereg-bench-restart-{}.hook", std::process::id());
     let _ = std::fs::remove_file(&hook_log);
     let hook = format!("echo $LIVEREG_INSTANCE_ID >> {hook_log}");
     let daemon = || {
         Command::new(LIVEREG)
-            .args(["reap", &bench.name, "--listen", &address, "--on-drop", &hook])
+            .args([
+                "reap",
+                &bench.name,
+                "--listen",
+                &address,
+                "--on-drop",
+                &hook,
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -297,7 +334,10 @@ fn restart(count: u32) -> (usize, Duration) {
         for worker in &workers {
             let _ = worker.heartbeat();
         }
-        assert!(restarted.elapsed() < Duration::from_secs(30), "not all reclaimed");
+        assert!(
+            restarted.elapsed() < Duration::from_secs(30),
+            "not all reclaimed"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     let all_back = restarted.elapsed();
@@ -319,15 +359,43 @@ fn restart(count: u32) -> (usize, Duration) {
     (lost, all_back)
 }
 
+/// Whether to run part `name`: every part, or those a filter argument
+/// names (`cargo bench --bench sessions -- load`).
+fn part(name: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
     let mut c = support::criterion();
-    ping(&mut c);
+    if part("ping") {
+        ping(&mut c);
+    }
     let runs = if quick() { 3 } else { 30 };
     println!("\n| figure (runs) | median | max | baseline (same run) | ratio of medians |");
     println!("|---|---|---|---|---|");
+    if part("kill") {
+        kill_figures(runs);
+    }
+    if part("connect") {
+        connect_figure();
+    }
+    if part("load") {
+        load_figure();
+    }
+    if part("restart") {
+        restart_figure();
+    }
+    c.final_summary();
+}
+
+fn kill_figures(runs: usize) {
     let mut local = kill_to_drop(None, runs);
     let local_median = median(&mut local);
     let (unix, _path) = socket("kill");
@@ -342,6 +410,9 @@ fn main() {
             m.as_secs_f64() / local_median.as_secs_f64()
         );
     }
+}
+
+fn connect_figure() {
     let (mut sessions, mut locals) = connect_latency(if quick() { 5 } else { 100 });
     let (s, l) = (median(&mut sessions), median(&mut locals));
     println!(
@@ -352,6 +423,9 @@ fn main() {
         show(l),
         s.as_secs_f64() / l.as_secs_f64()
     );
+}
+
+fn load_figure() {
     let count = if quick() { 50 } else { 1_000 };
     let measure = Duration::from_secs(if quick() { 2 } else { 10 });
     let (session_share, session_threads) = reaper_load(count, true, measure);
@@ -363,11 +437,13 @@ fn main() {
         local_share * 100.0,
         session_share / local_share.max(1e-9)
     );
+}
+
+fn restart_figure() {
     let (lost, back) = restart(if quick() { 10 } else { 100 });
     println!(
         "| reaper SIGKILLed and restarted under {} sessions (T = 2 s) | {lost} lost | every session connected again {} after the restart | | |",
         if quick() { 10 } else { 100 },
         show(back)
     );
-    c.final_summary();
 }

@@ -284,7 +284,7 @@ void livereg_reaper_stop(livereg_reaper *reaper);
  * ordinary livereg_worker: livereg_ping, livereg_set_busy, livereg_progress
  * and livereg_deregister work unchanged and cost the same (they write memory
  * this process owns; no system call). A library thread forwards them to the
- * reaper ten times per reap timeout and delivers the reaper's notices: when
+ * reaper eight times per reap timeout and delivers the reaper's notices: when
  * the registration ends (evicted, reset, ...), the next ping returns
  * EVICTED. If the connection breaks, the thread reconnects with backoff and
  * takes the same registration back; if no listener takes it back within the
@@ -319,7 +319,9 @@ livereg_result livereg_worker_get_info(livereg_worker *worker, void *buf, size_t
  * livereg_reaper_stop). token (NUL-terminated) is what clients must present;
  * required for tcp:// (INVALID_ARGUMENT without), may be NULL for unix:
  * (the socket is made mode 0660). Errors: INVALID_ARGUMENT, BUSY (another
- * listener serves that socket), IO (cannot bind). */
+ * listener serves that socket), IO (cannot bind). Not concurrently with
+ * another call on the same reaper (call it where you call livereg_reaper_scan,
+ * or right after livereg_reaper_start). */
 livereg_result livereg_reaper_listen(livereg_reaper *reaper, const char *address, const char *token);
 
 /* A static name for a result ("LIVEREG_OK", ...). Never NULL. */

@@ -143,7 +143,7 @@ pub unsafe extern "C" fn livereg_reaper_listen(
         // no other thread uses during the call (this function's `# Safety`).
         match unsafe { reaper.as_mut() }.ok_or_else(|| null("reaper"))? {
             livereg_reaper::Driven { reaper, .. } => reaper
-                .lock()
+                .get_mut()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .listen(address, token),
             livereg_reaper::Thread(thread) => thread.listen(address, token),

@@ -49,7 +49,7 @@ impl Epoll {
     /// `epoll_wait`: blocks until an entry fires, or `timeout` (if any)
     /// passes; returns the keys that fired (none on a timeout).
     pub(crate) fn wait(&self, timeout: Option<std::time::Duration>) -> io::Result<Vec<u64>> {
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
         let timeout_ms = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
         // SAFETY: `events` is a writable array of the length passed.
         let n = unsafe {

@@ -31,6 +31,14 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// holds; more are closed at once.
 const GREETING_MAX: usize = 64;
 
+/// After a round of nothing but beats, the listener waits this long before
+/// the next: with many sessions, beats arrive one by one (each client's
+/// sender keeps its own time), and waking once per beat would cost the
+/// thread a context switch each; gathered, one wake-up serves the beats of a
+/// millisecond. A round with a connection, a greeting or a close does not
+/// wait; a close that comes during the wait is seen at most this much later.
+const GATHER: Duration = Duration::from_millis(5);
+
 /// How a listener is set up.
 #[derive(Clone, Debug)]
 pub(crate) struct ListenConfig {
@@ -103,6 +111,7 @@ impl Listener {
             epoll,
             connections: Vec::new(),
             info_sequence: None,
+            urgent: false,
         };
         serve.info_sequence = serve.current_info_sequence();
         let thread = std::thread::Builder::new()
@@ -235,6 +244,9 @@ struct Serve {
     connections: Vec<Option<Served>>,
     /// The info area's sequence last sent to the sessions.
     info_sequence: Option<u64>,
+    /// Whether this round saw more than beats (a connection, a greeting, a
+    /// close): then the next round does not wait.
+    urgent: bool,
 }
 
 impl Serve {
@@ -255,6 +267,8 @@ impl Serve {
                     Vec::new()
                 }
             };
+            let beats_only = !keys.is_empty();
+            self.urgent = false;
             for key in keys {
                 match key {
                     STOP => return self.stop(),
@@ -266,10 +280,14 @@ impl Serve {
                 self.tick();
                 next_tick = Instant::now() + tick;
             }
+            if beats_only && !self.urgent {
+                std::thread::sleep(GATHER);
+            }
         }
     }
 
     fn accept_all(&mut self) {
+        self.urgent = true;
         loop {
             match self.acceptor.accept() {
                 Ok((stream, peer)) => self.admit(stream, peer),
@@ -325,7 +343,9 @@ impl Serve {
         let Some(Some(served)) = self.connections.get_mut(entry) else {
             return;
         };
+        self.urgent |= served.holding.is_none();
         if let Next::Close(end) = served.on_readable(&gate) {
+            self.urgent = true;
             self.close(entry, end);
         }
     }

@@ -64,6 +64,34 @@ fn listening(
     (builder.spawn().unwrap(), events)
 }
 
+/// A `livereg reap` daemon, killed on drop (a panicking bench leaves none
+/// behind), its socket removed.
+struct Daemon(Child, String);
+
+impl Daemon {
+    fn start(args: &[&str], socket: &str) -> Daemon {
+        let child = Command::new(LIVEREG)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Daemon(child, socket.to_owned())
+    }
+
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_file(&self.1);
+    }
+}
+
 fn median(samples: &mut [Duration]) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
@@ -227,12 +255,7 @@ fn reaper_load(count: u32, sessions: bool, measure: Duration) -> (f64, u64) {
     if sessions {
         args.extend(["--listen", address.as_str()]);
     }
-    let mut daemon = Command::new(LIVEREG)
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let daemon = Daemon::start(&args, &address[5..]);
     while bench.table.probe().is_err() {
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -279,8 +302,7 @@ fn reaper_load(count: u32, sessions: bool, measure: Duration) -> (f64, u64) {
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     beater.join().expect("every worker kept its registration");
     workers.lock().unwrap().clear();
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    drop(daemon);
     (share, threads)
 }
 
@@ -297,19 +319,17 @@ fn restart(count: u32) -> (usize, Duration) {
     let _ = std::fs::remove_file(&hook_log);
     let hook = format!("echo $LIVEREG_INSTANCE_ID >> {hook_log}");
     let daemon = || {
-        Command::new(LIVEREG)
-            .args([
+        Daemon::start(
+            &[
                 "reap",
                 &bench.name,
                 "--listen",
                 &address,
                 "--on-drop",
                 &hook,
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
+            ],
+            &path,
+        )
     };
     let mut first = daemon();
     while !std::path::Path::new(&path).exists() {
@@ -318,10 +338,10 @@ fn restart(count: u32) -> (usize, Duration) {
     let workers: Vec<livereg::Worker> = (0..count)
         .map(|i| connect(&address, u64::from(i) + 1, "r", &ConnectOptions::default()).unwrap())
         .collect();
-    first.kill().unwrap();
-    let _ = first.wait();
+    first.0.kill().unwrap();
+    let _ = first.0.wait();
     let restarted = Instant::now();
-    let mut second = daemon();
+    let second = daemon();
     let connected = |table: &Table| {
         let status = table.status().unwrap();
         status.registrations.len() == count as usize
@@ -353,8 +373,7 @@ fn restart(count: u32) -> (usize, Duration) {
         .map(|log| log.lines().count())
         .unwrap_or(0);
     drop(workers);
-    let _ = second.kill();
-    let _ = second.wait();
+    drop(second);
     let _ = std::fs::remove_file(&hook_log);
     (lost, all_back)
 }

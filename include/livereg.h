@@ -279,8 +279,9 @@ void livereg_reaper_stop(livereg_reaper *reaper);
  *
  * A worker in a container that shares no /dev/shm, IPC or PID namespace
  * with the reaper registers through the reaper's listener over a socket.
- * Addresses are "unix:/ABSOLUTE/PATH" or "tcp://HOST:PORT" (an IPv4
- * address, [IPv6] or a DNS name). The handle livereg_connect gives is an
+ * Addresses are "unix:/ABSOLUTE/PATH", "tcp://HOST:PORT" or "tls://HOST:PORT"
+ * (an IPv4 address, [IPv6] or a DNS name; tls:// verifies the listener
+ * against the CA in opts, never falling back to plaintext). The handle livereg_connect gives is an
  * ordinary livereg_worker: livereg_ping, livereg_set_busy, livereg_progress
  * and livereg_deregister work unchanged and cost the same (they write memory
  * this process owns; no system call). A library thread forwards them to the
@@ -295,6 +296,9 @@ void livereg_reaper_stop(livereg_reaper *reaper);
 typedef struct livereg_connect_options {
     const char *token;              /* the listener's token; required by tcp:// listeners; NULL: none */
     uint64_t connect_timeout_ms;    /* connection and answer; 0: the default (2000) */
+    const char *tls_ca_file;        /* tls:// only (required there): the CA (PEM) the listener's certificate must chain to */
+    const char *tls_cert_file;      /* for a listener requiring client certificates: this client's certificate (PEM) ... */
+    const char *tls_key_file;       /* ... and its key (PEM); NULL: none */
 } livereg_connect_options;
 
 /* Fills *out with the defaults: no token, the default timeout. */
@@ -303,8 +307,9 @@ void livereg_connect_options_default(livereg_connect_options *out);
 /* Registers instance_id (label may be NULL) through the listener at address;
  * opts may be NULL (the defaults). Errors: INVALID_ARGUMENT (a bad address,
  * id 0, a bad label), EXISTS (the id is live, its holder is not disturbed),
- * PERMISSION (a wrong or missing token), FULL, BUSY (the id's previous drop
- * is pending), TIMEOUT (no answer in time), INCOMPATIBLE (not a livereg
+ * PERMISSION (a wrong or missing token, a TLS handshake that failed: a
+ * certificate that does not verify, a plaintext listener), FULL, BUSY (the
+ * id's previous drop is pending), TIMEOUT (no answer in time), INCOMPATIBLE (not a livereg
  * listener), IO (the connection failed). */
 livereg_result livereg_connect(const char *address, const livereg_connect_options *opts,
                                uint64_t instance_id, const char *label, livereg_worker **out);

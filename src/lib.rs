@@ -97,7 +97,10 @@ pub use reaper::{Reaper, ReaperBuilder, ScanReport};
 #[cfg(not(loom))]
 pub use reaper_thread::ReaperThread;
 #[cfg(not(loom))]
-pub use session::{connect, remote_status, wire, Address, ConnectOptions, DEFAULT_CONNECT_TIMEOUT};
+pub use session::{
+    connect, remote_status, wire, Address, ConnectOptions, TlsClient, TlsServer,
+    DEFAULT_CONNECT_TIMEOUT,
+};
 #[cfg(not(loom))]
 pub use status::{ExitDetection, RegistrationState, RegistrationStatus, RemoteStatus, Status};
 #[cfg(not(loom))]

@@ -18,7 +18,7 @@ use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
 use crate::session::held::Held;
 use crate::session::listener::{ListenConfig, Listener, DEFAULT_SOCKET_MODE};
-use crate::session::Address;
+use crate::session::{Address, TlsServer};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::table::Table;
 use crate::wake::WakeFd;
@@ -57,6 +57,8 @@ pub struct ReaperBuilder {
     clear_handlers: Vec<ClearHandler>,
     handler_deadline: Duration,
     listens: Vec<ListenConfig>,
+    socket_mode: u32,
+    tls: Option<TlsServer>,
 }
 
 impl Table {
@@ -69,6 +71,8 @@ impl Table {
             clear_handlers: Vec::new(),
             handler_deadline: HANDLER_DEADLINE,
             listens: Vec::new(),
+            socket_mode: DEFAULT_SOCKET_MODE,
+            tls: None,
         }
     }
 }
@@ -120,16 +124,22 @@ impl ReaperBuilder {
             address,
             token,
             socket_mode: DEFAULT_SOCKET_MODE,
+            tls: None,
         });
+        self
+    }
+
+    /// The certificate, key and (to require client certificates) client CA
+    /// of this reaper's `tls://` listeners.
+    pub fn tls(mut self, tls: TlsServer) -> Self {
+        self.tls = Some(tls);
         self
     }
 
     /// The mode of the `unix:` sockets this reaper listens on (default
     /// 0660).
     pub fn socket_mode(mut self, mode: u32) -> Self {
-        for config in &mut self.listens {
-            config.socket_mode = mode;
-        }
+        self.socket_mode = mode;
         self
     }
 
@@ -189,10 +199,18 @@ impl ReaperBuilder {
             source,
         })?;
         let held = Arc::new(Held::default());
+        let (socket_mode, tls) = (self.socket_mode, self.tls);
         let listeners = self
             .listens
             .into_iter()
-            .map(|config| Listener::start(self.table.clone(), config, held.clone()))
+            .map(|config| {
+                let config = ListenConfig {
+                    socket_mode,
+                    tls: tls.clone(),
+                    ..config
+                };
+                Listener::start(self.table.clone(), config, held.clone())
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Reaper {
             listeners,
@@ -618,6 +636,7 @@ impl Reaper {
             address,
             token,
             socket_mode: DEFAULT_SOCKET_MODE,
+            tls: None,
         };
         self.listeners.push(Listener::start(
             self.table.clone(),

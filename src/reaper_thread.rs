@@ -118,6 +118,7 @@ impl ReaperThread {
             address,
             token,
             socket_mode: DEFAULT_SOCKET_MODE,
+            tls: None,
         };
         self.listeners.push(Listener::start(
             self.table.clone(),

@@ -6,8 +6,9 @@ use crate::boundary::{copy_out, guard, hand_out, null, output, text};
 use crate::reaper::livereg_reaper;
 use crate::types::livereg_result;
 use crate::worker::livereg_worker;
-use livereg::{Address, ConnectOptions};
+use livereg::{Address, ConnectOptions, TlsClient};
 use std::ffi::{c_char, c_void};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How `livereg_connect` opens a session.
@@ -20,6 +21,14 @@ pub struct livereg_connect_options {
     /// How long to wait for the connection and the answer, in ms; 0: the
     /// default (2,000).
     pub connect_timeout_ms: u64,
+    /// For a `tls://` address (required there): the CA (PEM file) the
+    /// listener's certificate must chain to; NULL: none.
+    pub tls_ca_file: *const c_char,
+    /// For a listener that requires client certificates: this client's
+    /// certificate and key (PEM files); NULL: none.
+    pub tls_cert_file: *const c_char,
+    /// See `tls_cert_file`.
+    pub tls_key_file: *const c_char,
 }
 
 /// `livereg_connect_options_default(out)`: no token, the default timeout.
@@ -35,6 +44,9 @@ pub unsafe extern "C" fn livereg_connect_options_default(out: *mut livereg_conne
         *out = livereg_connect_options {
             token: std::ptr::null(),
             connect_timeout_ms: 0,
+            tls_ca_file: std::ptr::null(),
+            tls_cert_file: std::ptr::null(),
+            tls_key_file: std::ptr::null(),
         };
     }
 }
@@ -45,7 +57,7 @@ pub unsafe extern "C" fn livereg_connect_options_default(out: *mut livereg_conne
 /// # Safety
 ///
 /// `address` is a NUL-terminated string; `opts` is NULL or points to an
-/// initialised struct whose `token` is NULL or NUL-terminated; `label` is
+/// initialised struct whose strings are NULL or NUL-terminated; `label` is
 /// NULL or NUL-terminated; `out` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn livereg_connect(
@@ -80,11 +92,38 @@ pub unsafe extern "C" fn livereg_connect(
             if opts.connect_timeout_ms > 0 {
                 options.connect_timeout = Some(Duration::from_millis(opts.connect_timeout_ms));
             }
+            // SAFETY: each is NULL or NUL-terminated (this function's
+            // `# Safety`), as `optional_path` requires.
+            let (ca, cert, key) = unsafe {
+                (
+                    optional_path(opts.tls_ca_file, "tls_ca_file")?,
+                    optional_path(opts.tls_cert_file, "tls_cert_file")?,
+                    optional_path(opts.tls_key_file, "tls_key_file")?,
+                )
+            };
+            options.tls = ca.map(|ca| TlsClient { ca, cert, key });
         }
         let worker = livereg::connect(address, instance_id, label, &options)?;
         hand_out(out, livereg_worker(worker));
         Ok(())
     })
+}
+
+/// A path from a C string that may be NULL.
+///
+/// # Safety
+///
+/// `path` is NULL or a NUL-terminated string valid for the call.
+unsafe fn optional_path(
+    path: *const c_char,
+    argument: &str,
+) -> Result<Option<PathBuf>, livereg::Error> {
+    if path.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-NULL, so NUL-terminated (this function's `# Safety`), as
+    // `text` requires.
+    Ok(Some(PathBuf::from(unsafe { text(path, argument) }?)))
 }
 
 /// `livereg_worker_get_info(worker, buf, cap, len)`: the server's info area,

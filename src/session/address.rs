@@ -1,11 +1,12 @@
-//! Where a reaper listens for sessions: `unix:PATH` or `tcp://HOST:PORT`.
+//! Where a reaper listens for sessions: `unix:PATH`, `tcp://HOST:PORT` or
+//! `tls://HOST:PORT`.
 
 use crate::error::{Error, Result};
 use std::fmt;
 use std::path::PathBuf;
 
-/// A session address. A name that starts with `unix:` or `tcp://` is an
-/// address; anything else names a table.
+/// A session address. A name that starts with `unix:`, `tcp://` or `tls://`
+/// is an address; anything else names a table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Address {
     /// A Unix stream socket at an absolute path.
@@ -13,18 +14,22 @@ pub enum Address {
     /// A TCP endpoint: `HOST:PORT`, the host an IPv4 address, `[IPv6]` or a
     /// DNS name.
     Tcp(String),
+    /// A TCP endpoint speaking TLS (rustls): the listener presents a
+    /// certificate, the client verifies it against a CA it is given.
+    Tls(String),
 }
 
 const UNIX: &str = "unix:";
 const TCP: &str = "tcp://";
+const TLS: &str = "tls://";
 
 impl Address {
     /// Whether `name` is a session address rather than a table name.
     pub fn is_address(name: &str) -> bool {
-        name.starts_with(UNIX) || name.starts_with(TCP)
+        name.starts_with(UNIX) || name.starts_with(TCP) || name.starts_with(TLS)
     }
 
-    /// Parses `unix:/ABSOLUTE/PATH` or `tcp://HOST:PORT`.
+    /// Parses `unix:/ABSOLUTE/PATH`, `tcp://HOST:PORT` or `tls://HOST:PORT`.
     ///
     /// # Errors
     ///
@@ -43,7 +48,7 @@ impl Address {
     pub fn parse(text: &str) -> Result<Address> {
         let wrong = |why: &str| {
             Error::InvalidArgument(format!(
-                "address '{text}': {why}, expected unix:/ABSOLUTE/PATH or tcp://HOST:PORT"
+                "address '{text}': {why}, expected unix:/ABSOLUTE/PATH, tcp://HOST:PORT or tls://HOST:PORT"
             ))
         };
         if let Some(path) = text.strip_prefix(UNIX) {
@@ -59,8 +64,10 @@ impl Address {
             }
             return Ok(Address::Unix(PathBuf::from(path)));
         }
-        let Some(endpoint) = text.strip_prefix(TCP) else {
-            return Err(wrong("no scheme"));
+        let (endpoint, tls) = match (text.strip_prefix(TCP), text.strip_prefix(TLS)) {
+            (Some(endpoint), _) => (endpoint, false),
+            (_, Some(endpoint)) => (endpoint, true),
+            _ => return Err(wrong("no scheme")),
         };
         let Some((host, port)) = endpoint.rsplit_once(':') else {
             return Err(wrong("no port"));
@@ -74,13 +81,11 @@ impl Address {
         if port.parse::<u16>().is_err() {
             return Err(wrong(&format!("port '{port}' is not 0 to 65535")));
         }
-        Ok(Address::Tcp(endpoint.to_owned()))
-    }
-
-    /// Whether a listener here must require a token: anything not a Unix
-    /// socket (whose file mode already says who may connect).
-    pub(crate) fn needs_token(&self) -> bool {
-        matches!(self, Address::Tcp(_))
+        Ok(if tls {
+            Address::Tls(endpoint.to_owned())
+        } else {
+            Address::Tcp(endpoint.to_owned())
+        })
     }
 }
 
@@ -89,6 +94,7 @@ impl fmt::Display for Address {
         match self {
             Address::Unix(path) => write!(f, "{UNIX}{}", path.display()),
             Address::Tcp(endpoint) => write!(f, "{TCP}{endpoint}"),
+            Address::Tls(endpoint) => write!(f, "{TLS}{endpoint}"),
         }
     }
 }
@@ -104,10 +110,12 @@ mod tests {
             "tcp://127.0.0.1:7070",
             "tcp://[::1]:1",
             "tcp://reaper.node-3.svc:65535",
+            "tls://reaper.node-3.svc:7071",
         ] {
             assert_eq!(Address::parse(text).unwrap().to_string(), text);
         }
         assert!(Address::is_address("unix:/x") && Address::is_address("tcp://h:1"));
+        assert!(Address::is_address("tls://h:1"));
         assert!(!Address::is_address("gpu-workers") && !Address::is_address("/dev/shm/t"));
     }
 
@@ -123,7 +131,8 @@ mod tests {
         ] {
             let message = Address::parse(text).unwrap_err().to_string();
             assert!(message.contains(says), "{text}: {message}");
-            assert!(message.contains("expected unix:/ABSOLUTE/PATH or tcp://HOST:PORT"));
+            assert!(message
+                .contains("expected unix:/ABSOLUTE/PATH, tcp://HOST:PORT or tls://HOST:PORT"));
         }
         assert!(Address::parse(&format!("unix:/{}", "x".repeat(107))).is_err());
     }

@@ -8,6 +8,7 @@
 use super::address::Address;
 use super::sender::{Dialed, Link};
 use super::stream::{send, Inbox, Received, Stream};
+use super::tls::TlsClient;
 use super::wire::{Frame, Reclaim, VERSION};
 use crate::error::{Error, Result};
 use crate::status::Status;
@@ -15,6 +16,7 @@ use crate::table::{Table, TableOptions};
 use crate::worker::Worker;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How a session is opened.
@@ -25,6 +27,10 @@ pub struct ConnectOptions {
     /// How long to wait for the connection and the listener's answer
     /// (`None`: [`DEFAULT_CONNECT_TIMEOUT`]).
     pub connect_timeout: Option<Duration>,
+    /// For `tls://` addresses (required there, refused elsewhere): the CA
+    /// the listener's certificate must chain to, and this client's
+    /// certificate if the listener requires one.
+    pub tls: Option<TlsClient>,
 }
 
 impl std::fmt::Debug for ConnectOptions {
@@ -35,6 +41,7 @@ impl std::fmt::Debug for ConnectOptions {
                 &self.token.as_ref().map(|t| format!("<{} bytes>", t.len())),
             )
             .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -94,6 +101,7 @@ pub fn connect(
         .register()?;
     let timeout = options.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
     let hello = Hello {
+        tls: tls_for(&address, options)?,
         address,
         instance_id,
         label: label.to_owned(),
@@ -120,7 +128,8 @@ pub fn remote_status(
 ) -> Result<Status> {
     let parsed = Address::parse(address)?;
     let timeout = options.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
-    let mut stream = open(&parsed, timeout)?;
+    let tls = tls_for(&parsed, options)?;
+    let mut stream = open(&parsed, timeout, tls.as_ref())?;
     let io = |step: &str, e: std::io::Error| Error::Io {
         context: format!("session {address}: {step}"),
         source: e,
@@ -177,6 +186,8 @@ pub fn remote_status(
 /// Everything needed to say hello again after a reconnect.
 pub(crate) struct Hello {
     pub address: Address,
+    /// The client's TLS configuration, for a `tls://` address.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     pub instance_id: u64,
     pub label: String,
     pub token: Vec<u8>,
@@ -188,7 +199,7 @@ impl Hello {
     /// answer.
     pub(crate) fn dial(&self, reclaim: Option<Reclaim>) -> Result<Dialed> {
         let deadline = Instant::now() + self.timeout;
-        let mut stream = open(&self.address, self.timeout)?;
+        let mut stream = open(&self.address, self.timeout, self.tls.as_ref())?;
         let io = |step: &str, e: std::io::Error| Error::Io {
             context: format!("session {}: {step}", self.address),
             source: e,
@@ -205,7 +216,14 @@ impl Hello {
             host: host_name(),
             reclaim,
         };
-        send(&mut stream, &frame).map_err(|e| io("send hello", e))?;
+        send(&mut stream, &frame).map_err(|e| match self.address {
+            // The TLS handshake runs with the first write.
+            Address::Tls(_) => Error::Permission(format!(
+                "session {}: TLS handshake failed: {e} (is it a tls:// listener whose certificate chains to the CA given?)",
+                self.address
+            )),
+            _ => io("send hello", e),
+        })?;
         let mut inbox = Inbox::default();
         let mut info = None;
         loop {
@@ -222,11 +240,19 @@ impl Hello {
             let (frames, closed) = match inbox.receive(&mut stream) {
                 Ok(Received::Frames(frames)) => (frames, false),
                 Ok(Received::Closed(frames)) => (frames, true),
-                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                Err(e) if is_frame_error(&e) => {
                     return Err(Error::Incompatible(format!(
                         "session {}: the listener's answer is not a livereg frame ({e}); is it a livereg listener, speaking TLS?",
                         self.address
                     )))
+                }
+                Err(e) if matches!(self.address, Address::Tls(_)) => {
+                    // rustls: an alert from the listener (a client
+                    // certificate it refused), or a record that is not TLS.
+                    return Err(Error::Permission(format!(
+                        "session {}: TLS handshake failed: {e}",
+                        self.address
+                    )));
                 }
                 Err(e) => return Err(io("read the answer", e)),
             };
@@ -277,33 +303,77 @@ impl Hello {
     }
 }
 
-/// Opens a connection to `address` within `timeout`.
-fn open(address: &Address, timeout: Duration) -> Result<Stream> {
+/// Whether a read failed because the bytes were not a frame (rather than
+/// TLS or the socket).
+fn is_frame_error(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<super::wire::WireError>().is_some())
+}
+
+/// The TLS configuration a connection to `address` uses: required for
+/// `tls://`, refused for a plaintext address (never a silent fallback).
+fn tls_for(
+    address: &Address,
+    options: &ConnectOptions,
+) -> Result<Option<Arc<rustls::ClientConfig>>> {
+    match (address, &options.tls) {
+        (Address::Tls(_), Some(tls)) => Ok(Some(super::tls::client_config(tls)?)),
+        (Address::Tls(_), None) => Err(Error::InvalidArgument(format!(
+            "session {address}: a tls:// address needs the CA that signed the listener's certificate (tls_ca), found none"
+        ))),
+        (_, Some(_)) => Err(Error::InvalidArgument(format!(
+            "session {address}: a TLS CA was given for a plaintext address, expected tls://HOST:PORT"
+        ))),
+        (_, None) => Ok(None),
+    }
+}
+
+/// Opens a connection to `address` within `timeout` (TLS with `tls`).
+fn open(
+    address: &Address,
+    timeout: Duration,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<Stream> {
     let io = |e: std::io::Error| Error::Io {
         context: format!("session {address}: connect"),
         source: e,
     };
     match address {
         Address::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).map_err(io)?)),
-        Address::Tcp(endpoint) => {
-            let mut last = None;
-            for resolved in endpoint.to_socket_addrs().map_err(io)? {
-                match TcpStream::connect_timeout(&resolved, timeout) {
-                    Ok(stream) => {
-                        let _ = stream.set_nodelay(true);
-                        return Ok(Stream::Tcp(stream));
-                    }
-                    Err(e) => last = Some(e),
-                }
-            }
-            Err(io(last.unwrap_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "the host resolves to no address",
-                )
-            })))
+        Address::Tcp(endpoint) => Ok(Stream::Tcp(dial_tcp(endpoint, timeout).map_err(io)?)),
+        Address::Tls(endpoint) => {
+            let config = tls.cloned().ok_or_else(|| {
+                Error::InvalidArgument(format!("session {address}: no TLS configuration"))
+            })?;
+            let name = super::tls::server_name(endpoint)?;
+            let connection = rustls::ClientConnection::new(config, name)
+                .map_err(|e| Error::InvalidArgument(format!("session {address}: TLS: {e}")))?;
+            let socket = dial_tcp(endpoint, timeout).map_err(io)?;
+            Ok(Stream::TlsClient(Box::new(rustls::StreamOwned::new(
+                connection, socket,
+            ))))
         }
     }
+}
+
+/// A TCP connection to the first address `endpoint` resolves to that answers.
+fn dial_tcp(endpoint: &str, timeout: Duration) -> std::io::Result<TcpStream> {
+    let mut last = None;
+    for resolved in endpoint.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&resolved, timeout) {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the host resolves to no address",
+        )
+    }))
 }
 
 /// The error a listener's `Refused` stands for.

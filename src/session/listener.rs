@@ -5,6 +5,7 @@ use super::address::Address;
 use super::held::Held;
 use super::served::{Gate, Next, Served};
 use super::stream::Stream;
+use super::tls::TlsServer;
 use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::os::{epoll::Epoll, eventfd, socket};
@@ -47,6 +48,8 @@ pub(crate) struct ListenConfig {
     pub token: Option<Vec<u8>>,
     /// The mode of a `unix:` socket.
     pub socket_mode: u32,
+    /// The certificate (and client CA) of a `tls://` listener.
+    pub tls: Option<TlsServer>,
 }
 
 /// A running listener; stopped (its connections closed, their
@@ -77,11 +80,30 @@ impl Listener {
                 "listener {address}: the token is empty, expected at least one byte"
             )));
         }
-        if address.needs_token() && config.token.is_none() {
+        let tls = match (&address, &config.tls) {
+            (Address::Tls(_), Some(tls)) => Some(super::tls::server_config(tls)?),
+            (Address::Tls(_), None) => {
+                return Err(Error::InvalidArgument(format!(
+                    "listener {address}: a tls:// listener needs a certificate and key (--tls-cert, --tls-key), found none"
+                )))
+            }
+            _ => None,
+        };
+        let client_certificates = config
+            .tls
+            .as_ref()
+            .is_some_and(|tls| tls.client_ca.is_some());
+        let needs_token = match &address {
+            Address::Unix(_) => false,
+            Address::Tcp(_) => true,
+            Address::Tls(_) => !client_certificates,
+        };
+        if needs_token && config.token.is_none() {
             return Err(Error::InvalidArgument(format!(
-                "listener {address}: a tcp:// listener needs a token (--token-file or LIVEREG_TOKEN), expected one, found none"
+                "listener {address}: a network listener needs a token (--token-file or LIVEREG_TOKEN; on tls://, client certificates may replace it), expected one, found none"
             )));
         }
+
         if config
             .token
             .as_ref()
@@ -94,7 +116,7 @@ impl Listener {
         }
         held.records(&table)
             .map_err(|e| Error::os(table.name(), "open the sessions' records", e))?;
-        let acceptor = Acceptor::bind(&config)?;
+        let acceptor = Acceptor::bind(&config, tls)?;
         let io = |e: std::io::Error| Error::Io {
             context: format!("listener {address}"),
             source: e,
@@ -148,14 +170,15 @@ const STOP: u64 = 0;
 const ACCEPT: u64 = 1;
 const FIRST_CONNECTION: u64 = 2;
 
-/// A bound, non-blocking listening socket.
+/// A bound, non-blocking listening socket (TCP with TLS when it has a
+/// server configuration).
 enum Acceptor {
     Unix(UnixListener),
-    Tcp(TcpListener),
+    Tcp(TcpListener, Option<Arc<rustls::ServerConfig>>),
 }
 
 impl Acceptor {
-    fn bind(config: &ListenConfig) -> Result<Acceptor> {
+    fn bind(config: &ListenConfig, tls: Option<Arc<rustls::ServerConfig>>) -> Result<Acceptor> {
         let address = &config.address;
         let io = |step: &str, e: std::io::Error| Error::Io {
             context: format!("listener {address}: {step}"),
@@ -169,13 +192,13 @@ impl Acceptor {
                     .map_err(|e| io("set the socket's mode", e))?;
                 Acceptor::Unix(listener)
             }
-            Address::Tcp(endpoint) => {
-                Acceptor::Tcp(TcpListener::bind(endpoint).map_err(|e| io("bind", e))?)
+            Address::Tcp(endpoint) | Address::Tls(endpoint) => {
+                Acceptor::Tcp(TcpListener::bind(endpoint).map_err(|e| io("bind", e))?, tls)
             }
         };
         match &acceptor {
             Acceptor::Unix(l) => l.set_nonblocking(true),
-            Acceptor::Tcp(l) => l.set_nonblocking(true),
+            Acceptor::Tcp(l, _) => l.set_nonblocking(true),
         }
         .map_err(|e| io("make it non-blocking", e))?;
         Ok(acceptor)
@@ -192,10 +215,20 @@ impl Acceptor {
                 };
                 Ok((Stream::Unix(stream), peer))
             }
-            Acceptor::Tcp(l) => {
+            Acceptor::Tcp(l, None) => {
                 let (stream, peer) = l.accept()?;
                 let _ = stream.set_nodelay(true);
                 Ok((Stream::Tcp(stream), format!("tcp {peer}")))
+            }
+            Acceptor::Tcp(l, Some(tls)) => {
+                let (stream, peer) = l.accept()?;
+                let _ = stream.set_nodelay(true);
+                // The handshake runs as the client's bytes arrive (the
+                // stream is non-blocking), within the greeting deadline.
+                let connection = rustls::ServerConnection::new(tls.clone())
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                let stream = rustls::StreamOwned::new(connection, stream);
+                Ok((Stream::TlsServer(Box::new(stream)), format!("tls {peer}")))
             }
         }
     }
@@ -205,7 +238,7 @@ impl AsRawFd for Acceptor {
     fn as_raw_fd(&self) -> RawFd {
         match self {
             Acceptor::Unix(l) => l.as_raw_fd(),
-            Acceptor::Tcp(l) => l.as_raw_fd(),
+            Acceptor::Tcp(l, _) => l.as_raw_fd(),
         }
     }
 }

@@ -11,8 +11,10 @@ pub(crate) mod records;
 mod sender;
 mod served;
 mod stream;
+mod tls;
 pub mod wire;
 
 pub use address::Address;
 pub use client::{connect, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT};
 pub(crate) use sender::Link;
+pub use tls::{TlsClient, TlsServer};

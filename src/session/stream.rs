@@ -1,5 +1,5 @@
-//! A session's byte stream, over a Unix or a TCP socket, and the framing
-//! both ends read it with.
+//! A session's byte stream, over a Unix or a TCP socket (plain, or TLS on
+//! either end), and the framing both ends read it with.
 
 use crate::session::wire::{Frame, WireError, MAX_FRAME};
 use std::io::{self, Read, Write};
@@ -7,39 +7,56 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-/// A connected socket of either family.
-#[derive(Debug)]
+/// A connected socket of either family, TLS on TCP as the listener's
+/// server end or a client's end.
 pub(crate) enum Stream {
     Unix(UnixStream),
     Tcp(TcpStream),
+    TlsServer(Box<rustls::StreamOwned<rustls::ServerConnection, TcpStream>>),
+    TlsClient(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+/// The socket under a stream.
+enum Socket<'a> {
+    Unix(&'a UnixStream),
+    Tcp(&'a TcpStream),
 }
 
 impl Stream {
-    pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+    fn socket(&self) -> Socket<'_> {
         match self {
-            Stream::Unix(s) => s.set_nonblocking(on),
-            Stream::Tcp(s) => s.set_nonblocking(on),
+            Stream::Unix(s) => Socket::Unix(s),
+            Stream::Tcp(s) => Socket::Tcp(s),
+            Stream::TlsServer(s) => Socket::Tcp(&s.sock),
+            Stream::TlsClient(s) => Socket::Tcp(&s.sock),
+        }
+    }
+
+    pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self.socket() {
+            Socket::Unix(s) => s.set_nonblocking(on),
+            Socket::Tcp(s) => s.set_nonblocking(on),
         }
     }
 
     pub(crate) fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
-        match self {
-            Stream::Unix(s) => s.set_read_timeout(timeout),
-            Stream::Tcp(s) => s.set_read_timeout(timeout),
+        match self.socket() {
+            Socket::Unix(s) => s.set_read_timeout(timeout),
+            Socket::Tcp(s) => s.set_read_timeout(timeout),
         }
     }
 
     pub(crate) fn set_write_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
-        match self {
-            Stream::Unix(s) => s.set_write_timeout(timeout),
-            Stream::Tcp(s) => s.set_write_timeout(timeout),
+        match self.socket() {
+            Socket::Unix(s) => s.set_write_timeout(timeout),
+            Socket::Tcp(s) => s.set_write_timeout(timeout),
         }
     }
 
     pub(crate) fn shutdown(&self) {
-        let _ = match self {
-            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
-            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
+        let _ = match self.socket() {
+            Socket::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+            Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
         };
     }
 }
@@ -49,6 +66,8 @@ impl Read for Stream {
         match self {
             Stream::Unix(s) => s.read(buf),
             Stream::Tcp(s) => s.read(buf),
+            Stream::TlsServer(s) => s.read(buf),
+            Stream::TlsClient(s) => s.read(buf),
         }
     }
 }
@@ -58,18 +77,26 @@ impl Write for Stream {
         match self {
             Stream::Unix(s) => s.write(buf),
             Stream::Tcp(s) => s.write(buf),
+            Stream::TlsServer(s) => s.write(buf),
+            Stream::TlsClient(s) => s.write(buf),
         }
     }
+
+    /// TLS ends push what rustls holds onto the socket.
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Stream::Unix(_) | Stream::Tcp(_) => Ok(()),
+            Stream::TlsServer(s) => s.flush(),
+            Stream::TlsClient(s) => s.flush(),
+        }
     }
 }
 
 impl AsRawFd for Stream {
     fn as_raw_fd(&self) -> RawFd {
-        match self {
-            Stream::Unix(s) => s.as_raw_fd(),
-            Stream::Tcp(s) => s.as_raw_fd(),
+        match self.socket() {
+            Socket::Unix(s) => s.as_raw_fd(),
+            Socket::Tcp(s) => s.as_raw_fd(),
         }
     }
 }
@@ -154,5 +181,6 @@ fn invalid(e: WireError) -> io::Error {
 /// Writes one frame whole. A non-blocking stream whose buffer is full
 /// fails with `WouldBlock`: a peer that does not read is closed.
 pub(crate) fn send(stream: &mut impl Write, frame: &Frame) -> io::Result<()> {
-    stream.write_all(&frame.encode())
+    stream.write_all(&frame.encode())?;
+    stream.flush()
 }

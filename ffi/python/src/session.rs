@@ -3,18 +3,23 @@
 
 use crate::errors::{self, OrRaise, INVALID_ARGUMENT};
 use crate::worker::Worker;
-use livereg::{Address, ConnectOptions, ReaperBuilder};
+use livereg::{Address, ConnectOptions, ReaperBuilder, TlsClient, TlsServer};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Registers `instance_id` through the reaper listening at `address`
 /// (`"unix:/PATH"` or `"tcp://HOST:PORT"`) and returns a `Worker` that pings
 /// as fast as a local one (its sender thread forwards the pings). `token`
 /// (str or bytes) is required by `tcp://` listeners; `timeout` bounds the
-/// connection and the answer, in seconds.
+/// connection and the answer, in seconds. For `tls://HOST:PORT`, `tls_ca`
+/// is the CA file the listener's certificate must chain to (required), and
+/// `tls_cert`/`tls_key` this client's certificate for a listener that
+/// requires one.
 #[pyfunction]
-#[pyo3(signature = (address, instance_id, label="", token=None, timeout=2.0))]
+#[pyo3(signature = (address, instance_id, label="", token=None, timeout=2.0, tls_ca=None, tls_cert=None, tls_key=None))]
+#[allow(clippy::too_many_arguments)] // Python keyword arguments, each with a default
 pub fn connect(
     py: Python<'_>,
     address: &str,
@@ -22,6 +27,9 @@ pub fn connect(
     label: &str,
     token: Option<&Bound<'_, PyAny>>,
     timeout: f64,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 ) -> PyResult<Worker> {
     if !(timeout.is_finite() && timeout > 0.0) {
         return Err(errors::new(
@@ -32,6 +40,11 @@ pub fn connect(
     let options = ConnectOptions {
         token: token.map(token_bytes).transpose()?,
         connect_timeout: Some(Duration::from_secs_f64(timeout)),
+        tls: tls_ca.map(|ca| TlsClient {
+            ca,
+            cert: tls_cert,
+            key: tls_key,
+        }),
     };
     let (address, label) = (address.to_owned(), label.to_owned());
     py.detach(move || livereg::connect(&address, instance_id, &label, &options))
@@ -56,15 +69,32 @@ pub fn token_bytes(token: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     ))
 }
 
-/// Adds a listener per address to a reaper being built.
-pub fn listen(
-    mut builder: ReaperBuilder,
-    addresses: Vec<String>,
-    token: Option<&Bound<'_, PyAny>>,
-) -> PyResult<ReaperBuilder> {
-    let token = token.map(token_bytes).transpose()?;
-    for address in addresses {
+/// What a reaper's listeners are given from Python.
+pub struct Listening<'py> {
+    pub addresses: Vec<String>,
+    pub token: Option<&'py Bound<'py, PyAny>>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+/// Adds a listener per address to a reaper being built, with the TLS of
+/// its `tls://` ones.
+pub fn listen(mut builder: ReaperBuilder, listening: Listening<'_>) -> PyResult<ReaperBuilder> {
+    let token = listening.token.map(token_bytes).transpose()?;
+    for address in listening.addresses {
         builder = builder.listen(Address::parse(&address).or_raise()?, token.clone());
     }
-    Ok(builder)
+    match (listening.tls_cert, listening.tls_key) {
+        (Some(cert), Some(key)) => Ok(builder.tls(TlsServer {
+            cert,
+            key,
+            client_ca: listening.tls_client_ca,
+        })),
+        (None, None) if listening.tls_client_ca.is_none() => Ok(builder),
+        _ => Err(errors::new(
+            INVALID_ARGUMENT,
+            "tls_cert and tls_key go together (and tls_client_ca needs them), expected both or neither".into(),
+        )),
+    }
 }

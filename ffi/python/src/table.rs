@@ -8,6 +8,7 @@ use crate::worker::Worker;
 use livereg::{StampClock, TableOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -206,8 +207,11 @@ impl Table {
     /// `listen` addresses (`"unix:/PATH"`, `"tcp://HOST:PORT"`) also serve
     /// workers that cannot map the table (`livereg.connect`), for the
     /// reaper's life; `token` (str or bytes) is what they must present
-    /// (required for `tcp://`).
-    #[pyo3(signature = (on_drop=None, on_clear=None, listen=Vec::new(), token=None))]
+    /// (required for `tcp://`). `tls://` addresses take `tls_cert` and
+    /// `tls_key` (PEM files), and `tls_client_ca` to require client
+    /// certificates (which may then replace the token).
+    #[pyo3(signature = (on_drop=None, on_clear=None, listen=Vec::new(), token=None, tls_cert=None, tls_key=None, tls_client_ca=None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments, each with a default
     fn start_reaper(
         &self,
         py: Python<'_>,
@@ -215,9 +219,21 @@ impl Table {
         on_clear: Option<Py<PyAny>>,
         listen: Vec<String>,
         token: Option<&Bound<'_, PyAny>>,
+        tls_cert: Option<PathBuf>,
+        tls_key: Option<PathBuf>,
+        tls_client_ca: Option<PathBuf>,
     ) -> PyResult<Reaper> {
         let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear);
-        let builder = session::listen(builder, listen, token)?;
+        let builder = session::listen(
+            builder,
+            session::Listening {
+                addresses: listen,
+                token,
+                tls_cert,
+                tls_key,
+                tls_client_ca,
+            },
+        )?;
         py.detach(move || builder.spawn())
             .map(Reaper::new)
             .or_raise()
@@ -226,8 +242,9 @@ impl Table {
     /// Takes this table's reaper role for a loop of yours (see
     /// `DrivenReaper`); callbacks run inside `scan()`. Raises `BusyError` if
     /// another reaper holds the table. `listen` and `token` as for
-    /// `start_reaper`.
-    #[pyo3(signature = (on_drop=None, on_clear=None, listen=Vec::new(), token=None))]
+    /// `start_reaper`, and the TLS files too.
+    #[pyo3(signature = (on_drop=None, on_clear=None, listen=Vec::new(), token=None, tls_cert=None, tls_key=None, tls_client_ca=None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments, each with a default
     fn acquire_reaper(
         &self,
         py: Python<'_>,
@@ -235,9 +252,21 @@ impl Table {
         on_clear: Option<Py<PyAny>>,
         listen: Vec<String>,
         token: Option<&Bound<'_, PyAny>>,
+        tls_cert: Option<PathBuf>,
+        tls_key: Option<PathBuf>,
+        tls_client_ca: Option<PathBuf>,
     ) -> PyResult<DrivenReaper> {
         let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear);
-        let builder = session::listen(builder, listen, token)?;
+        let builder = session::listen(
+            builder,
+            session::Listening {
+                addresses: listen,
+                token,
+                tls_cert,
+                tls_key,
+                tls_client_ca,
+            },
+        )?;
         py.detach(move || builder.build())
             .map(DrivenReaper::new)
             .or_raise()

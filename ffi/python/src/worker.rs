@@ -95,7 +95,9 @@ impl Worker {
     /// Whether it registered through a session (`livereg.connect`).
     #[getter]
     fn remote(&self) -> bool {
-        self.handle().as_ref().is_some_and(livereg::Worker::is_remote)
+        self.handle()
+            .as_ref()
+            .is_some_and(livereg::Worker::is_remote)
     }
 
     /// Ends the registration cleanly. Raises `EvictedError` if it had

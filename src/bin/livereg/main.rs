@@ -35,7 +35,7 @@ pub struct Registrant {
     #[arg(long, default_value = "")]
     label: String,
     #[command(flatten)]
-    token: target::TokenArgs,
+    token: target::SessionArgs,
 }
 
 mod clear;
@@ -126,3 +126,16 @@ fn main() -> ExitCode {
 
 /// What a subcommand returns: its exit code, or an error printed on one line.
 type Outcome = Result<ExitCode, Box<dyn std::error::Error>>;
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_subcommand_is_a_well_formed_command_line() {
+        // Unique names, consistent `requires`: what clap checks at parse
+        // time, for every subcommand at once.
+        Cli::command().debug_assert();
+    }
+}

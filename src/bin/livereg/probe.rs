@@ -4,9 +4,9 @@
 //! engine container's exec probe).
 
 use crate::duration::age;
-use crate::target::TokenArgs;
+use crate::target::SessionArgs;
 use crate::Outcome;
-use livereg::{Address, ConnectOptions, RegistrationState, Status, Table};
+use livereg::{Address, RegistrationState, Status, Table};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -18,15 +18,12 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     instance: Option<u64>,
     #[command(flatten)]
-    token: TokenArgs,
+    token: SessionArgs,
 }
 
 pub fn run(args: Args) -> Outcome {
     if Address::is_address(&args.name) {
-        let options = ConnectOptions {
-            token: args.token.token()?,
-            connect_timeout: None,
-        };
+        let options = args.token.options()?;
         let status = livereg::remote_status(&args.name, args.instance, &options)?;
         return answer(&status, args.instance);
     }

@@ -13,7 +13,7 @@ use crate::notify::{self, Notifier};
 use crate::serve::{MetricsServer, Role};
 use crate::target::TokenArgs;
 use crate::{duration, signals, Outcome};
-use livereg::{Address, DropEvent, Error, HandlerError, ReaperThread, Reason, Table};
+use livereg::{Address, DropEvent, Error, HandlerError, ReaperThread, Reason, Table, TlsServer};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -56,10 +56,21 @@ pub struct Args {
     #[arg(long, value_name = "[HOST:]PORT")]
     metrics_addr: Option<String>,
     /// Also serve sessions here, for workers that cannot map the table
-    /// (containers sharing no /dev/shm): `unix:/PATH` or
-    /// `tcp://HOST:PORT`. Repeatable. `tcp://` needs a token.
+    /// (containers sharing no /dev/shm): `unix:/PATH`, `tcp://HOST:PORT` or
+    /// `tls://HOST:PORT`. Repeatable. `tcp://` needs a token, `tls://` a
+    /// certificate and a token or a client CA.
     #[arg(long, value_name = "ADDRESS", value_parser = parse_address)]
     listen: Vec<Address>,
+    /// The certificate chain (PEM) of tls:// listeners.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of tls:// listeners.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Require every tls:// client to present a certificate chaining to this
+    /// CA (PEM); such clients need no token.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<std::path::PathBuf>,
     /// The mode of `unix:` listening sockets (who may connect), in octal.
     #[arg(long, value_name = "OCTAL", value_parser = parse_mode, default_value = "660")]
     socket_mode: u32,
@@ -83,10 +94,22 @@ fn parse_mode(text: &str) -> Result<u32, String> {
 pub fn run(args: Args) -> Outcome {
     let etcd = Publishing::checked(&args.etcd)?;
     let token = args.token.token()?;
-    if let Some(tcp) = args.listen.iter().find(|a| matches!(a, Address::Tcp(_))) {
-        if token.is_none() {
+    for address in &args.listen {
+        let needs_token = match address {
+            Address::Unix(_) => false,
+            Address::Tcp(_) => true,
+            Address::Tls(_) => args.tls_client_ca.is_none(),
+        };
+        if needs_token && token.is_none() {
             return Err(format!(
-                "--listen {tcp}: a tcp:// listener needs a token: --token-file FILE or LIVEREG_TOKEN"
+                "--listen {address}: a network listener needs a token: --token-file FILE or LIVEREG_TOKEN{}",
+                if matches!(address, Address::Tls(_)) { " (or client certificates: --tls-client-ca)" } else { "" }
+            )
+            .into());
+        }
+        if matches!(address, Address::Tls(_)) && args.tls_cert.is_none() {
+            return Err(format!(
+                "--listen {address}: a tls:// listener needs --tls-cert FILE and --tls-key FILE"
             )
             .into());
         }
@@ -227,6 +250,13 @@ fn take_role(
         let mut builder = table.reaper();
         for address in &args.listen {
             builder = builder.listen(address.clone(), token.map(<[u8]>::to_vec));
+        }
+        if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+            builder = builder.tls(TlsServer {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.tls_client_ca.clone(),
+            });
         }
         let attempt = builder
             .socket_mode(args.socket_mode)

@@ -3,11 +3,9 @@
 
 use crate::duration::{self, age};
 use crate::etcd_args::EtcdArgs;
-use crate::target::TokenArgs;
+use crate::target::SessionArgs;
 use crate::{cluster, signals, Outcome};
-use livereg::{
-    Address, ConnectOptions, Reason, RegistrationState, RegistrationStatus, Status, Table,
-};
+use livereg::{Address, Reason, RegistrationState, RegistrationStatus, Status, Table};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -34,7 +32,7 @@ pub struct Args {
     #[arg(long, requires = "etcd", conflicts_with = "watch")]
     cluster: bool,
     #[command(flatten)]
-    token: TokenArgs,
+    token: SessionArgs,
     #[command(flatten)]
     etcd: EtcdArgs,
 }
@@ -72,10 +70,7 @@ fn remote(address: &str, args: &Args) -> Outcome {
         )
         .into());
     }
-    let options = ConnectOptions {
-        token: args.token.token()?,
-        connect_timeout: None,
-    };
+    let options = args.token.options()?;
     let status = livereg::remote_status(address, None, &options)?;
     if args.json || args.format == Format::Json {
         out!("{}", serde_json::to_string_pretty(&status)?);

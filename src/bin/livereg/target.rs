@@ -1,19 +1,54 @@
 //! What `run`, `worker`, `status` and `probe` act on: a table by name, or a
-//! reaper's listener by address (`unix:PATH`, `tcp://HOST:PORT`) for a
-//! process that cannot map the table. A token is read from `--token-file`
-//! or `LIVEREG_TOKEN`, never from argv (argv is public).
+//! reaper's listener by address (`unix:PATH`, `tcp://HOST:PORT`,
+//! `tls://HOST:PORT`) for a process that cannot map the table. A token is
+//! read from `--token-file` or `LIVEREG_TOKEN`, never from argv (argv is
+//! public).
 
-use livereg::{Address, ConnectOptions, Error, Table, Worker};
+use livereg::{Address, ConnectOptions, Error, Table, TlsClient, Worker};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// `--token-file`, shared by every command that can take an address.
+/// `--token-file`: the token of a listener (to serve or to reach).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct TokenArgs {
     /// File holding the listener's token (its first line); else
     /// `LIVEREG_TOKEN`. A token is never an argument: argv is public.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+}
+
+/// How to reach a listener: its token, and for `tls://` the CA (and a
+/// client certificate); shared by every command that can take an address.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct SessionArgs {
+    #[command(flatten)]
+    pub token: TokenArgs,
+    /// For a tls:// address: the CA (PEM) the listener's certificate must
+    /// chain to.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// For a tls:// listener that requires client certificates: this
+    /// client's certificate (PEM), with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// This client's private key (PEM), with --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl SessionArgs {
+    /// The options of a connection to a listener.
+    pub fn options(&self) -> Result<ConnectOptions, String> {
+        Ok(ConnectOptions {
+            token: self.token.token()?,
+            connect_timeout: None,
+            tls: self.tls_ca.as_ref().map(|ca| TlsClient {
+                ca: ca.clone(),
+                cert: self.tls_cert.clone(),
+                key: self.tls_key.clone(),
+            }),
+        })
+    }
 }
 
 impl TokenArgs {
@@ -58,15 +93,12 @@ pub enum Target {
 
 impl Target {
     /// Opens `name`: an address if it starts with `unix:` or `tcp://`.
-    pub fn open(name: &str, token: &TokenArgs) -> Result<Target, String> {
+    pub fn open(name: &str, session: &SessionArgs) -> Result<Target, String> {
         if Address::is_address(name) {
             Address::parse(name).map_err(|e| e.to_string())?;
             return Ok(Target::Session {
                 address: name.to_owned(),
-                options: ConnectOptions {
-                    token: token.token()?,
-                    connect_timeout: None,
-                },
+                options: session.options()?,
             });
         }
         Table::open(name)

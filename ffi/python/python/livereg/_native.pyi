@@ -119,6 +119,9 @@ class Table:
         on_clear: Optional[Callable[[], object]] = None,
         listen: Sequence[str] = (),
         token: Optional[Union[str, bytes]] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_client_ca: Optional[str] = None,
     ) -> Reaper: ...
     def acquire_reaper(
         self,
@@ -126,6 +129,9 @@ class Table:
         on_clear: Optional[Callable[[], object]] = None,
         listen: Sequence[str] = (),
         token: Optional[Union[str, bytes]] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_client_ca: Optional[str] = None,
     ) -> DrivenReaper: ...
     def close(self) -> None: ...
     def __enter__(self) -> "Table": ...
@@ -148,4 +154,7 @@ def connect(
     label: str = "",
     token: Optional[Union[str, bytes]] = None,
     timeout: float = 2.0,
+    tls_ca: Optional[str] = None,
+    tls_cert: Optional[str] = None,
+    tls_key: Optional[str] = None,
 ) -> Worker: ...

@@ -170,7 +170,8 @@ class LiveregManagement:
     ``token`` (str or bytes; required for ``tcp://``): engines in containers
     that cannot map the table (isolated IPC, no shared ``/dev/shm``) register
     there with :class:`WorkerLiveness` given the address, and are reaped
-    like the others. The table is created, or an existing one whose settings
+    like the others; ``tls://`` addresses take ``tls_cert`` and ``tls_key``
+    (and ``tls_client_ca`` to require client certificates). The table is created, or an existing one whose settings
     match is opened (else :class:`livereg.IncompatibleError` naming both);
     ``ctx.chunk_size`` is published in its info area for workers to read
     without RPC.
@@ -187,6 +188,9 @@ class LiveregManagement:
         capacity: int = 256,
         listen: Sequence[str] = (),
         token: Optional[Union[str, bytes]] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        tls_client_ca: Optional[str] = None,
     ) -> None:
         if listen and float(worker_reap_timeout_seconds) <= 0:
             raise ValueError("listen= serves sessions for the reaper: it needs worker_reap_timeout_seconds > 0")
@@ -213,7 +217,13 @@ class LiveregManagement:
         self._cycle: Optional[threading.Thread] = None
         if self._reap_timeout > 0:
             self._reaper = self._table.start_reaper(
-                on_drop=self._ended, on_clear=self.clear, listen=list(listen), token=token
+                on_drop=self._ended,
+                on_clear=self.clear,
+                listen=list(listen),
+                token=token,
+                tls_cert=tls_cert,
+                tls_key=tls_key,
+                tls_client_ca=tls_client_ca,
             )
             if self._targets:
                 self._cycle = threading.Thread(target=self._cycle_loop, name="livereg-lmcache-cycle", daemon=True)
@@ -499,8 +509,9 @@ class WorkerLiveness:
     """Keeps worker ``instance_id`` registered in ``table`` (a name, an open
     :class:`livereg.Table`, ``None`` for :func:`default_table`, or the
     address of the server's listener, ``"unix:/PATH"`` or
-    ``"tcp://HOST:PORT"`` with ``token=``, from a container that cannot map
-    the table): beats
+    ``"tcp://HOST:PORT"`` with ``token=``, or ``"tls://HOST:PORT"`` with
+    ``tls_ca=`` (and a token or ``tls_cert``/``tls_key``), from a container
+    that cannot map the table): beats
     from a daemon thread at a third of the table's timeout, registers again
     when evicted or when the server's reaper changes (a restart: its boot
     token changes), and deregisters on ``close()``. ``on_register(why)`` is
@@ -522,10 +533,14 @@ class WorkerLiveness:
         interval: Optional[float] = None,
         wait: float = 10.0,
         token: Optional[Union[str, bytes]] = None,
+        tls_ca: Optional[str] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
     ) -> None:
         self.instance_id = instance_id
         self._address = table if isinstance(table, str) and table.startswith(("unix:", "tcp://")) else None
         self._session_token = token
+        self._tls_ca, self._tls_cert, self._tls_key = tls_ca, tls_cert, tls_key
         self.registrations = 0
         self._label = label
         self._on_register = on_register
@@ -561,7 +576,13 @@ class WorkerLiveness:
                     # A session: the sender thread reconnects and takes the
                     # registration back after a server restart by itself.
                     worker = livereg.connect(
-                        self._address, self.instance_id, label=self._label or "", token=self._session_token
+                        self._address,
+                        self.instance_id,
+                        label=self._label or "",
+                        token=self._session_token,
+                        tls_ca=self._tls_ca,
+                        tls_cert=self._tls_cert,
+                        tls_key=self._tls_key,
                     )
                 else:
                     assert self._table is not None

@@ -1,0 +1,200 @@
+//! Sessions over TLS (`tls://`): the listener presents a certificate made
+//! by the test (rcgen), clients verify it against a CA; a wrong CA, a
+//! plaintext client of a TLS listener and a TLS client of a plaintext one
+//! each fail in one line; with a client CA, a client without a certificate
+//! is refused.
+
+#[path = "common/certs.rs"]
+mod certs;
+mod common;
+
+use certs::TestCerts;
+use common::{long_options, TempTable};
+use livereg::{connect, Address, ConnectOptions, Error, Reason, TlsClient, TlsServer};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn server(certs: &TestCerts, client_ca: bool) -> TlsServer {
+    TlsServer {
+        cert: certs.path("server.pem").into(),
+        key: certs.path("server.key").into(),
+        client_ca: client_ca.then(|| certs.path("ca.pem").into()),
+    }
+}
+
+fn client(certs: &TestCerts, ca: &str, with_certificate: bool) -> ConnectOptions {
+    ConnectOptions {
+        token: Some(b"s3cret".to_vec()),
+        tls: Some(TlsClient {
+            ca: PathBuf::from(certs.path(ca)),
+            cert: with_certificate.then(|| certs.path("client.pem").into()),
+            key: with_certificate.then(|| certs.path("client.key").into()),
+        }),
+        ..ConnectOptions::default()
+    }
+}
+
+fn one_line(error: &Error) -> String {
+    let text = error.to_string();
+    assert!(!text.contains('\n'), "more than one line: {text}");
+    text
+}
+
+#[test]
+fn a_client_with_the_right_ca_registers_and_its_death_is_seen_at_once() {
+    let certs = TestCerts::new("session-tls");
+    let temp = TempTable::new("session-tls", &long_options());
+    let address = format!("tls://127.0.0.1:{}", free_port());
+    let (sender, events) = mpsc::channel();
+    let reaper = temp
+        .table
+        .reaper()
+        .on_drop(move |event| Ok(sender.send((event.clone(), Instant::now()))?))
+        .listen(Address::parse(&address).unwrap(), Some(b"s3cret".to_vec()))
+        .tls(server(&certs, false))
+        .spawn()
+        .unwrap();
+    // A `livereg worker` in a container of its own (private /dev/shm, own
+    // PID and IPC namespaces), verifying the listener against the CA.
+    let mut worker = Command::new("unshare")
+        .args(["--mount", "--pid", "--ipc", "--fork", "--kill-child"])
+        .args([
+            "sh",
+            "-c",
+            "mount -t tmpfs w /dev/shm && exec \"$0\" \"$@\"",
+        ])
+        .arg(env!("CARGO_BIN_EXE_livereg"))
+        .args(["worker", &address, "--instance", "1", "--interval", "10ms"])
+        .args(["--tls-ca", &certs.path("ca.pem")])
+        .env("LIVEREG_TOKEN", "s3cret")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(worker.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("registered"), "{line}");
+    let status = temp.table.status().unwrap();
+    let remote = status.registrations[0].remote.as_ref().unwrap();
+    assert!(remote.peer.starts_with("tls 127.0.0.1:"), "{remote:?}");
+    std::thread::sleep(Duration::from_millis(100));
+    let killed = Instant::now();
+    worker.kill().unwrap(); // unshare's child gets SIGKILL as its parent-death signal
+    let _ = worker.wait();
+    let (event, handled) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!((event.instance_id, event.reason), (1, Reason::Disconnected));
+    assert!(
+        handled - killed < Duration::from_secs(2),
+        "{:?}",
+        handled - killed
+    );
+    // In process too: ping, info, a clean end.
+    let session = connect(&address, 2, "in-process", &client(&certs, "ca.pem", false)).unwrap();
+    session.heartbeat().unwrap();
+    session.deregister().unwrap();
+    let (event, _) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!((event.instance_id, event.reason), (2, Reason::Deregistered));
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn a_wrong_ca_a_plaintext_client_and_a_tls_client_of_a_plaintext_listener_each_fail_in_one_line() {
+    let certs = TestCerts::new("session-tls-wrong");
+    let temp = TempTable::new("session-tls-wrong", &long_options());
+    let tls = format!("tls://127.0.0.1:{}", free_port());
+    let plain = format!("tcp://127.0.0.1:{}", free_port());
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(Address::parse(&tls).unwrap(), Some(b"s3cret".to_vec()))
+        .listen(Address::parse(&plain).unwrap(), Some(b"s3cret".to_vec()))
+        .tls(server(&certs, false))
+        .spawn()
+        .unwrap();
+    let wrong_ca = connect(&tls, 1, "", &client(&certs, "other-ca.pem", false)).unwrap_err();
+    let text = one_line(&wrong_ca);
+    assert!(matches!(wrong_ca, Error::Permission(_)), "{text}");
+    assert!(
+        text.contains("TLS handshake failed") && text.contains("certificate"),
+        "{text}"
+    );
+
+    let plaintext = ConnectOptions {
+        token: Some(b"s3cret".to_vec()),
+        ..ConnectOptions::default()
+    };
+    let plain_to_tls = connect(&tls.replace("tls://", "tcp://"), 2, "", &plaintext).unwrap_err();
+    let text = one_line(&plain_to_tls);
+    assert!(
+        matches!(plain_to_tls, Error::Incompatible(_) | Error::Io { .. }),
+        "{text}"
+    );
+
+    let tls_to_plain = connect(
+        &plain.replace("tcp://", "tls://"),
+        3,
+        "",
+        &client(&certs, "ca.pem", false),
+    )
+    .unwrap_err();
+    let text = one_line(&tls_to_plain);
+    assert!(text.contains("TLS handshake failed"), "{text}");
+
+    let no_ca = connect(&tls, 4, "", &plaintext).unwrap_err();
+    assert!(one_line(&no_ca).contains("needs the CA"), "{no_ca}");
+    let ca_for_plain = connect(&plain, 5, "", &client(&certs, "ca.pem", false)).unwrap_err();
+    assert!(
+        one_line(&ca_for_plain).contains("expected tls://"),
+        "{ca_for_plain}"
+    );
+
+    assert!(temp.table.status().unwrap().registrations.is_empty());
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn with_a_client_ca_a_client_without_a_certificate_is_refused_and_one_with_it_needs_no_token() {
+    let certs = TestCerts::new("session-mtls");
+    let temp = TempTable::new("session-mtls", &long_options());
+    let address = format!("tls://127.0.0.1:{}", free_port());
+    let Err(no_certificate) = temp
+        .table
+        .reaper()
+        .listen(Address::parse(&address).unwrap(), None)
+        .build()
+    else {
+        panic!("a tls:// listener started without a certificate");
+    };
+    assert!(
+        one_line(&no_certificate).contains("needs a certificate"),
+        "{no_certificate}"
+    );
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(Address::parse(&address).unwrap(), None)
+        .tls(server(&certs, true))
+        .spawn()
+        .unwrap();
+    let refused = connect(&address, 1, "", &client(&certs, "ca.pem", false)).unwrap_err();
+    one_line(&refused);
+    assert!(temp.table.status().unwrap().registrations.is_empty());
+    let mut options = client(&certs, "ca.pem", true);
+    options.token = None;
+    let worker = connect(&address, 2, "", &options).unwrap();
+    worker.heartbeat().unwrap();
+    worker.deregister().unwrap();
+    reaper.stop().unwrap();
+}

@@ -7,6 +7,8 @@
 //! 1,000 local registrations; a reaper SIGKILLed and restarted under 100
 //! sessions. Prints markdown. `LIVEREG_BENCH_QUICK=1` runs small counts.
 
+#[path = "../tests/common/certs.rs"]
+mod certs;
 mod support;
 
 use criterion::black_box;
@@ -19,6 +21,13 @@ use support::{quick, BenchTable};
 
 const LIVEREG: &str = env!("CARGO_BIN_EXE_livereg");
 const TOKEN: &str = "bench-token";
+
+/// The CA and the listener's certificate of the `tls://` figures, made by
+/// the bench (rcgen).
+fn certs() -> &'static certs::TestCerts {
+    static CERTS: std::sync::OnceLock<certs::TestCerts> = std::sync::OnceLock::new();
+    CERTS.get_or_init(|| certs::TestCerts::new("bench-sessions"))
+}
 
 fn options(timeout: Duration, capacity: u32) -> TableOptions {
     TableOptions {
@@ -40,11 +49,25 @@ fn tcp() -> String {
     format!("tcp://{}", listener.local_addr().unwrap())
 }
 
-fn token() -> ConnectOptions {
+fn tcp_tls() -> String {
+    tcp().replace("tcp://", "tls://")
+}
+
+/// A client's options for `address`: the token, and the CA for `tls://`.
+fn client_options(address: &str) -> ConnectOptions {
     ConnectOptions {
         token: Some(TOKEN.as_bytes().to_vec()),
+        tls: address.starts_with("tls://").then(|| livereg::TlsClient {
+            ca: certs().path("ca.pem").into(),
+            cert: None,
+            key: None,
+        }),
         ..ConnectOptions::default()
     }
+}
+
+fn token() -> ConnectOptions {
+    client_options("unix:")
 }
 
 fn listening(
@@ -60,6 +83,13 @@ fn listening(
             Address::parse(address).unwrap(),
             Some(TOKEN.as_bytes().to_vec()),
         );
+    }
+    if addresses.iter().any(|a| a.starts_with("tls://")) {
+        builder = builder.tls(livereg::TlsServer {
+            cert: certs().path("server.pem").into(),
+            key: certs().path("server.key").into(),
+            client_ca: None,
+        });
     }
     (builder.spawn().unwrap(), events)
 }
@@ -109,15 +139,20 @@ fn show(d: Duration) -> String {
 fn ping(c: &mut criterion::Criterion) {
     let bench = BenchTable::new("session-ping", &options(Duration::from_secs(10), 8));
     let (address, _path) = socket("ping");
-    let (_reaper, _events) = listening(&bench.table, &[&address]);
+    let tls = tcp_tls();
+    let (_reaper, _events) = listening(&bench.table, &[&address, &tls]);
     let local = bench.table.register(1, "local").unwrap();
     let remote = connect(&address, 2, "session", &token()).unwrap();
+    let remote_tls = connect(&tls, 3, "session", &client_options(&tls)).unwrap();
     let mut group = c.benchmark_group("ping");
     group.bench_function("Worker::heartbeat, local registration (baseline)", |b| {
         b.iter(|| black_box(&local).heartbeat().unwrap())
     });
     group.bench_function("Worker::heartbeat, session over unix:", |b| {
         b.iter(|| black_box(&remote).heartbeat().unwrap())
+    });
+    group.bench_function("Worker::heartbeat, session over tls://", |b| {
+        b.iter(|| black_box(&remote_tls).heartbeat().unwrap())
     });
     group.finish();
 }
@@ -139,6 +174,11 @@ fn isolated_worker(address: &str, id: u64) -> Child {
         ])
         .args([LIVEREG, "worker", address, "--instance", &id.to_string()])
         .args(["--interval", "10ms"])
+        .args(if address.starts_with("tls://") {
+            vec!["--tls-ca".to_owned(), certs().path("ca.pem")]
+        } else {
+            Vec::new()
+        })
         .env("LIVEREG_TOKEN", TOKEN)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -411,6 +451,7 @@ fn main() {
     if part("restart") {
         restart_figure();
     }
+    let _ = std::fs::remove_dir_all(&certs().dir);
     c.final_summary();
 }
 
@@ -418,7 +459,11 @@ fn kill_figures(runs: usize) {
     let mut local = kill_to_drop(None, runs);
     let local_median = median(&mut local);
     let (unix, _path) = socket("kill");
-    for (what, address) in [("unix:", unix.as_str()), ("tcp:// loopback", &tcp())] {
+    for (what, address) in [
+        ("unix:", unix.as_str()),
+        ("tcp:// loopback", &tcp()),
+        ("tls:// loopback", &tcp_tls()),
+    ] {
         let mut samples = kill_to_drop(Some(address), runs);
         let m = median(&mut samples);
         println!(
@@ -431,7 +476,34 @@ fn kill_figures(runs: usize) {
     }
 }
 
+/// Connect → registered over `address`, per run.
+fn connect_over(address: &str, runs: usize) -> Vec<Duration> {
+    let bench = BenchTable::new("session-connect-tcp", &options(Duration::from_secs(10), 8));
+    let (_reaper, _events) = listening(&bench.table, &[address]);
+    (0..runs)
+        .map(|run| {
+            let started = Instant::now();
+            let worker =
+                connect(address, run as u64 + 1, "session", &client_options(address)).unwrap();
+            let took = started.elapsed();
+            worker.deregister().unwrap();
+            took
+        })
+        .collect()
+}
+
 fn connect_figure() {
+    let runs = if quick() { 5 } else { 100 };
+    let mut plain = connect_over(&tcp(), runs);
+    let mut tls = connect_over(&tcp_tls(), runs);
+    let (p, t) = (median(&mut plain), median(&mut tls));
+    println!(
+        "| connect → registered over tls:// loopback ({runs}) | {} | {} | over tcp:// loopback: median {} | {:.1}x |",
+        show(t),
+        show(*tls.last().unwrap()),
+        show(p),
+        t.as_secs_f64() / p.as_secs_f64()
+    );
     let (mut sessions, mut locals) = connect_latency(if quick() { 5 } else { 100 });
     let (s, l) = (median(&mut sessions), median(&mut locals));
     println!(

@@ -1267,6 +1267,23 @@ fn reap_listen_serves_isolated_workers_and_a_restart_within_the_timeout_loses_no
     });
     over_tcp.kill().unwrap();
     let _ = (over_unix.wait(), over_tcp.wait());
+    // `run` over an address: registers, passes the exit code on, deregisters.
+    let ran = livereg(&[
+        "run",
+        &unix,
+        "--instance",
+        "5",
+        "--token-file",
+        token,
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ]);
+    assert_eq!(ran.status.code(), Some(3), "{}", stderr(&ran));
+    wait_until("run's deregistration", || {
+        std::fs::read_to_string(&hook_log).is_ok_and(|log| log.contains("5 deregistered"))
+    });
     let _ = std::fs::remove_file(&hook_log);
     let _ = std::fs::remove_file(&token_file);
 }

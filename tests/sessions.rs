@@ -479,3 +479,40 @@ fn a_silent_or_garbled_connection_is_closed_and_the_table_holds_at_most_capacity
     assert!(matches!(third, Error::Full(_)), "{third}");
     reaper.stop().unwrap();
 }
+
+#[test]
+fn a_busy_session_without_progress_ends_stalled_and_the_socket_is_mode_0660() {
+    use std::os::unix::fs::PermissionsExt;
+    let temp = TempTable::new(
+        "session-stall",
+        &TableOptions {
+            reap_timeout: Duration::from_secs(2),
+            registration_grace: Duration::from_secs(4),
+            progress_timeout: Duration::from_secs(1),
+            ..TableOptions::default()
+        },
+    );
+    let socket = SocketPath::new("session-stall");
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let mode = std::fs::metadata(&socket.0).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o660, "{mode:o}");
+    let worker = connect(&socket.address(), 10, "engine", &ConnectOptions::default()).unwrap();
+    worker.set_busy(true).unwrap();
+    worker.progress().unwrap();
+    // Beating on, busy, no more progress: the engine is stuck.
+    let until = Instant::now() + Duration::from_secs(10);
+    let event = loop {
+        let _ = worker.heartbeat();
+        if let Ok((event, _)) = events.recv_timeout(Duration::from_millis(20)) {
+            break event;
+        }
+        assert!(Instant::now() < until, "never ended");
+    };
+    assert_eq!((event.instance_id, event.reason), (10, Reason::Stalled));
+    wait_for(|| worker.heartbeat().is_err());
+    match worker.heartbeat() {
+        Err(Error::Evicted { reason, .. }) => assert_eq!(reason, Some(Reason::Stalled)),
+        other => panic!("{other:?}"),
+    }
+    reaper.stop().unwrap();
+}

@@ -71,6 +71,8 @@ mod reaper;
 #[cfg(not(loom))]
 mod reaper_thread;
 #[cfg(not(loom))]
+mod records;
+#[cfg(not(loom))]
 mod requests;
 #[cfg(not(loom))]
 mod session;

@@ -46,6 +46,14 @@ pub(crate) fn resolve(name: &str) -> Result<PathBuf> {
     Ok(PathBuf::from(SHM_DIR).join(name))
 }
 
+/// The file beside a table's where a listener keeps its sessions' records
+/// (`NAME.sessions`): removed with the table.
+pub(crate) fn sessions_beside(table: &std::path::Path) -> PathBuf {
+    let mut path = table.as_os_str().to_owned();
+    path.push(".sessions");
+    PathBuf::from(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -411,7 +411,7 @@ impl Table {
         let path = location::resolve(name)?;
         std::fs::remove_file(&path).map_err(|e| Error::os(name, "unlink", e))?;
         // The sessions' records beside it, if a listener made them.
-        let _ = std::fs::remove_file(crate::session::records::path_beside(&path));
+        let _ = std::fs::remove_file(location::sessions_beside(&path));
         Ok(())
     }
 

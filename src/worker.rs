@@ -361,7 +361,7 @@ pub struct Worker {
     finished: bool,
     /// A session's link to the reaper's listener, when this worker's slot
     /// is in this process's own memory and a sender thread forwards it.
-    session: Option<crate::session::Link>,
+    session: Option<Box<dyn Remote>>,
 }
 
 // SAFETY:
@@ -545,14 +545,14 @@ impl Worker {
     /// The slot this registration occupies (in the reaper's table, for a
     /// session).
     pub fn slot(&self) -> u32 {
-        self.session.as_ref().map_or(self.index, |s| s.slot)
+        self.session.as_ref().map_or(self.index, |s| s.slot())
     }
 
     /// The slot's generation for this registration.
     pub fn generation(&self) -> u32 {
         self.session
             .as_ref()
-            .map_or(self.generation, |s| s.generation)
+            .map_or(self.generation, |s| s.generation())
     }
 
     /// The table this worker is registered in (for a session: the private
@@ -567,7 +567,7 @@ impl Worker {
     pub fn reap_timeout(&self) -> Duration {
         self.session
             .as_ref()
-            .map_or_else(|| self.table.reap_timeout(), |s| s.reap_timeout)
+            .map_or_else(|| self.table.reap_timeout(), |s| s.reap_timeout())
     }
 
     /// Whether this worker registered through a session ([`connect`](crate::connect)).
@@ -596,10 +596,27 @@ impl Worker {
         self.generation
     }
 
-    pub(crate) fn with_session(mut self, link: crate::session::Link) -> Worker {
+    pub(crate) fn with_session(mut self, link: Box<dyn Remote>) -> Worker {
         self.session = Some(link);
         self
     }
+}
+
+/// What a worker registered through a session holds besides its own slot:
+/// the link its sender thread keeps to the reaper's listener (made by
+/// `crate::session`).
+pub(crate) trait Remote: Send + Sync {
+    /// The registration's slot in the reaper's table.
+    fn slot(&self) -> u32;
+    /// That slot's generation.
+    fn generation(&self) -> u32;
+    /// The reaper's table's reap timeout.
+    fn reap_timeout(&self) -> Duration;
+    /// The server's info area as last delivered.
+    fn info(&self) -> Vec<u8>;
+    /// The worker deregistered (its slot says so): say goodbye, a bounded
+    /// wait.
+    fn finish(&mut self);
 }
 
 /// This process's 16-bit tag (see [`PROCESS_TAG_SHIFT`]): its PID

@@ -3,6 +3,9 @@
 //! the example engines, which must register again after a clear and after a
 //! reaper restart.
 
+#[path = "../../tests/common/certs.rs"]
+mod certs;
+
 use livereg::{Table, TableOptions};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -331,6 +334,32 @@ fn c_example_server_owns_the_reaper_on_its_epoll_loop() {
     expect_line(&served, "freed 3 cleared");
 }
 
+/// A table with a 30 s timeout and grace (only a socket's closing can end a
+/// registration within a test), removed on drop.
+struct LongTable {
+    name: String,
+    table: Table,
+}
+
+impl LongTable {
+    fn new(tag: &str) -> LongTable {
+        let name = format!("livereg-{tag}-{}", std::process::id());
+        let options = TableOptions {
+            reap_timeout: Duration::from_secs(30),
+            registration_grace: Duration::from_secs(30),
+            ..TableOptions::default()
+        };
+        let table = Table::create(&name, &options).unwrap();
+        LongTable { name, table }
+    }
+}
+
+impl Drop for LongTable {
+    fn drop(&mut self) {
+        let _ = Table::unlink(&self.name);
+    }
+}
+
 /// A C engine in its own container (mount namespace with a private
 /// /dev/shm, PID, IPC and network namespaces) registers through a
 /// listener's Unix socket; killed, it is dropped `disconnected` at once
@@ -348,24 +377,8 @@ fn an_isolated_c_engine_registers_over_a_socket_and_its_death_is_seen_at_once() 
         "ffi-session-client",
         &pkg_config(&["--libs"]),
     );
-    let name = format!("livereg-c-session-{}", std::process::id());
-    let socket = format!("/tmp/{name}.sock");
-    let table = Table::create(
-        &name,
-        &TableOptions {
-            reap_timeout: Duration::from_secs(30),
-            registration_grace: Duration::from_secs(30),
-            ..TableOptions::default()
-        },
-    )
-    .unwrap();
-    struct Unlink(String);
-    impl Drop for Unlink {
-        fn drop(&mut self) {
-            let _ = Table::unlink(&self.0);
-        }
-    }
-    let _unlink = Unlink(name.clone());
+    let temp = LongTable::new("c-session");
+    let (table, socket) = (&temp.table, format!("/tmp/{}.sock", temp.name));
     let (sender, events) = std::sync::mpsc::channel();
     let reaper = table
         .reaper()
@@ -423,4 +436,79 @@ fn an_isolated_c_engine_registers_over_a_socket_and_its_death_is_seen_at_once() 
     let _ = reset.wait();
     reaper.stop().unwrap();
     let _ = std::fs::remove_file(&socket);
+}
+
+/// A C engine verifies a tls:// listener against the CA in its options
+/// (`tls_ca_file`): with the right CA it registers, and its SIGKILL is
+/// seen at once; with another CA it is refused in one line.
+#[test]
+fn a_c_engine_reaches_a_tls_listener_with_its_ca_and_is_refused_with_another() {
+    use livereg::{Address, Reason, TlsServer};
+    use std::time::Instant;
+    let certs = certs::TestCerts::new("c-tls");
+    let binary = compile(
+        "cc",
+        &["-std=c99", "-D_DEFAULT_SOURCE"],
+        &root().join("ffi/tests/c/session_client.c"),
+        "ffi-session-client-tls",
+        &pkg_config(&["--libs"]),
+    );
+    let temp = LongTable::new("c-tls");
+    let table = &temp.table;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("tls://127.0.0.1:{port}");
+    let (sender, events) = std::sync::mpsc::channel();
+    let reaper = table
+        .reaper()
+        .on_drop(move |event| Ok(sender.send((event.clone(), Instant::now()))?))
+        .listen(Address::parse(&address).unwrap(), Some(b"s3cret".to_vec()))
+        .tls(TlsServer {
+            cert: certs.path("server.pem").into(),
+            key: certs.path("server.key").into(),
+            client_ca: None,
+        })
+        .spawn()
+        .unwrap();
+    let engine = |ca: &str| {
+        client(&binary)
+            .args([address.as_str(), "21"])
+            .env("LIVEREG_TOKEN", "s3cret")
+            .env("LIVEREG_TLS_CA", certs.path(ca))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let refused = engine("other-ca.pem").wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stdout).into_owned();
+    assert!(said.starts_with("refused LIVEREG_PERMISSION"), "{said}");
+    assert!(
+        said.contains("TLS handshake failed") && said.trim_end().lines().count() == 1,
+        "{said}"
+    );
+    let mut engine = engine("ca.pem");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(engine.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "registered");
+    let killed = Instant::now();
+    engine.kill().unwrap();
+    let _ = engine.wait();
+    let (event, handled) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        (event.instance_id, event.reason),
+        (21, Reason::Disconnected)
+    );
+    assert!(
+        handled - killed < Duration::from_secs(2),
+        "{:?}",
+        handled - killed
+    );
+    reaper.stop().unwrap();
 }

@@ -6,18 +6,16 @@
 //! into that slot, so the next heartbeat returns `Evicted` with the reason.
 
 use super::address::Address;
-use super::sender::{Dialed, Link};
-use super::stream::{send, Inbox, Received, Stream};
+use super::dial::{open, refused, tls_for, Hello};
+use super::sender::Link;
+use super::stream::{send, Inbox, Received};
 use super::tls::TlsClient;
-use super::wire::{Frame, Reclaim, VERSION};
+use super::wire::{Frame, VERSION};
 use crate::error::{Error, Result};
 use crate::status::Status;
 use crate::table::{Table, TableOptions};
 use crate::worker::Worker;
-use std::net::{TcpStream, ToSocketAddrs};
-use std::os::unix::net::UnixStream;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How a session is opened.
 #[derive(Clone, Default)]
@@ -101,7 +99,7 @@ pub fn connect(
         .register()?;
     let timeout = options.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
     let hello = Hello {
-        tls: tls_for(&address, options)?,
+        tls: tls_for(&address, options.tls.as_ref())?,
         address,
         instance_id,
         label: label.to_owned(),
@@ -110,7 +108,7 @@ pub fn connect(
     };
     let dialed = hello.dial(None)?;
     let link = Link::start(hello, dialed, &worker)?;
-    Ok(worker.with_session(link))
+    Ok(worker.with_session(Box::new(link)))
 }
 
 /// The status of the table behind the listener at `address`, with only
@@ -128,7 +126,7 @@ pub fn remote_status(
 ) -> Result<Status> {
     let parsed = Address::parse(address)?;
     let timeout = options.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
-    let tls = tls_for(&parsed, options)?;
+    let tls = tls_for(&parsed, options.tls.as_ref())?;
     let mut stream = open(&parsed, timeout, tls.as_ref())?;
     let io = |step: &str, e: std::io::Error| Error::Io {
         context: format!("session {address}: {step}"),
@@ -179,248 +177,6 @@ pub fn remote_status(
                 ))
             }
             None => {}
-        }
-    }
-}
-
-/// Everything needed to say hello again after a reconnect.
-pub(crate) struct Hello {
-    pub address: Address,
-    /// The client's TLS configuration, for a `tls://` address.
-    pub tls: Option<Arc<rustls::ClientConfig>>,
-    pub instance_id: u64,
-    pub label: String,
-    pub token: Vec<u8>,
-    pub timeout: Duration,
-}
-
-impl Hello {
-    /// Connects, says hello (reclaiming `reclaim` if given) and reads the
-    /// answer.
-    pub(crate) fn dial(&self, reclaim: Option<Reclaim>) -> Result<Dialed> {
-        let deadline = Instant::now() + self.timeout;
-        let mut stream = open(&self.address, self.timeout, self.tls.as_ref())?;
-        let io = |step: &str, e: std::io::Error| Error::Io {
-            context: format!("session {}: {step}", self.address),
-            source: e,
-        };
-        stream
-            .set_write_timeout(Some(self.timeout))
-            .map_err(|e| io("set a write timeout", e))?;
-        let frame = Frame::Hello {
-            version: VERSION,
-            instance_id: self.instance_id,
-            pid: std::process::id(),
-            token: self.token.clone(),
-            label: self.label.clone(),
-            host: host_name(),
-            reclaim,
-        };
-        send(&mut stream, &frame).map_err(|e| match self.address {
-            // The TLS handshake runs with the first write.
-            Address::Tls(_) => Error::Permission(format!(
-                "session {}: TLS handshake failed: {e} (is it a tls:// listener whose certificate chains to the CA given?)",
-                self.address
-            )),
-            _ => io("send hello", e),
-        })?;
-        let mut inbox = Inbox::default();
-        let mut info = None;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::Timeout(format!(
-                    "session {}: no answer to hello within {:?}",
-                    self.address, self.timeout
-                )));
-            }
-            stream
-                .set_read_timeout(Some(left))
-                .map_err(|e| io("set a read timeout", e))?;
-            let (frames, closed) = match inbox.receive(&mut stream) {
-                Ok(Received::Frames(frames)) => (frames, false),
-                Ok(Received::Closed(frames)) => (frames, true),
-                Err(e) if is_frame_error(&e) => {
-                    return Err(Error::Incompatible(format!(
-                        "session {}: the listener's answer is not a livereg frame ({e}); is it a livereg listener, speaking TLS?",
-                        self.address
-                    )))
-                }
-                Err(e) if matches!(self.address, Address::Tls(_)) => {
-                    // rustls: an alert from the listener (a client
-                    // certificate it refused), or a record that is not TLS.
-                    return Err(Error::Permission(format!(
-                        "session {}: TLS handshake failed: {e}",
-                        self.address
-                    )));
-                }
-                Err(e) => return Err(io("read the answer", e)),
-            };
-            for frame in frames {
-                match frame {
-                    // The info area comes first, so a welcomed client has it.
-                    Frame::Info { bytes } => info = Some(bytes),
-                    Frame::Welcome {
-                        slot,
-                        generation,
-                        secret,
-                        reap_timeout_ms,
-                        ..
-                    } => {
-                        return Ok(Dialed {
-                            stream,
-                            inbox,
-                            reclaim: Reclaim {
-                                slot,
-                                generation,
-                                secret,
-                            },
-                            reap_timeout: Duration::from_millis(reap_timeout_ms.max(1)),
-                            info,
-                        });
-                    }
-                    Frame::Refused { code, message } => {
-                        return Err(refused(code, message, self.instance_id))
-                    }
-                    other => {
-                        return Err(Error::Incompatible(format!(
-                            "session {}: expected welcome or refused, found {other:?}",
-                            self.address
-                        )))
-                    }
-                }
-            }
-            if closed {
-                return Err(io(
-                    "read the answer",
-                    std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "the listener closed the connection without an answer",
-                    ),
-                ));
-            }
-        }
-    }
-}
-
-/// Whether a read failed because the bytes were not a frame (rather than
-/// TLS or the socket).
-fn is_frame_error(e: &std::io::Error) -> bool {
-    e.get_ref()
-        .is_some_and(|inner| inner.downcast_ref::<super::wire::WireError>().is_some())
-}
-
-/// The TLS configuration a connection to `address` uses: required for
-/// `tls://`, refused for a plaintext address (never a silent fallback).
-fn tls_for(
-    address: &Address,
-    options: &ConnectOptions,
-) -> Result<Option<Arc<rustls::ClientConfig>>> {
-    match (address, &options.tls) {
-        (Address::Tls(_), Some(tls)) => Ok(Some(super::tls::client_config(tls)?)),
-        (Address::Tls(_), None) => Err(Error::InvalidArgument(format!(
-            "session {address}: a tls:// address needs the CA that signed the listener's certificate (tls_ca), found none"
-        ))),
-        (_, Some(_)) => Err(Error::InvalidArgument(format!(
-            "session {address}: a TLS CA was given for a plaintext address, expected tls://HOST:PORT"
-        ))),
-        (_, None) => Ok(None),
-    }
-}
-
-/// Opens a connection to `address` within `timeout` (TLS with `tls`).
-fn open(
-    address: &Address,
-    timeout: Duration,
-    tls: Option<&Arc<rustls::ClientConfig>>,
-) -> Result<Stream> {
-    let io = |e: std::io::Error| Error::Io {
-        context: format!("session {address}: connect"),
-        source: e,
-    };
-    match address {
-        Address::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).map_err(io)?)),
-        Address::Tcp(endpoint) => Ok(Stream::Tcp(dial_tcp(endpoint, timeout).map_err(io)?)),
-        Address::Tls(endpoint) => {
-            let config = tls.cloned().ok_or_else(|| {
-                Error::InvalidArgument(format!("session {address}: no TLS configuration"))
-            })?;
-            let name = super::tls::server_name(endpoint)?;
-            let connection = rustls::ClientConnection::new(config, name)
-                .map_err(|e| Error::InvalidArgument(format!("session {address}: TLS: {e}")))?;
-            let socket = dial_tcp(endpoint, timeout).map_err(io)?;
-            Ok(Stream::TlsClient(Box::new(rustls::StreamOwned::new(
-                connection, socket,
-            ))))
-        }
-    }
-}
-
-/// A TCP connection to the first address `endpoint` resolves to that answers.
-fn dial_tcp(endpoint: &str, timeout: Duration) -> std::io::Result<TcpStream> {
-    let mut last = None;
-    for resolved in endpoint.to_socket_addrs()? {
-        match TcpStream::connect_timeout(&resolved, timeout) {
-            Ok(stream) => {
-                let _ = stream.set_nodelay(true);
-                return Ok(stream);
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            "the host resolves to no address",
-        )
-    }))
-}
-
-/// The error a listener's `Refused` stands for.
-pub(crate) fn refused(code: u8, message: String, instance_id: u64) -> Error {
-    match code {
-        1 => Error::Evicted {
-            instance_id,
-            reason: Some(crate::event::Reason::Disconnected),
-        },
-        2 => Error::Full(message),
-        3 => Error::Exists(message),
-        4 => Error::NotFound(message),
-        5 => Error::InvalidArgument(message),
-        6 => Error::Incompatible(message),
-        7 => Error::Corrupt(message),
-        8 => Error::Permission(message),
-        9 => Error::Timeout(message),
-        10 => Error::NoReaper(message),
-        11 => Error::Busy(message),
-        _ => Error::Io {
-            context: "the listener refused the session".into(),
-            source: std::io::Error::other(message),
-        },
-    }
-}
-
-/// This host's name, as the client reports it.
-fn host_name() -> String {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let name = name.trim();
-    let mut end = name.len().min(super::wire::HOST_MAX);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    name[..end].to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_refusal_code_maps_to_its_error() {
-        for code in 1..=13u8 {
-            let error = refused(code, "why".into(), 7);
-            let expected = if code == 13 { 12 } else { u32::from(code) };
-            assert_eq!(error.code(), expected, "{code}");
         }
     }
 }

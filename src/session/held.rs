@@ -2,7 +2,7 @@
 //! live connection holds (the others are waiting for their client to come
 //! back, and time out `Disconnected`), and the records beside the table.
 
-use super::records::Records;
+use crate::records::Records;
 use crate::table::Table;
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, OnceLock};

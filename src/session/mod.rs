@@ -5,9 +5,9 @@
 
 mod address;
 mod client;
+mod dial;
 pub(crate) mod held;
 pub(crate) mod listener;
-pub(crate) mod records;
 mod sender;
 mod served;
 mod stream;
@@ -16,5 +16,4 @@ pub mod wire;
 
 pub use address::Address;
 pub use client::{connect, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT};
-pub(crate) use sender::Link;
 pub use tls::{TlsClient, TlsServer};

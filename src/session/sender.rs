@@ -3,9 +3,9 @@
 //! reap timeout, delivers the listener's notices (an ending, the info area)
 //! and reconnects after a break.
 
-use super::client::Hello;
-use super::stream::{send, Inbox, Received, Stream};
-use super::wire::{Frame, Reclaim};
+use super::dial::{Dialed, Hello};
+use super::stream::{send, Received};
+use super::wire::Frame;
 use crate::event::Reason;
 use crate::layout::{Slot, BUSY, BUSY_PERIOD, STALL_MARK};
 use crate::os::{eventfd, socket};
@@ -30,15 +30,6 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 
 /// How long a deregistration waits for the sender to say goodbye.
 const BYE_WAIT: Duration = Duration::from_secs(2);
-
-/// A connection that said hello and was welcomed.
-pub(crate) struct Dialed {
-    pub stream: Stream,
-    pub inbox: Inbox,
-    pub reclaim: Reclaim,
-    pub reap_timeout: Duration,
-    pub info: Option<Vec<u8>>,
-}
 
 /// What the worker handle and its sender thread share.
 struct Shared {
@@ -66,11 +57,11 @@ impl Link {
     pub(crate) fn start(
         hello: Hello,
         dialed: Dialed,
-        worker: &crate::Worker,
-    ) -> crate::Result<Link> {
+        worker: &crate::worker::Worker,
+    ) -> crate::error::Result<Link> {
         let shared = Arc::new(Shared {
             finishing: AtomicBool::new(false),
-            wake: eventfd::event_nonblocking().map_err(|e| crate::Error::Io {
+            wake: eventfd::event_nonblocking().map_err(|e| crate::error::Error::Io {
                 context: format!("session {}: make the sender's wake-up", hello.address),
                 source: e,
             })?,
@@ -90,7 +81,7 @@ impl Link {
         let thread = std::thread::Builder::new()
             .name("livereg-session".into())
             .spawn(move || sender.run())
-            .map_err(|e| crate::Error::Io {
+            .map_err(|e| crate::error::Error::Io {
                 context: "start the session's sender thread".into(),
                 source: e,
             })?;
@@ -103,8 +94,22 @@ impl Link {
         })
     }
 
-    /// The server's info area as last delivered.
-    pub(crate) fn info(&self) -> Vec<u8> {
+}
+
+impl crate::worker::Remote for Link {
+    fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    fn reap_timeout(&self) -> Duration {
+        self.reap_timeout
+    }
+
+    fn info(&self) -> Vec<u8> {
         self.shared
             .info
             .lock()
@@ -114,7 +119,7 @@ impl Link {
 
     /// Tells the sender the worker deregistered (its slot says so) and
     /// waits, a bounded time, for it to say goodbye.
-    pub(crate) fn finish(&mut self) {
+    fn finish(&mut self) {
         self.shared.finishing.store(true, Relaxed);
         eventfd::signal(&self.shared.wake);
         if let Some(thread) = self.thread.take() {
@@ -327,7 +332,11 @@ impl Sender {
                     self.sent = None;
                     return true;
                 }
-                Err(crate::Error::Io { .. } | crate::Error::Timeout(_) | crate::Error::Busy(_)) => {
+                Err(
+                    crate::error::Error::Io { .. }
+                    | crate::error::Error::Timeout(_)
+                    | crate::error::Error::Busy(_),
+                ) => {
                     backoff = (backoff * 2).min(self.interval());
                 }
                 Err(refusal) => {

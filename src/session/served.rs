@@ -2,13 +2,13 @@
 //! it holds on its client's behalf, fed by the client's beats.
 
 use super::held::Held;
-use super::records::Record;
 use super::stream::{send, Inbox, Received, Stream};
 use super::wire::{Frame, Reclaim, ANSWER_MAX, VERSION};
 use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::layout::FLAG_REMOTE;
 use crate::protocol::{self, Gone, Stamp, LIVE};
+use crate::records::Record;
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
 use std::time::Instant;

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
 import pytest
@@ -146,3 +147,40 @@ def test_info_and_a_reset_reach_a_session(make_table: MakeTable, socket_address:
             time.sleep(0.005)
         else:
             pytest.fail("the reset never reached the session")
+
+
+def test_a_session_over_tls_verifies_the_listener_against_its_ca(make_table: MakeTable, tmp_path: Path) -> None:
+    """tls://: the right CA registers; another CA, or none, is refused in
+    one line; nothing falls back to plaintext."""
+    import socket
+
+    import trustme
+
+    ca, other = trustme.CA(), trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    files = {name: str(tmp_path / name) for name in ("ca.pem", "other.pem", "server.pem", "server.key")}
+    ca.cert_pem.write_to_path(files["ca.pem"])
+    other.cert_pem.write_to_path(files["other.pem"])
+    server.cert_chain_pems[0].write_to_path(files["server.pem"])
+    server.private_key_pem.write_to_path(files["server.key"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tls://127.0.0.1:{port}"
+    table = make_table(reap_timeout=30.0)
+    drops: "queue.Queue[livereg.DropEvent]" = queue.Queue()
+    with table.start_reaper(
+        on_drop=drops.put, listen=[address], token="s3cret", tls_cert=files["server.pem"], tls_key=files["server.key"]
+    ):
+        worker = livereg.connect(address, 31, token="s3cret", tls_ca=files["ca.pem"])
+        worker.ping()
+        [row] = table.status().registrations
+        assert row.remote is not None and row.remote["peer"].startswith("tls 127.0.0.1:")
+        worker.deregister()
+        assert drops.get(timeout=10).reason == livereg.Reason.DEREGISTERED
+        with pytest.raises(livereg.PermissionDeniedError, match="TLS handshake failed") as refused:
+            livereg.connect(address, 32, token="s3cret", tls_ca=files["other.pem"])
+        assert "\n" not in str(refused.value)
+        with pytest.raises(livereg.InvalidArgumentError, match="needs the CA"):
+            livereg.connect(address, 33, token="s3cret")
+        assert table.status().registrations == []

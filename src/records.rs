@@ -1,5 +1,5 @@
 //! What the table's slots have no room for, about each session's
-//! registration: the secret its client reclaims it with after a reconnect,
+//! registration (see `crate::session`): the secret its client reclaims it with after a reconnect,
 //! the peer's address and the host the client reports. A file beside the
 //! table (`NAME.sessions`, mode 0600: the secrets are the reaper's), one
 //! 128-byte record per slot, written by the listener and read by `status`;
@@ -10,7 +10,6 @@ use crate::table::Table;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 const RECORD_SIZE: usize = 128;
@@ -87,13 +86,6 @@ pub(crate) enum Records {
     Heap(Mutex<HashMap<u32, Record>>),
 }
 
-/// The records file beside the table at `table_path`.
-pub(crate) fn path_beside(table_path: &std::path::Path) -> PathBuf {
-    let mut path = table_path.as_os_str().to_owned();
-    path.push(".sessions");
-    PathBuf::from(path)
-}
-
 impl Records {
     /// The records of `table`, created if missing (for a listener).
     pub(crate) fn open(table: &Table) -> std::io::Result<Records> {
@@ -106,7 +98,7 @@ impl Records {
             .create(true)
             .truncate(false)
             .mode(0o600)
-            .open(path_beside(&path))?;
+            .open(crate::location::sessions_beside(&path))?;
         Ok(Records::File(file))
     }
 
@@ -116,7 +108,7 @@ impl Records {
         let Some(path) = table.path() else {
             return HashMap::new();
         };
-        let Ok(bytes) = std::fs::read(path_beside(&path)) else {
+        let Ok(bytes) = std::fs::read(crate::location::sessions_beside(&path)) else {
             return HashMap::new();
         };
         bytes

@@ -93,7 +93,6 @@ impl Link {
             reap_timeout,
         })
     }
-
 }
 
 impl crate::worker::Remote for Link {

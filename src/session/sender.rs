@@ -6,6 +6,7 @@
 use super::dial::{Dialed, Hello};
 use super::stream::{send, Received};
 use super::wire::Frame;
+use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::event::Reason;
 use crate::layout::{Slot, BUSY, BUSY_PERIOD, STALL_MARK};
 use crate::os::{eventfd, socket};
@@ -254,9 +255,20 @@ impl Sender {
         }
         let since_ping_us = match protocol::decode_beat(slot.beat.load(Acquire)) {
             Beat::At(stamp) => {
-                let clock_now = self.table.clock.stamp_micros(self.table.memory.stamps);
+                let stamps = self.table.memory.stamps;
+                let clock_now = self.table.clock.stamp_micros(stamps);
                 let beat_us = stamp.ns_near(clock_now * 1_000) / 1_000;
-                clock_now.saturating_sub(beat_us)
+                // A coarse stamp may lag its heartbeat by up to
+                // STAMP_LAG_TICKS ticks (as the reaper allows locally): the
+                // age is told that much shorter, so the listener never
+                // dates a heartbeat earlier than it was.
+                let lag_us = match stamps {
+                    Stamps::Coarse { resolution_ns } => {
+                        resolution_ns * u64::from(STAMP_LAG_TICKS) / 1_000
+                    }
+                    Stamps::Precise => 0,
+                };
+                clock_now.saturating_sub(beat_us).saturating_sub(lag_us)
             }
             _ => 0,
         };

@@ -516,3 +516,35 @@ fn a_busy_session_without_progress_ends_stalled_and_the_socket_is_mode_0660() {
     }
     reaper.stop().unwrap();
 }
+
+#[test]
+fn a_session_that_went_idle_while_its_reaper_was_away_is_idle_after_the_reclaim() {
+    let temp = TempTable::new(
+        "session-reclaim-idle",
+        &TableOptions {
+            reap_timeout: Duration::from_secs(2),
+            registration_grace: Duration::from_secs(4),
+            progress_timeout: Duration::from_secs(1),
+            ..TableOptions::default()
+        },
+    );
+    let socket = SocketPath::new("session-reclaim-idle");
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let worker = connect(&socket.address(), 11, "engine", &ConnectOptions::default()).unwrap();
+    worker.set_busy(true).unwrap();
+    worker.progress().unwrap();
+    std::thread::sleep(Duration::from_millis(400)); // forwarded: the slot is busy
+    reaper.stop().unwrap();
+    worker.set_busy(false).unwrap(); // done while the reaper is away
+    let (reaper, events_after) = with_events(&temp.table, &socket.address(), None);
+    // Idle, beating, for well past the progress timeout: never stalled.
+    let until = Instant::now() + Duration::from_millis(3000);
+    while Instant::now() < until {
+        worker.heartbeat().expect("an idle engine is never stalled");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(events.try_recv().is_err() && events_after.try_recv().is_err());
+    let row = &temp.table.status().unwrap().registrations[0];
+    assert!(!row.busy, "{row:?}");
+    reaper.stop().unwrap();
+}

@@ -36,7 +36,10 @@ pub(crate) struct Holding {
     pub index: u32,
     pub generation: u32,
     heartbeats: u64,
-    steps: u64,
+    /// The client's step count at its last beat (`None` after a reclaim,
+    /// until its first: the count it resumes from is its own).
+    steps: Option<u64>,
+    /// Busy or idle, as the slot holds it.
     busy: bool,
 }
 
@@ -302,7 +305,8 @@ impl Served {
             let holder = table.memory.header().boot_token.load(Acquire);
             records.set_holder(claim.slot, claim.generation, holder);
         }
-        Ok((Holding::new(claim.slot, claim.generation), claim.secret))
+        let holding = Holding::reclaimed(claim.slot, claim.generation, slot);
+        Ok((holding, claim.secret))
     }
 
     /// Applies a client's beat to the registration: a heartbeat dated back
@@ -334,11 +338,14 @@ impl Served {
             );
             slot.beats.store(heartbeats, Relaxed);
         }
-        if result.is_ok() && steps != holding.steps {
+        if result.is_ok() && holding.steps != Some(steps) {
             // At most 2^32 steps a beat: a hostile count cannot reach the
-            // word's flag bits.
-            let made = steps.wrapping_sub(holding.steps).min(u64::from(u32::MAX));
-            holding.steps = steps;
+            // word's flag bits. The first beat after a reclaim counts as
+            // one step (the client went on while it was away).
+            let made = holding.steps.map_or(1, |before| {
+                steps.wrapping_sub(before).min(u64::from(u32::MAX))
+            });
+            holding.steps = Some(steps);
             result = protocol::progress_by(slot, generation, made);
         }
         if result.is_ok() && busy != holding.busy {
@@ -414,8 +421,18 @@ impl Holding {
             index,
             generation,
             heartbeats: 0,
-            steps: 0,
+            steps: Some(0),
             busy: false,
+        }
+    }
+
+    /// A registration taken back: busy as its slot says, and the client's
+    /// step count to be learnt from its first beat.
+    fn reclaimed(index: u32, generation: u32, slot: &crate::layout::Slot) -> Holding {
+        Holding {
+            steps: None,
+            busy: slot.progress.load(Relaxed) & crate::layout::BUSY != 0,
+            ..Holding::new(index, generation)
         }
     }
 }

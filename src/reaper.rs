@@ -120,12 +120,7 @@ impl ReaperBuilder {
     /// mode 0660 unless [`socket_mode`](ReaperBuilder::socket_mode) says
     /// otherwise.
     pub fn listen(mut self, address: Address, token: Option<Vec<u8>>) -> Self {
-        self.listens.push(ListenConfig {
-            address,
-            token,
-            socket_mode: DEFAULT_SOCKET_MODE,
-            tls: None,
-        });
+        self.listens.push(ListenConfig::new(address, token));
         self
     }
 
@@ -632,12 +627,7 @@ impl Reaper {
     ///   that Unix socket.
     /// - [`Error::Io`](crate::error::Error::Io): binding failed.
     pub fn listen(&mut self, address: Address, token: Option<Vec<u8>>) -> Result<()> {
-        let config = ListenConfig {
-            address,
-            token,
-            socket_mode: DEFAULT_SOCKET_MODE,
-            tls: None,
-        };
+        let config = ListenConfig::new(address, token);
         self.listeners.push(Listener::start(
             self.table.clone(),
             config,

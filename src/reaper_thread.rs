@@ -5,7 +5,7 @@ use crate::error::Result;
 use crate::fork;
 use crate::reaper::{Reaper, ReaperBuilder};
 use crate::session::held::Held;
-use crate::session::listener::{ListenConfig, Listener, DEFAULT_SOCKET_MODE};
+use crate::session::listener::{ListenConfig, Listener};
 use crate::session::Address;
 use crate::table::Table;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,12 +114,7 @@ impl ReaperThread {
     ///
     /// As [`Reaper::listen`].
     pub fn listen(&mut self, address: Address, token: Option<Vec<u8>>) -> Result<()> {
-        let config = ListenConfig {
-            address,
-            token,
-            socket_mode: DEFAULT_SOCKET_MODE,
-            tls: None,
-        };
+        let config = ListenConfig::new(address, token);
         self.listeners.push(Listener::start(
             self.table.clone(),
             config,

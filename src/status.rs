@@ -242,7 +242,7 @@ impl Table {
                 .filter(|r| r.state == RegistrationState::Live)
                 .count(),
             capacity: inner.capacity,
-            reaper_alive: self.reaper_alive(),
+            reaper_alive: view.reaper_alive,
             reaper_stalled: self.reaper_stalled(),
             reaper_pid: header.reaper_pid.load(Relaxed),
             boot_token: header.boot_token.load(Acquire),

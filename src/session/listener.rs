@@ -52,6 +52,19 @@ pub(crate) struct ListenConfig {
     pub tls: Option<TlsServer>,
 }
 
+impl ListenConfig {
+    /// A listener at `address` taking `token`, its socket of the default
+    /// mode, no TLS.
+    pub(crate) fn new(address: Address, token: Option<Vec<u8>>) -> ListenConfig {
+        ListenConfig {
+            address,
+            token,
+            socket_mode: DEFAULT_SOCKET_MODE,
+            tls: None,
+        }
+    }
+}
+
 /// A running listener; stopped (its connections closed, their
 /// registrations left for the clients to reclaim) when dropped.
 pub(crate) struct Listener {

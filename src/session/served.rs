@@ -371,7 +371,7 @@ impl Served {
     }
 
     fn tell_ended(&mut self, table: &Table) -> Next {
-        let Some(holding) = self.holding.take() else {
+        let Some(holding) = self.holding else {
             return Next::Close(None);
         };
         let slot = table.memory.slot(holding.index);
@@ -380,7 +380,6 @@ impl Served {
             _ => Reason::Disconnected,
         };
         let _ = send(&mut self.stream, &Frame::Ended { reason });
-        self.holding = Some(holding);
         Next::Close(None)
     }
 

@@ -100,8 +100,8 @@ pub use reaper::{Reaper, ReaperBuilder, ScanReport};
 pub use reaper_thread::ReaperThread;
 #[cfg(not(loom))]
 pub use session::{
-    connect, remote_status, wire, Address, ConnectOptions, TlsClient, TlsServer,
-    DEFAULT_CONNECT_TIMEOUT,
+    connect, remote_clear, remote_reset, remote_status, wire, Address, ConnectOptions, TlsClient,
+    TlsServer, DEFAULT_CONNECT_TIMEOUT,
 };
 #[cfg(not(loom))]
 pub use status::{ExitDetection, RegistrationState, RegistrationStatus, RemoteStatus, Status};

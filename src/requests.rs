@@ -133,8 +133,35 @@ impl Table {
     }
 
     fn request(&self, request: Request, wait: Duration) -> Result<()> {
-        let verb = request.verb();
-        crate::handlers::refuse_inside_handler(&self.memory, &format!("{verb} the table"))?;
+        crate::handlers::refuse_inside_handler(
+            &self.memory,
+            &format!("{} the table", request.verb()),
+        )?;
+        let ticket = self.submit(request)?;
+        let mut outcome = None;
+        self.memory.wait_settled(wait, || {
+            outcome = ticket.outcome(self);
+            outcome.is_some()
+        });
+        outcome.unwrap_or_else(|| Err(ticket.timed_out(self, wait)))
+    }
+
+    /// Asks the reaper for a clear (or, with `reset`, a reset) without
+    /// waiting: what a listener does for a session's request, polling the
+    /// ticket's [`outcome`](Ticket::outcome) on its own loop.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoReaper`] when no reaper is alive (nothing is requested).
+    pub(crate) fn request_clear(&self, reset: bool) -> Result<Ticket> {
+        self.submit(if reset {
+            Request::Reset
+        } else {
+            Request::Clear
+        })
+    }
+
+    fn submit(&self, request: Request) -> Result<Ticket> {
         if !self.reaper_alive() {
             return Err(self.memory.no_reaper());
         }
@@ -142,28 +169,45 @@ impl Table {
         if let Request::Reset = request {
             header.reset_requested.fetch_add(1, AcqRel);
         }
-        let ticket = header.clear_requested.fetch_add(1, AcqRel) + 1;
+        let number = header.clear_requested.fetch_add(1, AcqRel) + 1;
         self.memory.wake_reaper();
-        let mut outcome = None;
-        self.memory.wait_settled(wait, || {
-            outcome = if header.clear_completed.load(Acquire) >= ticket {
-                Some(Ok(()))
-            } else if header.clear_expired.load(Acquire) >= ticket || !self.reaper_alive() {
-                Some(Err(Error::NoReaper(format!(
-                    "table '{}': the reaper died before completing the {verb}; the request expired",
-                    self.memory.name
-                ))))
-            } else {
-                None
-            };
-            outcome.is_some()
-        });
-        outcome.unwrap_or_else(|| {
-            Err(Error::Timeout(format!(
-                "table '{}': the {verb} was not completed within {wait:?} (reaper pid {})",
-                self.memory.name,
-                header.reaper_pid.load(Relaxed)
-            )))
-        })
+        Ok(Ticket { request, number })
+    }
+}
+
+/// A clear or reset asked for and not yet known to be carried out.
+#[derive(Clone, Copy)]
+pub(crate) struct Ticket {
+    request: Request,
+    /// Done once the reaper's `clear_completed` reaches it.
+    number: u64,
+}
+
+impl Ticket {
+    /// `Ok` once the reaper carried the request out, `Err(NoReaper)` if it
+    /// died first, `None` while it is pending.
+    pub(crate) fn outcome(&self, table: &Table) -> Option<Result<()>> {
+        let header = table.memory.header();
+        if header.clear_completed.load(Acquire) >= self.number {
+            Some(Ok(()))
+        } else if header.clear_expired.load(Acquire) >= self.number || !table.reaper_alive() {
+            Some(Err(Error::NoReaper(format!(
+                "table '{}': the reaper died before completing the {}; the request expired",
+                table.memory.name,
+                self.request.verb()
+            ))))
+        } else {
+            None
+        }
+    }
+
+    /// The error of a request not carried out within `wait`.
+    pub(crate) fn timed_out(&self, table: &Table, wait: Duration) -> Error {
+        Error::Timeout(format!(
+            "table '{}': the {} was not completed within {wait:?} (reaper pid {})",
+            table.memory.name,
+            self.request.verb(),
+            table.memory.header().reaper_pid.load(Relaxed)
+        ))
     }
 }

@@ -588,6 +588,54 @@ impl Worker {
         }
     }
 
+    /// Asks the server for a clear of its stored cache, as
+    /// [`Table::clear`] does, from the engine that holds this registration:
+    /// on the table it is registered in, or, for a session, through the
+    /// listener it connected to (a connection of its own, with the same
+    /// address, token and TLS). Registrations are untouched; this worker
+    /// keeps beating.
+    ///
+    /// # Errors
+    ///
+    /// As [`Table::clear`]; for a session also as
+    /// [`remote_clear`](crate::remote_clear) (the listener unreachable or
+    /// refusing).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use livereg::{Table, TableOptions};
+    /// use std::time::Duration;
+    ///
+    /// let table = Table::in_memory(&TableOptions::default())?;
+    /// let reaper = table.reaper().on_clear(|| Ok(())).spawn()?;
+    /// let worker = table.register(7, "gpu7")?;
+    /// worker.clear(Duration::from_secs(5))?;
+    /// worker.heartbeat()?; // still registered
+    /// reaper.stop()?;
+    /// # Ok::<(), livereg::Error>(())
+    /// ```
+    pub fn clear(&self, wait: Duration) -> Result<()> {
+        match &self.session {
+            Some(session) => session.request_clear(false, wait),
+            None => self.table.clear(wait),
+        }
+    }
+
+    /// Asks the server for a reset, as [`Table::reset`]: every registration
+    /// of its table ends `cleared` (this one too: its next heartbeat returns
+    /// [`Evicted`](Error::Evicted)), then its cache is cleared.
+    ///
+    /// # Errors
+    ///
+    /// As [`Worker::clear`].
+    pub fn reset(&self, wait: Duration) -> Result<()> {
+        match &self.session {
+            Some(session) => session.request_clear(true, wait),
+            None => self.table.reset(wait),
+        }
+    }
+
     pub(crate) fn local_slot(&self) -> u32 {
         self.index
     }
@@ -614,6 +662,8 @@ pub(crate) trait Remote: Send + Sync {
     fn reap_timeout(&self) -> Duration;
     /// The server's info area as last delivered.
     fn info(&self) -> Vec<u8>;
+    /// Asks the reaper for a clear (or reset) through its listener.
+    fn request_clear(&self, reset: bool, wait: Duration) -> Result<()>;
     /// The worker deregistered (its slot says so): say goodbye, a bounded
     /// wait.
     fn finish(&mut self);

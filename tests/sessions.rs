@@ -146,7 +146,8 @@ impl Drop for Isolated {
 /// `registered SLOT`, then acts as `LIVEREG_HELPER_MODE` says:
 /// `ping` (every 10 ms, `evicted REASON` when told), `hang` (the engine
 /// loop stops after `hanging`, the sender thread lives), `exit` (deregister
-/// after a few pings, `done`).
+/// after a few pings, `done`), `clear` (a clear, `cleared`, a ping,
+/// `beating`, a reset, `reset`, then pings until evicted).
 #[test]
 #[ignore = "a helper, run by the tests of this file in a container"]
 fn client_helper() {
@@ -168,6 +169,14 @@ fn client_helper() {
         }
     };
     println!("registered {}", worker.slot());
+    if mode == "clear" {
+        worker.clear(Duration::from_secs(10)).unwrap();
+        println!("cleared");
+        worker.heartbeat().unwrap();
+        println!("beating");
+        worker.reset(Duration::from_secs(10)).unwrap();
+        println!("reset");
+    }
     let mut pings = 0u64;
     loop {
         match worker.heartbeat() {
@@ -384,6 +393,82 @@ fn a_reset_reaches_remote_workers_and_info_is_delivered() {
         Err(Error::Evicted { reason, .. }) => assert_eq!(reason, Some(Reason::Cleared)),
         other => panic!("{other:?}"),
     }
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn an_isolated_engine_clears_and_resets_the_table_through_its_session() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+    let temp = TempTable::new("session-clear", &long_options());
+    let tcp = tcp_address();
+    let clears = Arc::new(AtomicU32::new(0));
+    let slow = Arc::new(AtomicBool::new(false));
+    let (sender, events) = mpsc::channel();
+    let reaper = {
+        let (clears, slow) = (clears.clone(), slow.clone());
+        temp.table
+            .reaper()
+            .on_drop(move |event| Ok(sender.send(event.clone())?))
+            .on_clear(move || {
+                if slow.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1500));
+                }
+                clears.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .listen(Address::parse(&tcp).unwrap(), Some(b"s3cret".to_vec()))
+            .spawn()
+            .unwrap()
+    };
+    let local = temp.table.register(20, "local").unwrap();
+    let token = |t: &[u8]| ConnectOptions {
+        token: Some(t.to_vec()),
+        ..ConnectOptions::default()
+    };
+
+    // A clear from a container: the clear handlers run, nobody is evicted.
+    let mut engine = Isolated::spawn(&tcp, 21, "clear", Some("s3cret"));
+    engine.line("registered");
+    engine.line("cleared");
+    assert_eq!(clears.load(Ordering::SeqCst), 1);
+    engine.line("beating");
+    local.heartbeat().unwrap();
+    assert!(events.try_recv().is_err(), "a clear evicts nobody");
+
+    // Its reset ends every registration, its own too, then clears.
+    engine.line("reset");
+    assert_eq!(clears.load(Ordering::SeqCst), 2);
+    let mut ended: Vec<(u64, Reason)> = (0..2)
+        .map(|_| {
+            let event = events.recv_timeout(Duration::from_secs(5)).unwrap();
+            (event.instance_id, event.reason)
+        })
+        .collect();
+    ended.sort();
+    assert_eq!(ended, [(20, Reason::Cleared), (21, Reason::Cleared)]);
+    assert_eq!(engine.line("evicted"), "evicted cleared");
+    assert!(matches!(
+        local.heartbeat(),
+        Err(Error::Evicted {
+            reason: Some(Reason::Cleared),
+            ..
+        })
+    ));
+
+    // A wrong token clears nothing; a clear slower than the wait times out.
+    let refused = livereg::remote_clear(&tcp, Duration::from_secs(5), &token(b"wrong"));
+    assert!(matches!(refused, Err(Error::Permission(_))), "{refused:?}");
+    assert_eq!(clears.load(Ordering::SeqCst), 2);
+    slow.store(true, Ordering::SeqCst);
+    let late = livereg::remote_clear(&tcp, Duration::from_millis(200), &token(b"s3cret"));
+    match late {
+        Err(Error::Timeout(message)) => assert!(message.contains("clear"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    slow.store(false, Ordering::SeqCst);
+    livereg::remote_clear(&tcp, Duration::from_secs(10), &token(b"s3cret")).unwrap();
+    assert!(clears.load(Ordering::SeqCst) >= 3);
     reaper.stop().unwrap();
 }
 

@@ -6,9 +6,8 @@
 //! into that slot, so the next heartbeat returns `Evicted` with the reason.
 
 use super::address::Address;
-use super::dial::{open, refused, tls_for, Hello};
+use super::dial::{exchange, request_clear, tls_for, unexpected, Hello};
 use super::sender::Link;
-use super::stream::{send, Inbox, Received};
 use super::tls::TlsClient;
 use super::wire::{Frame, VERSION};
 use crate::error::{Error, Result};
@@ -124,59 +123,72 @@ pub fn remote_status(
     instance: Option<u64>,
     options: &ConnectOptions,
 ) -> Result<Status> {
-    let parsed = Address::parse(address)?;
-    let timeout = options.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
-    let tls = tls_for(&parsed, options.tls.as_ref())?;
-    let mut stream = open(&parsed, timeout, tls.as_ref())?;
-    let io = |step: &str, e: std::io::Error| Error::Io {
-        context: format!("session {address}: {step}"),
-        source: e,
-    };
     let ask = Frame::Ask {
         version: VERSION,
         token: options.token.clone().unwrap_or_default(),
         instance_id: instance.unwrap_or(0),
     };
-    stream
-        .set_read_timeout(Some(timeout))
-        .map_err(|e| io("set a read timeout", e))?;
-    send(&mut stream, &ask).map_err(|e| io("ask", e))?;
-    let mut inbox = Inbox::default();
-    loop {
-        let (frames, closed) = match inbox.receive(&mut stream) {
-            Ok(Received::Frames(frames)) => (frames, false),
-            Ok(Received::Closed(frames)) => (frames, true),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                return Err(Error::Timeout(format!(
-                    "session {address}: no answer within {timeout:?}"
-                )))
-            }
-            Err(e) => return Err(io("read the answer", e)),
-        };
-        match frames.into_iter().next() {
-            Some(Frame::Answer { json }) => {
-                return serde_json::from_str(&json).map_err(|e| {
-                    Error::Incompatible(format!(
-                        "session {address}: the answer is not a status: {e}"
-                    ))
-                })
-            }
-            Some(Frame::Refused { code, message }) => return Err(refused(code, message, 0)),
-            Some(other) => {
-                return Err(Error::Incompatible(format!(
-                    "session {address}: expected an answer, found {other:?}"
-                )))
-            }
-            None if closed => {
-                return Err(io(
-                    "read the answer",
-                    std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "closed without an answer",
-                    ),
-                ))
-            }
-            None => {}
-        }
+    let parsed = Address::parse(address)?;
+    let tls = tls_for(&parsed, options.tls.as_ref())?;
+    let timeout = options.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+    match exchange(&parsed, tls.as_ref(), timeout, &ask, Duration::ZERO)? {
+        Frame::Answer { json } => serde_json::from_str(&json).map_err(|e| {
+            Error::Incompatible(format!(
+                "session {address}: the answer is not a status: {e}"
+            ))
+        }),
+        other => Err(unexpected(&parsed, "an answer", &other)),
     }
+}
+
+/// Asks the reaper behind the listener at `address` for a clear, as
+/// [`Table::clear`] does for a process that maps the table: its clear
+/// handlers run once (the server clears its stored cache), registrations
+/// are untouched. Waits up to `wait` for them to return. Registers nothing.
+///
+/// # Errors
+///
+/// As [`Table::clear`] ([`Error::Timeout`], [`Error::NoReaper`]), and as
+/// [`connect`] for the connection (a bad address, a refused token, a
+/// failed connection).
+///
+/// # Examples
+///
+/// ```
+/// use livereg::{remote_clear, Address, ConnectOptions, Table, TableOptions};
+/// use std::time::Duration;
+///
+/// let table = Table::in_memory(&TableOptions::default())?;
+/// let path = std::env::temp_dir().join(format!("livereg-doc-clear-{}.sock", std::process::id()));
+/// let address = format!("unix:{}", path.display());
+/// let reaper = table
+///     .reaper()
+///     .on_clear(|| Ok(())) // the server clears its cache
+///     .listen(Address::parse(&address)?, None)
+///     .spawn()?;
+/// remote_clear(&address, Duration::from_secs(5), &ConnectOptions::default())?;
+/// reaper.stop()?;
+/// # Ok::<(), livereg::Error>(())
+/// ```
+pub fn remote_clear(address: &str, wait: Duration, options: &ConnectOptions) -> Result<()> {
+    request(address, false, wait, options)
+}
+
+/// A [`remote_clear`] that also ends every registration of the table
+/// (reason `cleared`), as [`Table::reset`]: every worker, local or
+/// through a session, hears `Evicted` at its next heartbeat.
+///
+/// # Errors
+///
+/// As [`remote_clear`].
+pub fn remote_reset(address: &str, wait: Duration, options: &ConnectOptions) -> Result<()> {
+    request(address, true, wait, options)
+}
+
+fn request(address: &str, reset: bool, wait: Duration, options: &ConnectOptions) -> Result<()> {
+    let parsed = Address::parse(address)?;
+    let tls = tls_for(&parsed, options.tls.as_ref())?;
+    let token = options.token.clone().unwrap_or_default();
+    let timeout = options.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+    request_clear(&parsed, tls.as_ref(), &token, timeout, reset, wait)
 }

@@ -1,6 +1,7 @@
 //! Reaching a listener: a connection (Unix, TCP or TLS), the `Hello` and
 //! its answer, and what a refusal means; used by `connect`, by the sender
-//! thread when it reconnects, and by `remote_status`.
+//! thread when it reconnects, and by the one-frame exchanges (`remote_status`,
+//! `remote_clear`).
 
 use super::address::Address;
 use super::stream::{send, Inbox, Received, Stream};
@@ -21,7 +22,9 @@ pub(crate) struct Dialed {
     pub info: Option<Vec<u8>>,
 }
 
-/// Everything needed to say hello again after a reconnect.
+/// Everything needed to say hello again after a reconnect (or to ask the
+/// listener for a clear).
+#[derive(Clone)]
 pub(crate) struct Hello {
     pub address: Address,
     /// The client's TLS configuration, for a `tls://` address.
@@ -33,6 +36,19 @@ pub(crate) struct Hello {
 }
 
 impl Hello {
+    /// Asks the listener for a clear (or, with `reset`, a reset) over a
+    /// connection of its own, and waits up to `wait` for it.
+    pub(crate) fn request_clear(&self, reset: bool, wait: Duration) -> Result<()> {
+        request_clear(
+            &self.address,
+            self.tls.as_ref(),
+            &self.token,
+            self.timeout,
+            reset,
+            wait,
+        )
+    }
+
     /// Connects, says hello (reclaiming `reclaim` if given) and reads the
     /// answer.
     pub(crate) fn dial(&self, reclaim: Option<Reclaim>) -> Result<Dialed> {
@@ -247,6 +263,84 @@ fn host_name() -> String {
         end -= 1;
     }
     name[..end].to_owned()
+}
+
+/// Asks the listener at `address` for a clear (or, with `reset`, a reset)
+/// and waits up to `wait` for the reaper to carry it out.
+pub(crate) fn request_clear(
+    address: &Address,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    token: &[u8],
+    timeout: Duration,
+    reset: bool,
+    wait: Duration,
+) -> Result<()> {
+    let clear = Frame::Clear {
+        version: VERSION,
+        token: token.to_vec(),
+        reset,
+        wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+    };
+    match exchange(address, tls, timeout, &clear, wait)? {
+        Frame::Done => Ok(()),
+        other => Err(unexpected(address, "done", &other)),
+    }
+}
+
+/// The error of an answer that is not the one expected.
+pub(crate) fn unexpected(address: &Address, expected: &str, found: &Frame) -> Error {
+    Error::Incompatible(format!(
+        "session {address}: expected {expected}, found {found:?}"
+    ))
+}
+
+/// Sends `frame` as a connection's only frame and returns the listener's
+/// one answer (a `Refused` as its error), waiting `timeout` to connect and
+/// `timeout` plus `longer` for the answer.
+pub(crate) fn exchange(
+    address: &Address,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    timeout: Duration,
+    frame: &Frame,
+    longer: Duration,
+) -> Result<Frame> {
+    let mut stream = open(address, timeout, tls)?;
+    let io = |step: &str, e: std::io::Error| Error::Io {
+        context: format!("session {address}: {step}"),
+        source: e,
+    };
+    let answer_within = timeout.saturating_add(longer);
+    stream
+        .set_read_timeout(Some(answer_within))
+        .map_err(|e| io("set a read timeout", e))?;
+    send(&mut stream, frame).map_err(|e| io("send", e))?;
+    let mut inbox = Inbox::default();
+    loop {
+        let (frames, closed) = match inbox.receive(&mut stream) {
+            Ok(Received::Frames(frames)) => (frames, false),
+            Ok(Received::Closed(frames)) => (frames, true),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(Error::Timeout(format!(
+                    "session {address}: no answer within {answer_within:?}"
+                )))
+            }
+            Err(e) => return Err(io("read the answer", e)),
+        };
+        match frames.into_iter().next() {
+            Some(Frame::Refused { code, message }) => return Err(refused(code, message, 0)),
+            Some(answer) => return Ok(answer),
+            None if closed => {
+                return Err(io(
+                    "read the answer",
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "closed without an answer",
+                    ),
+                ))
+            }
+            None => {}
+        }
+    }
 }
 
 #[cfg(test)]

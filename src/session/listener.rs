@@ -40,6 +40,10 @@ const GREETING_MAX: usize = 64;
 /// wait; a close that comes during the wait is seen at most this much later.
 const GATHER: Duration = Duration::from_millis(5);
 
+/// While a client waits for a clear, how often the listener looks whether
+/// the reaper carried it out.
+const CLEAR_POLL: Duration = Duration::from_millis(2);
+
 /// How a listener is set up.
 #[derive(Clone, Debug)]
 pub(crate) struct ListenConfig {
@@ -147,6 +151,7 @@ impl Listener {
             connections: Vec::new(),
             info_sequence: None,
             urgent: false,
+            clears_waited: false,
         };
         serve.info_sequence = serve.current_info_sequence();
         let thread = std::thread::Builder::new()
@@ -293,6 +298,8 @@ struct Serve {
     /// Whether this round saw more than beats (a connection, a greeting, a
     /// close): then the next round does not wait.
     urgent: bool,
+    /// Whether a client waits for a clear: then the listener looks often.
+    clears_waited: bool,
 }
 
 impl Serve {
@@ -301,7 +308,10 @@ impl Serve {
             .clamp(Duration::from_millis(5), Duration::from_millis(250));
         let mut next_tick = Instant::now() + tick;
         loop {
-            let wait = next_tick.saturating_duration_since(Instant::now());
+            let mut wait = next_tick.saturating_duration_since(Instant::now());
+            if self.clears_waited {
+                wait = wait.min(CLEAR_POLL);
+            }
             let keys = match self.epoll.wait(Some(wait)) {
                 Ok(keys) => keys,
                 Err(e) => {
@@ -321,6 +331,9 @@ impl Serve {
                     ACCEPT => self.accept_all(),
                     key => self.on_readable((key - FIRST_CONNECTION) as usize),
                 }
+            }
+            if self.clears_waited {
+                self.settle_clears();
             }
             if Instant::now() >= next_tick {
                 self.tick();
@@ -390,9 +403,26 @@ impl Serve {
             return;
         };
         self.urgent |= served.holding.is_none();
-        if let Next::Close(end) = served.on_readable(&gate) {
-            self.urgent = true;
-            self.close(entry, end);
+        match served.on_readable(&gate) {
+            Next::Close(end) => {
+                self.urgent = true;
+                self.close(entry, end);
+            }
+            Next::Serve => self.clears_waited |= served.is_waiting(),
+        }
+    }
+
+    /// Answers the clients whose clear is over.
+    fn settle_clears(&mut self) {
+        self.clears_waited = false;
+        for entry in 0..self.connections.len() {
+            let Some(served) = self.connections[entry].as_mut() else {
+                continue;
+            };
+            match served.settle(&self.table) {
+                Next::Close(end) => self.close(entry, end),
+                Next::Serve => self.clears_waited |= served.is_waiting(),
+            }
         }
     }
 
@@ -437,7 +467,7 @@ impl Serve {
                 continue;
             };
             let next = if served.holding.is_none() {
-                if served.opened.elapsed() >= HANDSHAKE_DEADLINE {
+                if served.opened.elapsed() >= HANDSHAKE_DEADLINE && !served.is_waiting() {
                     log::debug!(
                         "session from {}: no hello within {HANDSHAKE_DEADLINE:?}",
                         served.peer

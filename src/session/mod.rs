@@ -15,5 +15,7 @@ mod tls;
 pub mod wire;
 
 pub use address::Address;
-pub use client::{connect, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT};
+pub use client::{
+    connect, remote_clear, remote_reset, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT,
+};
 pub use tls::{TlsClient, TlsServer};

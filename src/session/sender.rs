@@ -51,6 +51,8 @@ pub(crate) struct Link {
     pub generation: u32,
     /// The reaper's table's reap timeout, as the listener said.
     pub reap_timeout: Duration,
+    /// How to reach the listener again, for a clear.
+    listener: Hello,
 }
 
 impl Link {
@@ -71,7 +73,7 @@ impl Link {
         let (slot, generation) = (dialed.reclaim.slot, dialed.reclaim.generation);
         let reap_timeout = dialed.reap_timeout;
         let mut sender = Sender {
-            hello,
+            hello: hello.clone(),
             shared: shared.clone(),
             table: worker.table().clone(),
             index: worker.local_slot(),
@@ -92,6 +94,7 @@ impl Link {
             slot,
             generation,
             reap_timeout,
+            listener: hello,
         })
     }
 }
@@ -115,6 +118,10 @@ impl crate::worker::Remote for Link {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    fn request_clear(&self, reset: bool, wait: Duration) -> crate::error::Result<()> {
+        self.listener.request_clear(reset, wait)
     }
 
     /// Tells the sender the worker deregistered (its slot says so) and

@@ -9,9 +9,10 @@ use crate::event::Reason;
 use crate::layout::FLAG_REMOTE;
 use crate::protocol::{self, Gone, Stamp, LIVE};
 use crate::records::Record;
+use crate::requests::Ticket;
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What the listener checks a greeting against.
 pub(crate) struct Gate<'a> {
@@ -28,6 +29,16 @@ pub(crate) struct Served {
     pub peer: String,
     pub opened: Instant,
     pub holding: Option<Holding>,
+    /// A clear the client asked for, until the reaper carries it out.
+    request: Option<Requested>,
+}
+
+/// A clear a client waits for.
+#[derive(Clone, Copy)]
+struct Requested {
+    ticket: Ticket,
+    at: Instant,
+    wait: Duration,
 }
 
 /// The registration a connection holds, and what its client last said.
@@ -61,6 +72,7 @@ impl Served {
             peer,
             opened: Instant::now(),
             holding: None,
+            request: None,
         }
     }
 
@@ -85,6 +97,17 @@ impl Served {
                         instance_id,
                     },
                 ) => self.answer(gate, version, &token, instance_id),
+                (
+                    None,
+                    Frame::Clear {
+                        version,
+                        token,
+                        reset,
+                        wait_ms,
+                    },
+                ) if self.request.is_none() => {
+                    self.clear(gate, version, &token, reset, Duration::from_millis(wait_ms))
+                }
                 (
                     Some(_),
                     Frame::Beat {
@@ -185,6 +208,55 @@ impl Served {
                 "the status is {} bytes, over the {ANSWER_MAX} an answer holds",
                 json.len()
             ))),
+            Err(refusal) => self.refuse(&refusal),
+        }
+    }
+
+    /// Asks the reaper for the clear (or reset) the client wants; the
+    /// listener answers once it is carried out ([`Served::settle`]).
+    fn clear(
+        &mut self,
+        gate: &Gate<'_>,
+        version: u16,
+        token: &[u8],
+        reset: bool,
+        wait: Duration,
+    ) -> Next {
+        match admit(gate, version, token).and_then(|()| gate.table.request_clear(reset)) {
+            Ok(ticket) => {
+                self.request = Some(Requested {
+                    ticket,
+                    at: Instant::now(),
+                    wait,
+                });
+                Next::Serve
+            }
+            Err(refusal) => self.refuse(&refusal),
+        }
+    }
+
+    /// Whether the client waits for a clear.
+    pub(crate) fn is_waiting(&self) -> bool {
+        self.request.is_some()
+    }
+
+    /// If the clear the client waits for is over (carried out, failed, or
+    /// past its deadline), answers `Done` or `Refused` and closes.
+    pub(crate) fn settle(&mut self, table: &Table) -> Next {
+        let Some(Requested { ticket, at, wait }) = self.request else {
+            return Next::Serve;
+        };
+        let outcome = match ticket.outcome(table) {
+            Some(outcome) => outcome,
+            None if at.elapsed() >= wait => Err(ticket.timed_out(table, wait)),
+            None => return Next::Serve,
+        };
+        self.request = None;
+        match outcome {
+            Ok(()) => {
+                let _ = send(&mut self.stream, &Frame::Done);
+                Next::Close(None)
+            }
             Err(refusal) => self.refuse(&refusal),
         }
     }

@@ -17,11 +17,13 @@
 //! | 2 `Beat` | client → server | heartbeats u64, microseconds since the last heartbeat u64, busy u8 (0/1), progress steps u64 |
 //! | 3 `Bye` | client → server | (none): a clean deregistration |
 //! | 4 `Ask` | client → server, first and only | version u16, token (u16 + ≤ 256 bytes), instance id u64 (0: none): a question that registers nothing (`status`, `probe` over an address) |
+//! | 5 `Clear` | client → server, first and only | version u16, token (u16 + ≤ 256 bytes), reset u8 (0/1), wait ms u64: a clear (or reset) of the table, answered `Done` once the reaper carried it out, or `Refused` |
 //! | 129 `Welcome` | server → client | version u16, slot u32, generation u32, secret u64, reap timeout ms u64, boot token u64 |
 //! | 130 `Refused` | server → client | result code u8, message (u16 + ≤ 1024 bytes) |
 //! | 131 `Ended` | server → client | reason u8 (the registration ended: the next ping hears it) |
 //! | 132 `Info` | server → client | the server's info area (u16 + ≤ 1024 bytes): just before `Welcome` (if not empty), and whenever it changes |
 //! | 133 `Answer` | server → client | the table's status as JSON (u16 + ≤ 4000 bytes), with only the registrations of the instance asked about |
+//! | 134 `Done` | server → client | (none): the `Clear` asked for was carried out |
 
 use crate::event::Reason;
 use crate::layout::{INFO_MAX, LABEL_MAX};
@@ -101,6 +103,19 @@ pub enum Frame {
         /// The instance whose registrations to include (0: none).
         instance_id: u64,
     },
+    /// A clear of the table (its clear handlers run; registrations are
+    /// untouched) or, with `reset`, a reset (every registration ends
+    /// `cleared` first), asked for by a process that cannot map it.
+    Clear {
+        /// The client's protocol version.
+        version: u16,
+        /// The listener's token (may be empty).
+        token: Vec<u8>,
+        /// A reset rather than a clear.
+        reset: bool,
+        /// How long the client waits for it, in milliseconds.
+        wait_ms: u64,
+    },
     /// The registration was made (or taken back).
     Welcome {
         /// The server's protocol version.
@@ -138,6 +153,8 @@ pub enum Frame {
         /// The JSON text.
         json: String,
     },
+    /// The `Clear` asked for was carried out.
+    Done,
 }
 
 /// Why bytes are not a frame.
@@ -147,7 +164,7 @@ pub enum WireError {
     #[error("frame length: expected 1 to {MAX_FRAME} bytes, found {0}")]
     Length(u32),
     /// A type no side sends.
-    #[error("frame type: expected 1 to 4 or 129 to 133, found {0}")]
+    #[error("frame type: expected 1 to 5 or 129 to 134, found {0}")]
     Type(u8),
     /// The payload does not match its type's layout.
     #[error("{frame} frame: expected {expected}, found {found}")]
@@ -220,6 +237,18 @@ impl Frame {
                 out.bytes16(token, TOKEN_MAX);
                 out.u64(*instance_id);
             }
+            Frame::Clear {
+                version,
+                token,
+                reset,
+                wait_ms,
+            } => {
+                out.u8(5);
+                out.u16(*version);
+                out.bytes16(token, TOKEN_MAX);
+                out.u8(u8::from(*reset));
+                out.u64(*wait_ms);
+            }
             Frame::Welcome {
                 version,
                 slot,
@@ -253,6 +282,7 @@ impl Frame {
                 out.u8(133);
                 out.bytes16(json.as_bytes(), ANSWER_MAX);
             }
+            Frame::Done => out.u8(134),
         }
         let body = out.0;
         let mut framed = Vec::with_capacity(body.len() + 4);
@@ -297,6 +327,14 @@ impl Frame {
                     instance_id: input.u64()?,
                 })
             })?,
+            5 => whole("clear", payload, |input| {
+                Ok(Frame::Clear {
+                    version: input.u16()?,
+                    token: input.bytes16(TOKEN_MAX)?.to_vec(),
+                    reset: input.flag()?,
+                    wait_ms: input.u64()?,
+                })
+            })?,
             129 => whole("welcome", payload, |input| {
                 Ok(Frame::Welcome {
                     version: input.u16()?,
@@ -333,6 +371,7 @@ impl Frame {
                     json: input.text16(ANSWER_MAX)?,
                 })
             })?,
+            134 => whole("done", payload, |_| Ok(Frame::Done))?,
             other => return Err(WireError::Type(other)),
         };
         Ok(Some((frame, 4 + length as usize)))
@@ -563,6 +602,13 @@ mod tests {
             Frame::Answer {
                 json: "{}".repeat(ANSWER_MAX / 2),
             },
+            Frame::Clear {
+                version: VERSION,
+                token: b"t".to_vec(),
+                reset: true,
+                wait_ms: 5000,
+            },
+            Frame::Done,
         ]
     }
 
@@ -597,7 +643,7 @@ mod tests {
         );
         assert_eq!(
             refused(&[0, 0, 0, 1, 9]),
-            "frame type: expected 1 to 4 or 129 to 133, found 9"
+            "frame type: expected 1 to 5 or 129 to 134, found 9"
         );
         assert_eq!(
             refused(&[0, 0, 0, 2, 3, 0]),

@@ -320,6 +320,20 @@ livereg_result livereg_connect(const char *address, const livereg_connect_option
  * INVALID_ARGUMENT. */
 livereg_result livereg_worker_get_info(livereg_worker *worker, void *buf, size_t cap, size_t *len);
 
+/* Asks the server for a clear (see livereg_clear) from the engine holding
+ * worker: on the table it registered in, or, for a session, through the
+ * listener it connected to (over a connection of its own, with the same
+ * token and TLS). Registrations are untouched; worker keeps beating. Waits
+ * up to timeout_ms for the clear handlers to return. Errors: as
+ * livereg_clear (TIMEOUT, NO_REAPER), and for a session as livereg_connect
+ * (PERMISSION, IO, ...). */
+livereg_result livereg_worker_clear(livereg_worker *worker, uint64_t timeout_ms);
+
+/* As livereg_worker_clear, a reset (see livereg_reset): every registration
+ * of the server's table ends CLEARED, this one too (its next ping returns
+ * EVICTED: register again). */
+livereg_result livereg_worker_reset(livereg_worker *worker, uint64_t timeout_ms);
+
 /* Serves sessions at address for the reaper's life (until
  * livereg_reaper_stop). token (NUL-terminated) is what clients must present;
  * required for tcp:// (INVALID_ARGUMENT without), may be NULL for unix:

@@ -35,4 +35,7 @@ pub use types::{
     livereg_callbacks, livereg_drop_event, livereg_options, livereg_reason, livereg_result,
     livereg_stats,
 };
-pub use worker::{livereg_deregister, livereg_ping, livereg_register, livereg_worker};
+pub use worker::{
+    livereg_deregister, livereg_ping, livereg_register, livereg_worker, livereg_worker_clear,
+    livereg_worker_reset,
+};

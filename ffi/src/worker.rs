@@ -1,4 +1,5 @@
-//! Workers from C: register, ping, deregister.
+//! Workers from C: register, ping, deregister, and a clear asked by the
+//! engine holding one.
 
 use crate::boundary::{guard, null, text};
 use crate::boundary::{hand_out, output};
@@ -6,6 +7,7 @@ use crate::table::{borrow, livereg_table};
 use crate::types::livereg_result;
 use livereg::Worker;
 use std::ffi::{c_char, c_int};
+use std::time::Duration;
 
 /// A registration (opaque to C).
 pub struct livereg_worker(pub(crate) Worker);
@@ -106,5 +108,44 @@ pub unsafe extern "C" fn livereg_deregister(worker: *mut livereg_worker) -> live
         // a box from `hand_out` that C gives back exactly once, here.
         let worker = unsafe { Box::from_raw(worker) };
         worker.0.deregister()
+    })
+}
+
+/// `livereg_worker_clear(worker, timeout_ms)`: asks the server for a clear
+/// from the engine holding `worker`: on its table, or through the listener
+/// of its session.
+///
+/// # Safety
+///
+/// `worker` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_worker_clear(
+    worker: *const livereg_worker,
+    timeout_ms: u64,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a live handle
+        // (this function's `# Safety`).
+        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        worker.0.clear(Duration::from_millis(timeout_ms))
+    })
+}
+
+/// `livereg_worker_reset(worker, timeout_ms)`: as `livereg_worker_clear`,
+/// a reset.
+///
+/// # Safety
+///
+/// `worker` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_worker_reset(
+    worker: *const livereg_worker,
+    timeout_ms: u64,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a live handle
+        // (this function's `# Safety`).
+        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        worker.0.reset(Duration::from_millis(timeout_ms))
     })
 }

@@ -617,6 +617,7 @@ static void test_sessions(void) {
     EXPECT(livereg_set_info(table, "chunk=256", 9), LIVEREG_OK);
     callbacks.userdata = &s;
     callbacks.on_drop = on_drop;
+    callbacks.on_clear = on_clear;
     EXPECT(livereg_reaper_acquire(table, &callbacks, &reaper), LIVEREG_OK);
     EXPECT(livereg_reaper_listen(NULL, address, NULL), LIVEREG_INVALID_ARGUMENT);
     EXPECT(livereg_reaper_listen(reaper, "unix:relative.sock", NULL), LIVEREG_INVALID_ARGUMENT);
@@ -679,6 +680,41 @@ static void test_sessions(void) {
     EXPECT(livereg_deregister(worker), LIVEREG_OK);
     scan_until_dropped(reaper, &s, 3);
     CHECK(s.drops == 3 && s.last_id == 42);
+
+    /* An engine asks for a clear, then a reset, through its session (in a
+     * child: this thread drives the reaper's scans). */
+    EXPECT(livereg_worker_clear(NULL, 10), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_worker_reset(NULL, 10), LIVEREG_INVALID_ARGUMENT);
+    child = fork();
+    if (child == 0) {
+        livereg_worker *mine = NULL;
+        int i;
+        if (livereg_connect(tcp, &opts, 43, "child", &mine) != LIVEREG_OK) {
+            _exit(3);
+        }
+        if (livereg_worker_clear(mine, 10000) != LIVEREG_OK) {
+            _exit(4);
+        }
+        if (livereg_ping(mine) != LIVEREG_OK) {
+            _exit(5); /* a clear evicts nobody */
+        }
+        if (livereg_worker_reset(mine, 10000) != LIVEREG_OK) {
+            _exit(6);
+        }
+        /* The reset ended its own registration too: a ping hears it. */
+        for (i = 0; i < 500 && livereg_ping(mine) == LIVEREG_OK; i++) {
+            usleep(10000);
+        }
+        _exit(livereg_ping(mine) == LIVEREG_EVICTED ? 0 : 7);
+    }
+    while (waitpid(child, &status, WNOHANG) == 0) {
+        uint32_t ended = 0;
+        EXPECT(livereg_reaper_scan(reaper, &ended), LIVEREG_OK);
+        usleep(2000);
+    }
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(s.clears == 2);
+    CHECK(s.drops == 4 && s.last_id == 43 && s.last_reason == LIVEREG_REASON_CLEARED);
     livereg_reaper_stop(reaper);
     livereg_close(table);
     EXPECT(livereg_unlink(name), LIVEREG_OK);

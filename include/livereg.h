@@ -41,7 +41,7 @@
  *            heartbeats coarsely (the default where the timeout is at least
  *            200 kernel ticks), a heartbeat time is CLOCK_MONOTONIC_COARSE:
  *            up to a few ticks before the ping. The reaper allows for it
- *            (never early; up to 4 ticks late).
+ *            (never early; up to 6 ticks late).
  */
 #ifndef LIVEREG_H
 #define LIVEREG_H

@@ -22,7 +22,7 @@ pub struct Table {
     name: String,
 }
 
-fn seconds(value: f64, what: &str) -> PyResult<Duration> {
+pub(crate) fn seconds(value: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| {
         errors::new(
             INVALID_ARGUMENT,

@@ -3,14 +3,16 @@
 use crate::errors::{self, OrRaise, EVICTED};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// A registration: ping it, deregister it (or use it as a context manager).
 /// Safe to share between threads.
 #[pyclass(frozen, module = "livereg", name = "Worker")]
 pub struct Worker {
-    /// `None` once deregistered.
-    handle: Mutex<Option<livereg::Worker>>,
+    /// `None` once deregistered. Shared only while a clear is asked
+    /// through it (outside the lock, so pings go on meanwhile).
+    handle: Mutex<Option<Arc<livereg::Worker>>>,
     /// The instance id it was registered with.
     #[pyo3(get)]
     instance_id: u64,
@@ -24,11 +26,11 @@ impl Worker {
         Worker {
             instance_id: worker.instance_id(),
             slot: worker.slot(),
-            handle: Mutex::new(Some(worker)),
+            handle: Mutex::new(Some(Arc::new(worker))),
         }
     }
 
-    fn handle(&self) -> MutexGuard<'_, Option<livereg::Worker>> {
+    fn handle(&self) -> MutexGuard<'_, Option<Arc<livereg::Worker>>> {
         self.handle
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -42,14 +44,33 @@ impl Worker {
     ) -> PyResult<T> {
         match self.handle().as_ref() {
             Some(worker) => call(worker).or_raise(),
-            None => Err(errors::new(
-                EVICTED,
-                format!(
-                    "instance {} is no longer registered: it was deregistered through this handle",
-                    self.instance_id
-                ),
-            )),
+            None => Err(self.deregistered()),
         }
+    }
+
+    fn deregistered(&self) -> PyErr {
+        errors::new(
+            EVICTED,
+            format!(
+                "instance {} is no longer registered: it was deregistered through this handle",
+                self.instance_id
+            ),
+        )
+    }
+
+    /// Asks for a clear (or reset) through the handle, without holding the
+    /// lock or the GIL while it waits.
+    fn request(&self, py: Python<'_>, reset: bool, timeout: f64) -> PyResult<()> {
+        let wait = crate::table::seconds(timeout, "timeout")?;
+        let shared = self.handle().clone().ok_or_else(|| self.deregistered())?;
+        py.detach(move || {
+            if reset {
+                shared.reset(wait)
+            } else {
+                shared.clear(wait)
+            }
+        })
+        .or_raise()
     }
 }
 
@@ -97,17 +118,45 @@ impl Worker {
     fn remote(&self) -> bool {
         self.handle()
             .as_ref()
-            .is_some_and(livereg::Worker::is_remote)
+            .is_some_and(|worker| worker.is_remote())
+    }
+
+    /// Asks the server for a clear of its stored cache (its clear
+    /// handlers run once), from the engine holding this registration: on
+    /// its table, or, for a session, through the listener it connected to.
+    /// Registrations are untouched. Waits up to `timeout` seconds. Raises
+    /// `DeadlineExceededError`, `NoReaperError`, and for a session what `connect`
+    /// raises for the connection.
+    #[pyo3(signature = (timeout = 5.0))]
+    fn clear(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        self.request(py, false, timeout)
+    }
+
+    /// As `clear`, a reset: every registration of the server's table ends
+    /// `CLEARED` (this one too: its next `ping` raises `EvictedError`),
+    /// then its cache is cleared.
+    #[pyo3(signature = (timeout = 5.0))]
+    fn reset(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        self.request(py, true, timeout)
     }
 
     /// Ends the registration cleanly. Raises `EvictedError` if it had
-    /// already ended; the handle is released either way.
+    /// already ended; the handle is released either way (after any clear
+    /// asked through it returns).
     fn deregister(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self.handle().take();
-        match taken {
-            Some(worker) => py.detach(move || worker.deregister()).or_raise(),
-            None => Ok(()),
-        }
+        let Some(mut shared) = self.handle().take() else {
+            return Ok(());
+        };
+        py.detach(move || loop {
+            match Arc::try_unwrap(shared) {
+                Ok(worker) => return worker.deregister(),
+                Err(still_shared) => {
+                    shared = still_shared;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        })
+        .or_raise()
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -426,3 +426,66 @@ def test_an_isolated_engine_reaches_the_server_through_its_listener(table_name: 
         freed = transfer.wait_freed(9)
         assert freed - killed < 2.0  # the 30 s timeout cannot explain it
         wait_until("the drop fanned out", lambda: transfer.drops_of(9) == 1)
+
+
+TLS_ENGINE = """
+import sys, time
+from livereg.lmcache import WorkerLiveness
+address, instance, token, ca = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+with WorkerLiveness(address, instance, label="isolated", token=token, tls_ca=ca) as liveness:
+    print("registered", liveness.chunk_size, flush=True)
+    liveness.clear()
+    print("cleared", flush=True)
+    time.sleep(3600)
+"""
+
+
+def test_an_isolated_engine_over_tls_asks_the_server_for_a_clear(table_name: str, tmp_path: Any) -> None:
+    """The Kubernetes deployment's engine: WorkerLiveness given a tls://
+    address and the CA registers from a container; its clear reaches the
+    server's ``clear`` (the reference's CLEAR) and evicts nobody; its death
+    frees its state at once."""
+    import socket
+
+    import trustme
+
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    files = {name: str(tmp_path / name) for name in ("ca.pem", "server.pem", "server.key")}
+    ca.cert_pem.write_to_path(files["ca.pem"])
+    issued.cert_chain_pems[0].write_to_path(files["server.pem"])
+    issued.private_key_pem.write_to_path(files["server.key"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tls://127.0.0.1:{port}"
+    ctx, transfer = Ctx(), EvictingTransfer()
+    with LiveregManagement(
+        ctx,
+        [transfer],
+        30.0,
+        30.0,
+        listen=[address],
+        token="s3cret",
+        tls_cert=files["server.pem"],
+        tls_key=files["server.key"],
+    ) as server:
+        engine = subprocess.Popen(
+            ["unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "sh", "-c",
+             'mount -t tmpfs engine /dev/shm && exec "$0" "$@"',
+             *python_child(TLS_ENGINE, address, "11", "s3cret", files["ca.pem"])],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert engine.stdout is not None
+        assert engine.stdout.readline().split() == ["registered", "256"]
+        transfer.attach(11)
+        assert engine.stdout.readline().split() == ["cleared"]
+        assert ctx.storage_manager.calls == CLEARED
+        [row] = server.table.status().registrations
+        assert row.instance_id == 11 and row.remote is not None and row.remote["peer"].startswith("tls 127.0.0.1:")
+        assert transfer.drops_of(11) == 0  # a clear evicts nobody
+        killed = time.monotonic()
+        engine.send_signal(signal.SIGKILL)
+        engine.wait()
+        assert transfer.wait_freed(11) - killed < 2.0

@@ -10,6 +10,7 @@ import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
@@ -184,3 +185,60 @@ def test_a_session_over_tls_verifies_the_listener_against_its_ca(make_table: Mak
         with pytest.raises(livereg.InvalidArgumentError, match="needs the CA"):
             livereg.connect(address, 33, token="s3cret")
         assert table.status().registrations == []
+
+
+def test_an_engine_asks_for_a_clear_and_a_reset_through_its_session(make_table: MakeTable, tmp_path: Path) -> None:
+    """Worker.clear() runs the server's clear handlers (registrations
+    untouched); Worker.reset() ends every registration, its own too; pings
+    go on from another thread while a clear is waited for."""
+    socket_path = tmp_path / "clear.sock"
+    address = f"unix:{socket_path}"
+    table = make_table(reap_timeout=30.0)
+    drops: "queue.Queue[livereg.DropEvent]" = queue.Queue()
+    clears: "queue.Queue[float]" = queue.Queue()
+
+    def on_clear() -> None:
+        time.sleep(0.3)
+        clears.put(time.monotonic())
+
+    with table.start_reaper(on_drop=drops.put, on_clear=on_clear, listen=[address]):
+        local = table.register(40, label="local")
+        worker = livereg.connect(address, 41)
+        pinged: List[float] = []
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.is_set():
+                worker.ping()
+                pinged.append(time.monotonic())
+                time.sleep(0.01)
+
+        beater = threading.Thread(target=beat)
+        beater.start()
+        asked = time.monotonic()
+        worker.clear(timeout=10.0)
+        cleared = clears.get(timeout=1)
+        stop.set()
+        beater.join()
+        assert any(asked < at < cleared for at in pinged), "pings went on during the clear"
+        local.ping()
+        worker.ping()
+        assert drops.empty()
+        with pytest.raises(livereg.DeadlineExceededError):
+            worker.clear(timeout=0.05)  # the handler takes 0.3 s
+        clears.get(timeout=5)
+        worker.reset(timeout=10.0)
+        ended = sorted((e.instance_id, e.reason) for e in (drops.get(timeout=5), drops.get(timeout=5)))
+        assert ended == [(40, livereg.Reason.CLEARED), (41, livereg.Reason.CLEARED)]
+        with pytest.raises(livereg.EvictedError):
+            local.ping()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                worker.ping()
+            except livereg.EvictedError as evicted:
+                assert "cleared" in str(evicted)
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("the session never heard its reset")

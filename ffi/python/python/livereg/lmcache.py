@@ -63,6 +63,10 @@ _ID_RANGE = range(1, 1 << 64)
 _LOGGED_MAX = 1024
 
 
+#: How an address of a server's listener starts (anything else names a table).
+_ADDRESS_SCHEMES = ("unix:", "tcp://", "tls://")
+
+
 def default_table() -> str:
     """The table name both sides use: ``$LIVEREG_LMCACHE_TABLE``, else
     :data:`DEFAULT_TABLE`."""
@@ -538,7 +542,7 @@ class WorkerLiveness:
         tls_key: Optional[str] = None,
     ) -> None:
         self.instance_id = instance_id
-        self._address = table if isinstance(table, str) and table.startswith(("unix:", "tcp://")) else None
+        self._address = table if isinstance(table, str) and table.startswith(_ADDRESS_SCHEMES) else None
         self._session_token = token
         self._tls_ca, self._tls_cert, self._tls_key = tls_ca, tls_cert, tls_key
         self.registrations = 0
@@ -641,6 +645,15 @@ class WorkerLiveness:
             return None
         value = json.loads(info).get("chunk_size")
         return None if value is None else int(value)
+
+    def clear(self, timeout: float = 5.0) -> None:
+        """Asks the server to clear its stored cache, as the reference's
+        CLEAR request: its :meth:`LiveregManagement.clear` runs once;
+        registrations are untouched. Through the table, or through the
+        server's listener for a session. Waits up to ``timeout`` seconds;
+        raises ``DeadlineExceededError``, ``NoReaperError`` (and, for a session, what
+        :func:`livereg.connect` raises for the connection)."""
+        self.worker.clear(timeout)
 
     @property
     def worker(self) -> livereg.Worker:

@@ -1297,6 +1297,43 @@ fn reap_listen_serves_isolated_workers_and_a_restart_within_the_timeout_loses_no
     wait_until("run's deregistration", || {
         std::fs::read_to_string(&hook_log).is_ok_and(|log| log.contains("5 deregistered"))
     });
+
+    // `clear` over an address: the clear handlers run; with `--reset`,
+    // every registration ends `cleared` first. A wrong token clears nothing.
+    let completed = || status_json(&name)["clears_completed"].as_u64().unwrap();
+    let before = completed();
+    let wrong = std::env::temp_dir().join(format!("{name}.wrong"));
+    std::fs::write(&wrong, "guess\n").unwrap();
+    let refused = livereg(&["clear", &tcp, "--token-file", wrong.to_str().unwrap()]);
+    fails_with(&refused, "token");
+    let _ = std::fs::remove_file(&wrong);
+    let cleared = livereg(&["clear", &tcp, "--token-file", token]);
+    assert!(cleared.status.success(), "{}", stderr(&cleared));
+    assert_eq!(
+        stdout(&cleared).trim(),
+        format!("cleared table '{name}': the clear handlers ran, registrations untouched")
+    );
+    assert_eq!(completed(), before + 1);
+    let mut held = isolated(&unix, "6");
+    let reset = livereg(&[
+        "clear",
+        &unix,
+        "--reset",
+        "--wait",
+        "10s",
+        "--token-file",
+        token,
+    ]);
+    assert!(reset.status.success(), "{}", stderr(&reset));
+    assert_eq!(
+        stdout(&reset).trim(),
+        format!("reset table '{name}': 1 registrations ended, then the clear handlers ran")
+    );
+    wait_until("the reset's hook", || {
+        std::fs::read_to_string(&hook_log).is_ok_and(|log| log.contains("6 cleared"))
+    });
+    let _ = held.kill();
+    let _ = held.wait();
     let _ = std::fs::remove_file(&hook_log);
     let _ = std::fs::remove_file(&token_file);
 }

@@ -480,7 +480,7 @@ fn admit(gate: &Gate<'_>, version: u16, token: &[u8]) -> Result<()> {
         .is_some_and(|expected| !same_secret(expected, token))
     {
         return Err(Error::Permission(
-            "wrong or missing token: the listener's token file says who may register".into(),
+            "wrong or missing token: the listener's token file says who may connect".into(),
         ));
     }
     Ok(())

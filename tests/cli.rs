@@ -1171,6 +1171,92 @@ fn a_build_without_etcd_refuses_its_options_in_one_line_saying_how_to_build_them
 /// their sessions; the daemon SIGKILLed and restarted within the timeout
 /// loses none of them (no hook runs, their pings go on), and a worker
 /// killed meanwhile is dropped `disconnected`.
+/// `livereg worker ADDRESS` in its own container (mount namespace with a
+/// private /dev/shm, PID and IPC namespaces), once it says it registered.
+fn isolated_worker(address: &str, instance: &str, token_file: Option<&str>) -> std::process::Child {
+    let mut command = Command::new("unshare");
+    command
+        .args(["--mount", "--pid", "--ipc", "--fork", "--kill-child"])
+        .args([
+            "sh",
+            "-c",
+            "mount -t tmpfs w /dev/shm && exec \"$0\" \"$@\"",
+        ])
+        .arg(env!("CARGO_BIN_EXE_livereg"))
+        .args([
+            "worker",
+            address,
+            "--instance",
+            instance,
+            "--interval",
+            "20ms",
+        ])
+        .stdout(Stdio::piped());
+    if let Some(file) = token_file {
+        command.args(["--token-file", file]);
+    }
+    let mut child = command.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("registered"), "{line}");
+    child
+}
+
+#[test]
+fn a_standby_takes_over_the_listener_and_its_sessions_within_the_timeout() {
+    let (name, _guard) = created("standby-listen", &["--timeout", "2s", "--grace", "4s"]);
+    let socket = format!("/tmp/{name}.sock");
+    let unix = format!("unix:{socket}");
+    let hook_log = std::env::temp_dir().join(format!("{name}.hook"));
+    let hook = format!(
+        "echo \"$LIVEREG_INSTANCE_ID $LIVEREG_REASON\" >> {}",
+        hook_log.display()
+    );
+    let reaper = |standby: bool| {
+        let mut args = vec!["reap", &name, "--on-drop", &hook, "--listen", &unix];
+        if standby {
+            args.push("--standby");
+        }
+        Background::spawn(&args)
+    };
+    let first = reaper(false);
+    wait_until("the first reaper", || reaper_alive(&name));
+    let token = stdout(&livereg(&["probe", &name]));
+    let _standby = reaper(true);
+    let mut worker = isolated_worker(&unix, "1", None);
+
+    first.signal(libc::SIGKILL);
+    drop(first);
+    wait_until("the standby to take over", || {
+        let now = livereg(&["probe", &name]);
+        now.status.success() && stdout(&now) != token
+    });
+    wait_until("the session reclaimed", || {
+        status_json(&name)["registrations"][0]["remote"]["connected"] == true
+    });
+    std::thread::sleep(Duration::from_secs(3)); // past the 2 s timeout
+    assert!(
+        !hook_log.exists(),
+        "a hook ran: {:?}",
+        std::fs::read_to_string(&hook_log)
+    );
+    assert_eq!(status_json(&name)["tracked_instances"], 1);
+    assert_eq!(
+        worker.try_wait().unwrap(),
+        None,
+        "the worker heard an eviction"
+    );
+
+    worker.kill().unwrap();
+    let _ = worker.wait();
+    wait_until("the hook", || {
+        std::fs::read_to_string(&hook_log).is_ok_and(|log| log.contains("1 disconnected"))
+    });
+    let _ = std::fs::remove_file(&hook_log);
+}
+
 #[test]
 fn reap_listen_serves_isolated_workers_and_a_restart_within_the_timeout_loses_none() {
     let (name, _guard) = created("listen", &["--timeout", "2s", "--grace", "4s"]);
@@ -1207,36 +1293,8 @@ fn reap_listen_serves_isolated_workers_and_a_restart_within_the_timeout_loses_no
     fails_with(&no_token, "needs a token");
     let first = daemon(&name);
     wait_until("the reaper", || reaper_alive(&name));
-    let isolated = |address: &str, instance: &str| {
-        let mut child = Command::new("unshare")
-            .args(["--mount", "--pid", "--ipc", "--fork", "--kill-child"])
-            .args([
-                "sh",
-                "-c",
-                "mount -t tmpfs w /dev/shm && exec \"$0\" \"$@\"",
-            ])
-            .arg(env!("CARGO_BIN_EXE_livereg"))
-            .args([
-                "worker",
-                address,
-                "--instance",
-                instance,
-                "--interval",
-                "20ms",
-            ])
-            .args(["--token-file", token])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with("registered"), "{line}");
-        child
-    };
-    let mut over_unix = isolated(&unix, "1");
-    let mut over_tcp = isolated(&tcp, "2");
+    let mut over_unix = isolated_worker(&unix, "1", Some(token));
+    let mut over_tcp = isolated_worker(&tcp, "2", Some(token));
     let shown = stdout(&livereg(&["status", &name]));
     assert!(shown.contains("session from unix pid="), "{shown}");
     assert!(shown.contains("session from tcp 127.0.0.1:"), "{shown}");
@@ -1314,7 +1372,7 @@ fn reap_listen_serves_isolated_workers_and_a_restart_within_the_timeout_loses_no
         format!("cleared table '{name}': the clear handlers ran, registrations untouched")
     );
     assert_eq!(completed(), before + 1);
-    let mut held = isolated(&unix, "6");
+    let mut held = isolated_worker(&unix, "6", Some(token));
     let reset = livereg(&[
         "clear",
         &unix,

@@ -141,10 +141,9 @@ class Ledger:
                     f"instance {drop.instance} (registration {key}, pid {life.pid}) evicted for "
                     f"{drop.reason} but never stopped")
                 continue
-            # A session's last beats before its stop may not have left its
-            # process (its sender forwards every timeout/8).
-            forwarding = self.timeout / 8 if life.session else 0.0
-            earliest = stopped + self.timeout - 2 * self.beat_interval - forwarding
+            # Sessions too: their listener allows for the last pings a
+            # stopped client never forwarded.
+            earliest = stopped + self.timeout - 2 * self.beat_interval
             if drop.reason == "timeout" and drop.at < earliest:
                 violations.append(
                     f"instance {drop.instance} (registration {key}) evicted {drop.at - stopped:.3f}s after "

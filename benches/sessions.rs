@@ -1,7 +1,9 @@
 //! Sessions over real sockets, each figure beside its baseline in the same
 //! run: a session's ping against a local one (criterion); SIGKILL of a
 //! client in an isolated container to its drop handler over `unix:` and
-//! `tcp://` loopback, against a local worker watched by pidfd; connect to
+//! `tcp://` loopback, against a local worker watched by pidfd; SIGSTOP of
+//! such a client to its `timeout` drop at T = 1 s, against a local worker
+//! stopped the same way (the bound: within [T, 1.25 T + 5 ms]); connect to
 //! registered against a local registration; one reaper holding 1,000
 //! sessions beating at T = 1 s (its process's CPU share and threads) against
 //! 1,000 local registrations; a reaper SIGKILLed and restarted under 100
@@ -244,6 +246,66 @@ fn kill_to_drop(address: Option<&str>, runs: usize) -> Vec<Duration> {
         .collect()
 }
 
+/// The innermost descendant of `pid` (the worker `unshare` runs, through
+/// the shell that `exec`s it), or `pid` itself.
+fn innermost(pid: u32) -> u32 {
+    let mut pid = pid;
+    for _ in 0..20 {
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default();
+        match children.split_whitespace().next() {
+            Some(child) => pid = child.parse().unwrap(),
+            None => return pid,
+        }
+    }
+    pid
+}
+
+/// SIGSTOP → `timeout` drop at T = 1 s, per run, the stops spread over the
+/// scan and forward intervals; `address` `None` is the local baseline.
+fn stop_to_drop(address: Option<&str>, runs: usize) -> Vec<Duration> {
+    let bench = BenchTable::new("session-stop", &options(Duration::from_secs(1), 64));
+    let (_reaper, events) = match address {
+        Some(address) => listening(&bench.table, &[address]),
+        None => listening(&bench.table, &[]),
+    };
+    let mut children: Vec<Child> = (1..=runs as u64)
+        .map(|id| match address {
+            Some(address) => isolated_worker(address, id),
+            None => local_worker(&bench.name, id),
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let stopped: Vec<Instant> = children
+        .iter()
+        .map(|child| {
+            // A step that is no divisor of the intervals: stops land at
+            // every phase of the scans and forwards.
+            std::thread::sleep(Duration::from_millis(37));
+            let at = Instant::now();
+            // SAFETY: plain kill(2) of a worker this bench started.
+            assert_eq!(
+                unsafe { libc::kill(innermost(child.id()) as i32, libc::SIGSTOP) },
+                0
+            );
+            at
+        })
+        .collect();
+    let mut samples: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let (event, at) = events.recv_timeout(Duration::from_secs(30)).unwrap();
+            assert_eq!(event.reason, Reason::Timeout, "{event:?}");
+            at - stopped[event.instance_id as usize - 1]
+        })
+        .collect();
+    for child in &mut children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    samples.sort();
+    samples
+}
+
 /// Connect → registered (`connect` returning), against `register`.
 fn connect_latency(runs: usize) -> (Vec<Duration>, Vec<Duration>) {
     let bench = BenchTable::new("session-connect", &options(Duration::from_secs(10), 8));
@@ -442,6 +504,9 @@ fn main() {
     if part("kill") {
         kill_figures(runs);
     }
+    if part("stop") {
+        stop_figure(runs);
+    }
     if part("connect") {
         connect_figure();
     }
@@ -474,6 +539,24 @@ fn kill_figures(runs: usize) {
             m.as_secs_f64() / local_median.as_secs_f64()
         );
     }
+}
+
+fn stop_figure(runs: usize) {
+    let local = stop_to_drop(None, runs);
+    let (unix, _path) = socket("stop");
+    let sessions = stop_to_drop(Some(&unix), runs);
+    let t = Duration::from_secs(1);
+    let in_t = |d: Duration| format!("{:.3} T", d.as_secs_f64() / t.as_secs_f64());
+    println!(
+        "| SIGSTOP of an isolated client → `timeout` drop over unix:, T = 1 s ({runs}): earliest {} | {} | {} | local worker: earliest {}, median {}, max {} | {:.2}x |",
+        in_t(sessions[0]),
+        in_t(sessions[runs / 2]),
+        in_t(sessions[runs - 1]),
+        in_t(local[0]),
+        in_t(local[runs / 2]),
+        in_t(local[runs - 1]),
+        sessions[runs / 2].as_secs_f64() / local[runs / 2].as_secs_f64()
+    );
 }
 
 /// Connect → registered over `address`, per run.

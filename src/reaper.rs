@@ -2,7 +2,7 @@
 //! exited, and hands the ended registrations to their drop handlers
 //! ([`crate::handlers`]), which free the slots.
 
-use crate::clock::{monotonic_ns, Clock, Stamps, STAMP_LAG_TICKS};
+use crate::clock::{duration_ns, monotonic_ns, Clock, Stamps, STAMP_LAG_TICKS};
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
 use crate::exit_watch::{ExitWatcher, LockCheck, CLOSE_RECHECK};
@@ -18,6 +18,7 @@ use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
 use crate::session::held::Held;
 use crate::session::listener::{ListenConfig, Listener, DEFAULT_SOCKET_MODE};
+use crate::session::wire::unheard_allowance;
 use crate::session::{Address, TlsServer};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::table::Table;
@@ -718,19 +719,27 @@ impl Reaper {
             self.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == self.clock_id;
         let last_signal = self.last_signal(index, word, own_clock.then_some(signal_ns), now_ns);
         if slot.flags.load(Relaxed) & FLAG_REMOTE != 0 {
-            // A session's client: no lock or pidfd sees it exit (its
-            // listener ends it when the connection closes). Held by none of
-            // this reaper's connections, it awaits its client's reclaim;
-            // silent past its budget, its client did not come back.
-            let held = self.held.holds(index, generation);
+            // A session's client: no lock or pidfd sees it exit. Held by a
+            // connection, its listener ends it when the connection closes,
+            // when its client says its engine went silent, or when the
+            // client goes unheard; this scan only backs the listener up,
+            // timing the silence from when the client was last heard and
+            // allowing what the listener allows (its last pings may not
+            // have left a stopped process). Held by none of this reaper's
+            // connections, it awaits its client's reclaim; silent past its
+            // budget, its client did not come back.
+            let allowance = duration_ns(unheard_allowance(self.table.reap_timeout()));
+            let (since_ns, budget_ns, timed_reason) = match self.held.heard(index, generation) {
+                Some(heard_ns) if timed_reason == Reason::Timeout => {
+                    (heard_ns, budget_ns + allowance, timed_reason)
+                }
+                Some(_) => (last_signal, budget_ns + allowance, timed_reason),
+                None => (last_signal, budget_ns, Reason::Disconnected),
+            };
             return Observed::Live {
-                silent_ns: now_ns.saturating_sub(last_signal),
+                silent_ns: now_ns.saturating_sub(since_ns),
                 budget_ns,
-                timed_reason: if held {
-                    timed_reason
-                } else {
-                    Reason::Disconnected
-                },
+                timed_reason,
                 exited: false,
             };
         }

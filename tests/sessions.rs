@@ -285,8 +285,10 @@ fn a_stopped_client_and_a_hung_engine_loop_time_out_within_bounds() {
     let (reaper, events) = with_events(&temp.table, &socket.address(), None);
     let timeout = temp.table.reap_timeout();
 
-    // SIGSTOP: the sender thread stops too. Pings of the last forward
-    // interval (T/8) may not have left the process.
+    // SIGSTOP: the sender thread stops too, and pings of its last forward
+    // interval (T/8) may not have left the process: the listener allows for
+    // them, so the eviction is never before T from the stop (30 ms: a
+    // sender starved past its slack), and within 1.25 T.
     let mut stopped = Isolated::spawn(&socket.address(), 4, "ping", None);
     stopped.line("registered");
     std::thread::sleep(Duration::from_millis(300));
@@ -296,10 +298,7 @@ fn a_stopped_client_and_a_hung_engine_loop_time_out_within_bounds() {
     stopped.signal(libc::SIGCONT);
     assert_eq!((event.instance_id, event.reason), (4, Reason::Timeout));
     let after = handled - stop;
-    assert!(
-        after >= timeout - timeout / 8 - Duration::from_millis(30),
-        "{after:?}"
-    );
+    assert!(after >= timeout - Duration::from_millis(30), "{after:?}");
     assert!(
         after <= timeout + timeout / 4 + Duration::from_millis(300),
         "{after:?}"

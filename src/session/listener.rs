@@ -477,7 +477,12 @@ impl Serve {
                     Next::Serve
                 }
             } else {
-                match served.check_ended(&self.table) {
+                let gate = Gate {
+                    table: &self.table,
+                    held: &self.held,
+                    token: self.token.as_deref(),
+                };
+                match served.check_ended(&gate) {
                     Next::Serve if info_changed => served.send_info(&self.table),
                     next => next,
                 }

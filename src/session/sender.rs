@@ -5,7 +5,7 @@
 
 use super::dial::{Dialed, Hello};
 use super::stream::{send, Received};
-use super::wire::Frame;
+use super::wire::{forward_interval, Frame};
 use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::event::Reason;
 use crate::layout::{Slot, BUSY, BUSY_PERIOD, STALL_MARK};
@@ -18,12 +18,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Forwards per reap timeout: a forward is due every `T/8` on a fixed
-/// schedule (a late one does not push the next), so a beating worker's
-/// slot is never more than two forwards stale, and a listener holding 1,000
-/// sessions at T = 1 s reads 8,000 beats a second.
-const FORWARDS_PER_TIMEOUT: u32 = 8;
 
 /// The first wait before a reconnect; doubled after each failure, up to a
 /// forward interval.
@@ -78,7 +72,6 @@ impl Link {
             table: worker.table().clone(),
             index: worker.local_slot(),
             generation: worker.local_generation(),
-            sent: None,
             dialed,
         };
         let thread = std::thread::Builder::new()
@@ -149,8 +142,6 @@ struct Sender {
     table: Table,
     index: u32,
     generation: u32,
-    /// The last beat sent on this connection (`None`: none yet).
-    sent: Option<(u64, bool, u64)>,
     dialed: Dialed,
 }
 
@@ -181,7 +172,7 @@ impl Sender {
     }
 
     fn interval(&self) -> Duration {
-        (self.dialed.reap_timeout / FORWARDS_PER_TIMEOUT).max(Duration::from_millis(1))
+        forward_interval(self.dialed.reap_timeout)
     }
 
     /// Serves the current connection until it breaks or the session is over.
@@ -249,17 +240,14 @@ impl Sender {
         closed.then_some(Outcome::Broken)
     }
 
-    /// Sends a beat if the slot changed since the last one.
+    /// Sends a beat: what the slot says now, changed or not (an unchanged
+    /// one tells the listener how long the engine has been silent).
     fn forward(&mut self) -> std::io::Result<()> {
         let slot = self.slot();
         let heartbeats = slot.beats.load(Relaxed);
         let word = slot.progress.load(Relaxed);
         let busy = word & BUSY != 0;
         let steps = (word & !(STALL_MARK | BUSY_PERIOD)) >> 1;
-        let now = (heartbeats, busy, steps);
-        if self.sent == Some(now) {
-            return Ok(());
-        }
         let since_ping_us = match protocol::decode_beat(slot.beat.load(Acquire)) {
             Beat::At(stamp) => {
                 let stamps = self.table.memory.stamps;
@@ -288,7 +276,6 @@ impl Sender {
                 steps,
             },
         )?;
-        self.sent = Some(now);
         Ok(())
     }
 
@@ -347,7 +334,6 @@ impl Sender {
                         *self.shared.info.lock().unwrap_or_else(|p| p.into_inner()) = info.clone();
                     }
                     self.dialed = dialed;
-                    self.sent = None;
                     return true;
                 }
                 Err(

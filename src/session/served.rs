@@ -3,7 +3,7 @@
 
 use super::held::Held;
 use super::stream::{send, Inbox, Received, Stream};
-use super::wire::{Frame, Reclaim, ANSWER_MAX, VERSION};
+use super::wire::{unheard_allowance, Frame, Reclaim, ANSWER_MAX, VERSION};
 use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::layout::FLAG_REMOTE;
@@ -116,7 +116,7 @@ impl Served {
                         busy,
                         steps,
                     },
-                ) => self.beat(gate.table, heartbeats, since_ping_us, busy, steps),
+                ) => self.beat(gate, heartbeats, since_ping_us, busy, steps),
                 (Some(holding), Frame::Bye) => {
                     let slot = gate.table.memory.slot(holding.index);
                     let _ = protocol::end(slot, holding.generation, Reason::Deregistered);
@@ -319,7 +319,7 @@ impl Served {
                 table.name()
             );
         }
-        gate.held.hold(index, generation);
+        gate.held.hold(index, generation, table.clock.now_ns());
         Ok((Holding::new(index, generation), secret))
     }
 
@@ -368,7 +368,7 @@ impl Served {
                 reason,
             });
         }
-        if !gate.held.hold(claim.slot, claim.generation) {
+        if !gate.held.hold(claim.slot, claim.generation, table.clock.now_ns()) {
             return Err(Error::Busy(format!(
                 "instance {instance_id}'s registration is held by another connection"
             )));
@@ -382,20 +382,31 @@ impl Served {
     }
 
     /// Applies a client's beat to the registration: a heartbeat dated back
-    /// to when the client beat, busy or idle, the steps made since.
+    /// to when the client beat, busy or idle, the steps made since. A beat
+    /// that says the engine has not beaten for the reap timeout ends it
+    /// `timeout` (its sender lives, its engine loop hung).
     fn beat(
         &mut self,
-        table: &Table,
+        gate: &Gate<'_>,
         heartbeats: u64,
         since_ping_us: u64,
         busy: bool,
         steps: u64,
     ) -> Next {
+        let table = gate.table;
         let Some(holding) = self.holding.as_mut() else {
             return Next::Close(None);
         };
         let slot = table.memory.slot(holding.index);
         let generation = holding.generation;
+        gate.held
+            .hear(holding.index, generation, table.clock.now_ns());
+        if heartbeats > 0 && Duration::from_micros(since_ping_us) >= table.reap_timeout() {
+            if protocol::end(slot, generation, Reason::Timeout).is_ok() {
+                table.memory.wake_reaper();
+            }
+            return self.tell_ended(table);
+        }
         let mut result = Ok(());
         if heartbeats != holding.heartbeats {
             holding.heartbeats = heartbeats;
@@ -431,12 +442,26 @@ impl Served {
     }
 
     /// If the held registration has ended (evicted, reset, replaced), tells
-    /// the client why and closes.
-    pub(crate) fn check_ended(&mut self, table: &Table) -> Next {
+    /// the client why and closes; if its client has gone unheard for the
+    /// reap timeout and the [`unheard_allowance`] (stopped, or its sender
+    /// hung), ends it `timeout` first.
+    pub(crate) fn check_ended(&mut self, gate: &Gate<'_>) -> Next {
+        let table = gate.table;
         let Some(holding) = self.holding else {
             return Next::Serve;
         };
-        match protocol::still_live(table.memory.slot(holding.index), holding.generation) {
+        let slot = table.memory.slot(holding.index);
+        let unheard_ns = gate
+            .held
+            .heard(holding.index, holding.generation)
+            .map_or(0, |heard| table.clock.now_ns().saturating_sub(heard));
+        let budget = table.reap_timeout() + unheard_allowance(table.reap_timeout());
+        if Duration::from_nanos(unheard_ns) >= budget
+            && protocol::end(slot, holding.generation, Reason::Timeout).is_ok()
+        {
+            table.memory.wake_reaper();
+        }
+        match protocol::still_live(slot, holding.generation) {
             Ok(()) => Next::Serve,
             Err(_) => self.tell_ended(table),
         }

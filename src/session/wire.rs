@@ -27,9 +27,32 @@
 
 use crate::event::Reason;
 use crate::layout::{INFO_MAX, LABEL_MAX};
+use std::time::Duration;
 
 /// The protocol version a `Hello` and a `Welcome` carry.
 pub const VERSION: u16 = 1;
+
+/// How many `Beat`s a client sends per reap timeout `T`: one every `T/8`
+/// on a fixed schedule, whether or not anything changed (a beat that says
+/// "no heartbeat for `T`" is how a listener learns that an engine loop hung
+/// while its sender lives). A listener holding 1,000 sessions at T = 1 s
+/// reads 8,000 beats a second.
+pub const FORWARDS_PER_TIMEOUT: u32 = 8;
+
+/// The time between a client's beats: `T / FORWARDS_PER_TIMEOUT`.
+pub fn forward_interval(reap_timeout: Duration) -> Duration {
+    (reap_timeout / FORWARDS_PER_TIMEOUT).max(Duration::from_millis(1))
+}
+
+/// How much longer than `T` a listener lets a session go unheard before it
+/// ends it `timeout`: a client stopped right after a beat may have pinged
+/// for one more forward interval without those pings leaving the process,
+/// plus slack for a late sender (`T/32`, at least 10 ms). So a stopped
+/// client is never evicted before `T` of real silence; with the
+/// listener's tick (`T/16`) it is evicted within `1.22 T`.
+pub fn unheard_allowance(reap_timeout: Duration) -> Duration {
+    forward_interval(reap_timeout) + (reap_timeout / 32).max(Duration::from_millis(10))
+}
 
 /// The largest frame, length prefix excluded.
 pub const MAX_FRAME: usize = 4096;

@@ -9,6 +9,7 @@ mod event;
 mod exiting;
 mod logging;
 mod reaper;
+mod seconds;
 mod session;
 mod table;
 mod worker;

@@ -3,6 +3,7 @@
 use crate::callbacks;
 use crate::errors::{self, OrRaise, INVALID_ARGUMENT};
 use crate::reaper::{DrivenReaper, Reaper};
+use crate::seconds::seconds;
 use crate::session;
 use crate::worker::Worker;
 use livereg::{StampClock, TableOptions};
@@ -10,7 +11,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Duration;
 
 /// An open table: `close()` it, or use it as a context manager. Workers and
 /// reapers made from it keep the mapping alive after it is closed.
@@ -20,15 +20,6 @@ pub struct Table {
     /// The name it was created or opened with.
     #[pyo3(get)]
     name: String,
-}
-
-pub(crate) fn seconds(value: f64, what: &str) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(value).map_err(|_| {
-        errors::new(
-            INVALID_ARGUMENT,
-            format!("{what} must be a finite number of seconds >= 0, got {value}"),
-        )
-    })
 }
 
 impl Table {

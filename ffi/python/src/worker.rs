@@ -61,7 +61,7 @@ impl Worker {
     /// Asks for a clear (or reset) through the handle, without holding the
     /// lock or the GIL while it waits.
     fn request(&self, py: Python<'_>, reset: bool, timeout: f64) -> PyResult<()> {
-        let wait = crate::table::seconds(timeout, "timeout")?;
+        let wait = crate::seconds::seconds(timeout, "timeout")?;
         let shared = self.handle().clone().ok_or_else(|| self.deregistered())?;
         py.detach(move || {
             if reset {

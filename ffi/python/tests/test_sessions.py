@@ -187,6 +187,41 @@ def test_a_session_over_tls_verifies_the_listener_against_its_ca(make_table: Mak
         assert table.status().registrations == []
 
 
+def test_a_listener_requiring_client_certificates_takes_them_instead_of_a_token(
+    make_table: MakeTable, tmp_path: Path
+) -> None:
+    """tls_client_ca: a client presenting a certificate of that CA
+    registers with no token; one without is refused in one line."""
+    import socket
+
+    import trustme
+
+    ca = trustme.CA()
+    server, client = ca.issue_cert("127.0.0.1"), ca.issue_cert("engine-7")
+    files = {name: str(tmp_path / name) for name in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+    ca.cert_pem.write_to_path(files["ca.pem"])
+    server.cert_chain_pems[0].write_to_path(files["server.pem"])
+    server.private_key_pem.write_to_path(files["server.key"])
+    client.cert_chain_pems[0].write_to_path(files["client.pem"])
+    client.private_key_pem.write_to_path(files["client.key"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"tls://127.0.0.1:{port}"
+    table = make_table(reap_timeout=30.0)
+    with table.start_reaper(
+        listen=[address], tls_cert=files["server.pem"], tls_key=files["server.key"], tls_client_ca=files["ca.pem"]
+    ):
+        with pytest.raises(livereg.PermissionDeniedError) as refused:
+            livereg.connect(address, 35, tls_ca=files["ca.pem"])
+        assert "\n" not in str(refused.value)
+        assert table.status().registrations == []
+        worker = livereg.connect(address, 36, tls_ca=files["ca.pem"], tls_cert=files["client.pem"], tls_key=files["client.key"])
+        worker.ping()
+        assert [row.instance_id for row in table.status().registrations] == [36]
+        worker.deregister()
+
+
 def test_an_engine_asks_for_a_clear_and_a_reset_through_its_session(make_table: MakeTable, tmp_path: Path) -> None:
     """Worker.clear() runs the server's clear handlers (registrations
     untouched); Worker.reset() ends every registration, its own too; pings

@@ -251,8 +251,8 @@ fn kill_to_drop(address: Option<&str>, runs: usize) -> Vec<Duration> {
 fn innermost(pid: u32) -> u32 {
     let mut pid = pid;
     for _ in 0..20 {
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .unwrap_or_default();
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
         match children.split_whitespace().next() {
             Some(child) => pid = child.parse().unwrap(),
             None => return pid,

@@ -368,7 +368,10 @@ impl Served {
                 reason,
             });
         }
-        if !gate.held.hold(claim.slot, claim.generation, table.clock.now_ns()) {
+        if !gate
+            .held
+            .hold(claim.slot, claim.generation, table.clock.now_ns())
+        {
             return Err(Error::Busy(format!(
                 "instance {instance_id}'s registration is held by another connection"
             )));

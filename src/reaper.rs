@@ -661,7 +661,7 @@ impl Reaper {
             Decision::Corrupt => Verdict::Corrupt,
             Decision::Drop(reason) => Verdict::Ended {
                 reason,
-                silent_ns: 0,
+                silent_ns: self.silence_before_end(index, generation, reason, now_ns),
             },
             Decision::JudgeProgress => self.judge_progress(index, slot, generation, now_ns),
             Decision::Reset => match protocol::end(slot, generation, Reason::Cleared) {
@@ -759,6 +759,21 @@ impl Reaper {
             budget_ns,
             timed_reason,
             exited,
+        }
+    }
+
+    /// How long a registration that another party ended `timeout` (a
+    /// listener, for a session's silence) had been silent: from the last
+    /// beat this reaper saw of it. 0 for every other ending.
+    fn silence_before_end(&self, index: u32, generation: u32, reason: Reason, now_ns: u64) -> u64 {
+        let word = self.seen[index as usize].word;
+        match protocol::decode_beat(word) {
+            Beat::At(stamp)
+                if reason == Reason::Timeout && protocol::beat_matches(word, generation) =>
+            {
+                now_ns.saturating_sub(stamp.ns_near(now_ns))
+            }
+            _ => 0,
         }
     }
 

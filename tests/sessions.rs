@@ -297,6 +297,8 @@ fn a_stopped_client_and_a_hung_engine_loop_time_out_within_bounds() {
     let (event, handled) = next_event(&events, Duration::from_secs(10));
     stopped.signal(libc::SIGCONT);
     assert_eq!((event.instance_id, event.reason), (4, Reason::Timeout));
+    // The listener ended it; the event still says how long it was silent.
+    assert!(event.silent_for >= timeout, "{event:?}");
     let after = handled - stop;
     assert!(after >= timeout - Duration::from_millis(30), "{after:?}");
     assert!(
@@ -312,6 +314,7 @@ fn a_stopped_client_and_a_hung_engine_loop_time_out_within_bounds() {
     let last_ping = Instant::now();
     let (event, handled) = next_event(&events, Duration::from_secs(10));
     assert_eq!((event.instance_id, event.reason), (5, Reason::Timeout));
+    assert!(event.silent_for >= timeout, "{event:?}");
     let after = handled - last_ping;
     assert!(after >= timeout - Duration::from_millis(30), "{after:?}");
     assert!(

@@ -512,3 +512,67 @@ fn a_c_engine_reaches_a_tls_listener_with_its_ca_and_is_refused_with_another() {
     );
     reaper.stop().unwrap();
 }
+
+#[test]
+fn a_c_engine_presents_its_client_certificate_to_a_listener_that_requires_one() {
+    use livereg::{Address, TlsServer};
+    let certs = certs::TestCerts::new("c-mtls");
+    let binary = compile(
+        "cc",
+        &["-std=c99", "-D_DEFAULT_SOURCE"],
+        &root().join("ffi/tests/c/session_client.c"),
+        "ffi-session-client-mtls",
+        &pkg_config(&["--libs"]),
+    );
+    let temp = LongTable::new("c-mtls");
+    let table = &temp.table;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("tls://127.0.0.1:{port}");
+    // No token: the client certificate is what admits.
+    let reaper = table
+        .reaper()
+        .listen(Address::parse(&address).unwrap(), None)
+        .tls(TlsServer {
+            cert: certs.path("server.pem").into(),
+            key: certs.path("server.key").into(),
+            client_ca: Some(certs.path("ca.pem").into()),
+        })
+        .spawn()
+        .unwrap();
+    let engine = |with_certificate: bool| {
+        let mut command = client(&binary);
+        command
+            .args([address.as_str(), "22"])
+            .env("LIVEREG_TLS_CA", certs.path("ca.pem"))
+            .stdout(Stdio::piped());
+        if with_certificate {
+            command
+                .env("LIVEREG_TLS_CERT", certs.path("client.pem"))
+                .env("LIVEREG_TLS_KEY", certs.path("client.key"));
+        }
+        command.spawn().unwrap()
+    };
+    let refused = engine(false).wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stdout).into_owned();
+    assert!(said.starts_with("refused LIVEREG_PERMISSION"), "{said}");
+    assert_eq!(said.trim_end().lines().count(), 1, "{said}");
+    assert!(table.status().unwrap().registrations.is_empty());
+    let mut engine = engine(true);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(engine.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "registered");
+    let rows = table.status().unwrap().registrations;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].instance_id, 22);
+    engine.kill().unwrap();
+    let _ = engine.wait();
+    reaper.stop().unwrap();
+}

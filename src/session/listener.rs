@@ -447,8 +447,7 @@ impl Serve {
         // Dropping the stream closes it and takes it out of the epoll set.
     }
 
-    /// Every tick: greetings past their deadline are closed, sessions whose
-    /// registration ended are told, a changed info area is sent.
+    /// The info area's sequence now (odd while a writer is in it).
     fn current_info_sequence(&self) -> Option<u64> {
         self.table
             .memory
@@ -456,6 +455,10 @@ impl Serve {
             .map(|area| area.sequence.load(Acquire))
     }
 
+    /// Every tick: greetings past their deadline are closed, sessions
+    /// whose client went unheard past the reap timeout and its allowance
+    /// are ended `timeout`, sessions whose registration ended are told, a
+    /// changed info area is sent.
     fn tick(&mut self) {
         let sequence = self.current_info_sequence();
         let info_changed = sequence != self.info_sequence && sequence.is_some_and(|s| s % 2 == 0);

@@ -369,14 +369,6 @@ fn an_isolated_c_engine_registers_over_a_socket_and_its_death_is_seen_at_once() 
     use livereg::{Address, Reason};
     use std::io::{BufRead, BufReader};
     use std::time::Instant;
-    let source = root().join("ffi/tests/c/session_client.c");
-    let binary = compile(
-        "cc",
-        &["-std=c99", "-D_DEFAULT_SOURCE"],
-        &source,
-        "ffi-session-client",
-        &pkg_config(&["--libs"]),
-    );
     let temp = LongTable::new("c-session");
     let (table, socket) = (&temp.table, format!("/tmp/{}.sock", temp.name));
     let (sender, events) = std::sync::mpsc::channel();
@@ -401,7 +393,7 @@ fn an_isolated_c_engine_registers_over_a_socket_and_its_death_is_seen_at_once() 
                 "-c",
                 "mount -t tmpfs c-engine /dev/shm && exec \"$0\" \"$@\"",
             ])
-            .arg(&binary)
+            .arg(session_client())
             .args([&format!("unix:{socket}"), instance])
             .env_remove("LD_LIBRARY_PATH")
             .stdout(Stdio::piped())
@@ -438,23 +430,34 @@ fn an_isolated_c_engine_registers_over_a_socket_and_its_death_is_seen_at_once() 
     let _ = std::fs::remove_file(&socket);
 }
 
-/// A C engine verifies a tls:// listener against the CA in its options
-/// (`tls_ca_file`): with the right CA it registers, and its SIGKILL is
-/// seen at once; with another CA it is refused in one line.
-#[test]
-fn a_c_engine_reaches_a_tls_listener_with_its_ca_and_is_refused_with_another() {
-    use livereg::{Address, Reason, TlsServer};
-    use std::time::Instant;
-    let certs = certs::TestCerts::new("c-tls");
-    let binary = compile(
-        "cc",
-        &["-std=c99", "-D_DEFAULT_SOURCE"],
-        &root().join("ffi/tests/c/session_client.c"),
-        "ffi-session-client-tls",
-        &pkg_config(&["--libs"]),
-    );
-    let temp = LongTable::new("c-tls");
-    let table = &temp.table;
+/// The C engine of the session tests (`ffi/tests/c/session_client.c`),
+/// compiled once per run.
+fn session_client() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        compile(
+            "cc",
+            &["-std=c99", "-D_DEFAULT_SOURCE"],
+            &root().join("ffi/tests/c/session_client.c"),
+            "ffi-session-client",
+            &pkg_config(&["--libs"]),
+        )
+    })
+}
+
+/// A `tls://` listener for the test certificates on a free loopback port:
+/// its address, and the reaper serving it with `token`, requiring client
+/// certificates of the test CA if `client_ca`, its drops sent to `events`.
+fn tls_reaper(
+    table: &Table,
+    certs: &certs::TestCerts,
+    token: Option<&[u8]>,
+    client_ca: bool,
+) -> (
+    String,
+    livereg::ReaperThread,
+    std::sync::mpsc::Receiver<(livereg::DropEvent, std::time::Instant)>,
+) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -464,39 +467,61 @@ fn a_c_engine_reaches_a_tls_listener_with_its_ca_and_is_refused_with_another() {
     let (sender, events) = std::sync::mpsc::channel();
     let reaper = table
         .reaper()
-        .on_drop(move |event| Ok(sender.send((event.clone(), Instant::now()))?))
-        .listen(Address::parse(&address).unwrap(), Some(b"s3cret".to_vec()))
-        .tls(TlsServer {
+        .on_drop(move |event| Ok(sender.send((event.clone(), std::time::Instant::now()))?))
+        .listen(
+            livereg::Address::parse(&address).unwrap(),
+            token.map(<[u8]>::to_vec),
+        )
+        .tls(livereg::TlsServer {
             cert: certs.path("server.pem").into(),
             key: certs.path("server.key").into(),
-            client_ca: None,
+            client_ca: client_ca.then(|| certs.path("ca.pem").into()),
         })
         .spawn()
         .unwrap();
+    (address, reaper, events)
+}
+
+/// A client started with its output piped, once it said its first line
+/// (returned beside it).
+fn first_line(mut command: Command) -> (std::process::Child, String) {
+    let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    (child, line.trim_end().to_owned())
+}
+
+/// A C engine verifies a tls:// listener against the CA in its options
+/// (`tls_ca_file`): with the right CA it registers, and its SIGKILL is
+/// seen at once; with another CA it is refused in one line.
+#[test]
+fn a_c_engine_reaches_a_tls_listener_with_its_ca_and_is_refused_with_another() {
+    use livereg::Reason;
+    use std::time::Instant;
+    let certs = certs::TestCerts::new("c-tls");
+    let temp = LongTable::new("c-tls");
+    let (address, reaper, events) = tls_reaper(&temp.table, &certs, Some(b"s3cret"), false);
     let engine = |ca: &str| {
-        client(&binary)
+        let mut command = client(session_client());
+        command
             .args([address.as_str(), "21"])
             .env("LIVEREG_TOKEN", "s3cret")
-            .env("LIVEREG_TLS_CA", certs.path(ca))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap()
+            .env("LIVEREG_TLS_CA", certs.path(ca));
+        command
     };
-    let refused = engine("other-ca.pem").wait_with_output().unwrap();
+    let refused = engine("other-ca.pem").output().unwrap();
     let said = String::from_utf8_lossy(&refused.stdout).into_owned();
     assert!(said.starts_with("refused LIVEREG_PERMISSION"), "{said}");
     assert!(
         said.contains("TLS handshake failed") && said.trim_end().lines().count() == 1,
         "{said}"
     );
-    let mut engine = engine("ca.pem");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(engine.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "registered");
+    let (mut engine, said) = first_line(engine("ca.pem"));
+    assert_eq!(said, "registered");
     let killed = Instant::now();
     engine.kill().unwrap();
     let _ = engine.wait();
@@ -513,62 +538,34 @@ fn a_c_engine_reaches_a_tls_listener_with_its_ca_and_is_refused_with_another() {
     reaper.stop().unwrap();
 }
 
+/// With client certificates required (and no token), a C engine presenting
+/// its own (`tls_cert_file`, `tls_key_file`) registers; one without is
+/// refused in one line and registers nothing.
 #[test]
 fn a_c_engine_presents_its_client_certificate_to_a_listener_that_requires_one() {
-    use livereg::{Address, TlsServer};
     let certs = certs::TestCerts::new("c-mtls");
-    let binary = compile(
-        "cc",
-        &["-std=c99", "-D_DEFAULT_SOURCE"],
-        &root().join("ffi/tests/c/session_client.c"),
-        "ffi-session-client-mtls",
-        &pkg_config(&["--libs"]),
-    );
     let temp = LongTable::new("c-mtls");
     let table = &temp.table;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let address = format!("tls://127.0.0.1:{port}");
-    // No token: the client certificate is what admits.
-    let reaper = table
-        .reaper()
-        .listen(Address::parse(&address).unwrap(), None)
-        .tls(TlsServer {
-            cert: certs.path("server.pem").into(),
-            key: certs.path("server.key").into(),
-            client_ca: Some(certs.path("ca.pem").into()),
-        })
-        .spawn()
-        .unwrap();
+    let (address, reaper, _events) = tls_reaper(table, &certs, None, true);
     let engine = |with_certificate: bool| {
-        let mut command = client(&binary);
+        let mut command = client(session_client());
         command
             .args([address.as_str(), "22"])
-            .env("LIVEREG_TLS_CA", certs.path("ca.pem"))
-            .stdout(Stdio::piped());
+            .env("LIVEREG_TLS_CA", certs.path("ca.pem"));
         if with_certificate {
             command
                 .env("LIVEREG_TLS_CERT", certs.path("client.pem"))
                 .env("LIVEREG_TLS_KEY", certs.path("client.key"));
         }
-        command.spawn().unwrap()
+        command
     };
-    let refused = engine(false).wait_with_output().unwrap();
+    let refused = engine(false).output().unwrap();
     let said = String::from_utf8_lossy(&refused.stdout).into_owned();
     assert!(said.starts_with("refused LIVEREG_PERMISSION"), "{said}");
     assert_eq!(said.trim_end().lines().count(), 1, "{said}");
     assert!(table.status().unwrap().registrations.is_empty());
-    let mut engine = engine(true);
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(engine.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    assert_eq!(line.trim(), "registered");
+    let (mut engine, said) = first_line(engine(true));
+    assert_eq!(said, "registered");
     let rows = table.status().unwrap().registrations;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].instance_id, 22);

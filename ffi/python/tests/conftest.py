@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import socket
 import sys
-from typing import Any, Callable, Iterator, List, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -44,3 +46,32 @@ def make_table(request: pytest.FixtureRequest) -> Iterator[Callable[..., livereg
 def python_child(script: str, *args: str) -> List[str]:
     """argv for a child interpreter running ``script`` with this venv."""
     return [sys.executable, "-c", script, *args]
+
+
+def loopback_address(scheme: str) -> str:
+    """``SCHEME://127.0.0.1:PORT`` on a port free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"{scheme}://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> Dict[str, str]:
+    """PEM files made by ``trustme``: ``ca.pem``, a listener's
+    ``server.pem``/``server.key`` for 127.0.0.1 and localhost, a client's
+    ``client.pem``/``client.key`` of the same CA, and ``other.pem``, a CA
+    that signed none of them."""
+    import trustme
+
+    ca, other = trustme.CA(), trustme.CA()
+    server, client = ca.issue_cert("127.0.0.1", "localhost"), ca.issue_cert("engine-7")
+    files = {name: str(tmp_path / name) for name in
+             ("ca.pem", "other.pem", "server.pem", "server.key", "client.pem", "client.key")}
+    ca.cert_pem.write_to_path(files["ca.pem"])
+    other.cert_pem.write_to_path(files["other.pem"])
+    server.cert_chain_pems[0].write_to_path(files["server.pem"])
+    server.private_key_pem.write_to_path(files["server.key"])
+    client.cert_chain_pems[0].write_to_path(files["client.pem"])
+    client.private_key_pem.write_to_path(files["client.key"])
+    return files

@@ -12,7 +12,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
-from conftest import python_child, unique
+from conftest import loopback_address, python_child, unique
 
 import livereg
 from livereg.lmcache import LiveregManagement, WorkerLiveness
@@ -399,12 +399,7 @@ def test_an_isolated_engine_reaches_the_server_through_its_listener(table_name: 
     """The isolated-IPC deployment: the engine's container shares no
     /dev/shm with the server; WorkerLiveness given the server's listening
     address registers there, and its death frees its state at once."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    address = f"tcp://127.0.0.1:{port}"
+    address = loopback_address("tcp")
     with pytest.raises(ValueError, match="listen="):
         LiveregManagement(Ctx(), [], 0.0, 0.0, listen=[address], token="t")
     ctx, transfer = Ctx(), EvictingTransfer()
@@ -440,25 +435,13 @@ with WorkerLiveness(address, instance, label="isolated", token=token, tls_ca=ca)
 """
 
 
-def test_an_isolated_engine_over_tls_asks_the_server_for_a_clear(table_name: str, tmp_path: Any) -> None:
+def test_an_isolated_engine_over_tls_asks_the_server_for_a_clear(table_name: str, tls_files: Dict[str, str]) -> None:
     """The Kubernetes deployment's engine: WorkerLiveness given a tls://
     address and the CA registers from a container; its clear reaches the
     server's ``clear`` (the reference's CLEAR) and evicts nobody; its death
     frees its state at once."""
-    import socket
-
-    import trustme
-
-    ca = trustme.CA()
-    issued = ca.issue_cert("127.0.0.1")
-    files = {name: str(tmp_path / name) for name in ("ca.pem", "server.pem", "server.key")}
-    ca.cert_pem.write_to_path(files["ca.pem"])
-    issued.cert_chain_pems[0].write_to_path(files["server.pem"])
-    issued.private_key_pem.write_to_path(files["server.key"])
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    address = f"tls://127.0.0.1:{port}"
+    files = tls_files
+    address = loopback_address("tls")
     ctx, transfer = Ctx(), EvictingTransfer()
     with LiveregManagement(
         ctx,

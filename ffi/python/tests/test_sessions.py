@@ -13,9 +13,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import pytest
+from conftest import loopback_address
 
 import livereg
 
@@ -107,12 +108,7 @@ def test_an_isolated_python_engine_that_deregisters_ends_deregistered(
 
 def test_a_wrong_token_is_refused_and_a_live_id_is_exists(make_table: MakeTable) -> None:
     table = make_table(reap_timeout=30.0)
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    address = f"tcp://127.0.0.1:{port}"
+    address = loopback_address("tcp")
     with pytest.raises(livereg.InvalidArgumentError, match="needs a token"):
         table.start_reaper(listen=[address])
     with table.start_reaper(listen=[address], token="s3cret"):
@@ -150,24 +146,13 @@ def test_info_and_a_reset_reach_a_session(make_table: MakeTable, socket_address:
             pytest.fail("the reset never reached the session")
 
 
-def test_a_session_over_tls_verifies_the_listener_against_its_ca(make_table: MakeTable, tmp_path: Path) -> None:
+def test_a_session_over_tls_verifies_the_listener_against_its_ca(
+    make_table: MakeTable, tls_files: Dict[str, str]
+) -> None:
     """tls://: the right CA registers; another CA, or none, is refused in
     one line; nothing falls back to plaintext."""
-    import socket
-
-    import trustme
-
-    ca, other = trustme.CA(), trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    files = {name: str(tmp_path / name) for name in ("ca.pem", "other.pem", "server.pem", "server.key")}
-    ca.cert_pem.write_to_path(files["ca.pem"])
-    other.cert_pem.write_to_path(files["other.pem"])
-    server.cert_chain_pems[0].write_to_path(files["server.pem"])
-    server.private_key_pem.write_to_path(files["server.key"])
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    address = f"tls://127.0.0.1:{port}"
+    files = tls_files
+    address = loopback_address("tls")
     table = make_table(reap_timeout=30.0)
     drops: "queue.Queue[livereg.DropEvent]" = queue.Queue()
     with table.start_reaper(
@@ -188,26 +173,12 @@ def test_a_session_over_tls_verifies_the_listener_against_its_ca(make_table: Mak
 
 
 def test_a_listener_requiring_client_certificates_takes_them_instead_of_a_token(
-    make_table: MakeTable, tmp_path: Path
+    make_table: MakeTable, tls_files: Dict[str, str]
 ) -> None:
     """tls_client_ca: a client presenting a certificate of that CA
     registers with no token; one without is refused in one line."""
-    import socket
-
-    import trustme
-
-    ca = trustme.CA()
-    server, client = ca.issue_cert("127.0.0.1"), ca.issue_cert("engine-7")
-    files = {name: str(tmp_path / name) for name in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
-    ca.cert_pem.write_to_path(files["ca.pem"])
-    server.cert_chain_pems[0].write_to_path(files["server.pem"])
-    server.private_key_pem.write_to_path(files["server.key"])
-    client.cert_chain_pems[0].write_to_path(files["client.pem"])
-    client.private_key_pem.write_to_path(files["client.key"])
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    address = f"tls://127.0.0.1:{port}"
+    files = tls_files
+    address = loopback_address("tls")
     table = make_table(reap_timeout=30.0)
     with table.start_reaper(
         listen=[address], tls_cert=files["server.pem"], tls_key=files["server.key"], tls_client_ca=files["ca.pem"]

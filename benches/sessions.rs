@@ -11,8 +11,11 @@
 
 #[path = "../tests/common/certs.rs"]
 mod certs;
+#[path = "../tests/common/container.rs"]
+mod container;
 mod support;
 
+use container::contained;
 use criterion::black_box;
 use livereg::{connect, Address, ConnectOptions, DropEvent, Reason, Table, TableOptions};
 use std::io::{BufRead, BufReader};
@@ -163,18 +166,8 @@ fn ping(c: &mut criterion::Criterion) {
 /// private /dev/shm, PID and IPC namespaces; network too over `unix:`),
 /// beating every 10 ms; returns it once registered.
 fn isolated_worker(address: &str, id: u64) -> Child {
-    let mut command = Command::new("unshare");
-    command.args(["--mount", "--pid", "--ipc", "--fork", "--kill-child"]);
-    if address.starts_with("unix:") {
-        command.arg("--net");
-    }
-    let mut child = command
-        .args([
-            "sh",
-            "-c",
-            "mount -t tmpfs w /dev/shm && exec \"$0\" \"$@\"",
-        ])
-        .args([LIVEREG, "worker", address, "--instance", &id.to_string()])
+    let mut child = contained(LIVEREG, address.starts_with("unix:"))
+        .args(["worker", address, "--instance", &id.to_string()])
         .args(["--interval", "10ms"])
         .args(if address.starts_with("tls://") {
             vec!["--tls-ca".to_owned(), certs().path("ca.pem")]

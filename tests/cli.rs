@@ -1,8 +1,11 @@
 //! The `livereg` command, run as a real binary: every subcommand and exit code.
 
 mod common;
+#[path = "common/container.rs"]
+mod container;
 
 use common::{unique_name, UnlinkOnDrop};
+use container::contained;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Output, Stdio};
@@ -1170,19 +1173,11 @@ fn a_build_without_etcd_refuses_its_options_in_one_line_saying_how_to_build_them
 /// register over a Unix socket and a token-guarded TCP port; status shows
 /// their sessions; the daemon SIGKILLed and restarted within the timeout
 /// loses none of them (no hook runs, their pings go on), and a worker
-/// killed meanwhile is dropped `disconnected`.
 /// `livereg worker ADDRESS` in its own container (mount namespace with a
 /// private /dev/shm, PID and IPC namespaces), once it says it registered.
 fn isolated_worker(address: &str, instance: &str, token_file: Option<&str>) -> std::process::Child {
-    let mut command = Command::new("unshare");
+    let mut command = contained(env!("CARGO_BIN_EXE_livereg"), false);
     command
-        .args(["--mount", "--pid", "--ipc", "--fork", "--kill-child"])
-        .args([
-            "sh",
-            "-c",
-            "mount -t tmpfs w /dev/shm && exec \"$0\" \"$@\"",
-        ])
-        .arg(env!("CARGO_BIN_EXE_livereg"))
         .args([
             "worker",
             address,
@@ -1257,6 +1252,12 @@ fn a_standby_takes_over_the_listener_and_its_sessions_within_the_timeout() {
     let _ = std::fs::remove_file(&hook_log);
 }
 
+/// `reap --listen`: workers that cannot map the table (`worker ADDRESS`, in
+/// a container of their own: private /dev/shm, own PID and IPC namespaces)
+/// register over a Unix socket and a token-guarded TCP port; status shows
+/// their sessions; the daemon SIGKILLed and restarted within the timeout
+/// loses none of them (no hook runs, their pings go on), and a worker
+/// killed meanwhile is dropped `disconnected`.
 #[test]
 fn reap_listen_serves_isolated_workers_and_a_restart_within_the_timeout_loses_none() {
     let (name, _guard) = created("listen", &["--timeout", "2s", "--grace", "4s"]);

@@ -4,11 +4,14 @@
 //! reaped like local workers; their socket's closing is their death signal.
 
 mod common;
+#[path = "common/container.rs"]
+mod container;
 
 use common::{long_options, unique_name, TempTable};
+use container::contained;
 use livereg::{connect, Address, ConnectOptions, DropEvent, Error, Reason, TableOptions};
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -61,19 +64,9 @@ struct Isolated {
 
 impl Isolated {
     fn spawn(address: &str, instance: u64, mode: &str, token: Option<&str>) -> Isolated {
-        let mut namespaces = vec!["--mount", "--pid", "--ipc", "--fork", "--kill-child"];
-        if address.starts_with("unix:") {
-            namespaces.push("--net");
-        }
-        let mut command = Command::new("unshare");
+        let own_network = address.starts_with("unix:");
+        let mut command = contained(std::env::current_exe().unwrap(), own_network);
         command
-            .args(&namespaces)
-            .args([
-                "sh",
-                "-c",
-                "mount -t tmpfs livereg-test /dev/shm && exec \"$0\" \"$@\"",
-            ])
-            .arg(std::env::current_exe().unwrap())
             .args([
                 "--ignored",
                 "--exact",

@@ -7,13 +7,16 @@
 #[path = "common/certs.rs"]
 mod certs;
 mod common;
+#[path = "common/container.rs"]
+mod container;
 
 use certs::TestCerts;
 use common::{long_options, TempTable};
+use container::contained;
 use livereg::{connect, Address, ConnectOptions, Error, Reason, TlsClient, TlsServer};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -67,14 +70,7 @@ fn a_client_with_the_right_ca_registers_and_its_death_is_seen_at_once() {
         .unwrap();
     // A `livereg worker` in a container of its own (private /dev/shm, own
     // PID and IPC namespaces), verifying the listener against the CA.
-    let mut worker = Command::new("unshare")
-        .args(["--mount", "--pid", "--ipc", "--fork", "--kill-child"])
-        .args([
-            "sh",
-            "-c",
-            "mount -t tmpfs w /dev/shm && exec \"$0\" \"$@\"",
-        ])
-        .arg(env!("CARGO_BIN_EXE_livereg"))
+    let mut worker = contained(env!("CARGO_BIN_EXE_livereg"), false)
         .args(["worker", &address, "--instance", "1", "--interval", "10ms"])
         .args(["--tls-ca", &certs.path("ca.pem")])
         .env("LIVEREG_TOKEN", "s3cret")

@@ -5,7 +5,10 @@
 
 #[path = "../../tests/common/certs.rs"]
 mod certs;
+#[path = "../../tests/common/container.rs"]
+mod container;
 
+use container::contained;
 use livereg::{Table, TableOptions};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -379,21 +382,7 @@ fn an_isolated_c_engine_registers_over_a_socket_and_its_death_is_seen_at_once() 
         .spawn()
         .unwrap();
     let engine = |instance: &str| {
-        let mut child = Command::new("unshare")
-            .args([
-                "--mount",
-                "--pid",
-                "--ipc",
-                "--net",
-                "--fork",
-                "--kill-child",
-            ])
-            .args([
-                "sh",
-                "-c",
-                "mount -t tmpfs c-engine /dev/shm && exec \"$0\" \"$@\"",
-            ])
-            .arg(session_client())
+        let mut child = contained(session_client(), true)
             .args([&format!("unix:{socket}"), instance])
             .env_remove("LD_LIBRARY_PATH")
             .stdout(Stdio::piped())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Tuple
@@ -46,6 +47,20 @@ def make_table(request: pytest.FixtureRequest) -> Iterator[Callable[..., livereg
 def python_child(script: str, *args: str) -> List[str]:
     """argv for a child interpreter running ``script`` with this venv."""
     return [sys.executable, "-c", script, *args]
+
+
+def contained_python(script: str, *args: str, own_network: bool = False) -> "subprocess.Popen[str]":
+    """A child interpreter running ``script`` in a container of its own
+    (``unshare``: mount namespace with a private tmpfs on /dev/shm, PID and
+    IPC namespaces, and a network namespace if ``own_network``), its
+    stdout piped as text. It dies with ``unshare`` (``--kill-child``)."""
+    namespaces = ["--mount", "--pid", "--ipc"] + (["--net"] if own_network else [])
+    return subprocess.Popen(
+        ["unshare", *namespaces, "--fork", "--kill-child", "sh", "-c",
+         'mount -t tmpfs contained /dev/shm && exec "$0" "$@"', *python_child(script, *args)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def loopback_address(scheme: str) -> str:

@@ -12,7 +12,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
-from conftest import loopback_address, python_child, unique
+from conftest import contained_python, loopback_address, python_child, unique
 
 import livereg
 from livereg.lmcache import LiveregManagement, WorkerLiveness
@@ -404,13 +404,7 @@ def test_an_isolated_engine_reaches_the_server_through_its_listener(table_name: 
         LiveregManagement(Ctx(), [], 0.0, 0.0, listen=[address], token="t")
     ctx, transfer = Ctx(), EvictingTransfer()
     with LiveregManagement(ctx, [transfer], 30.0, 30.0, listen=[address], token="s3cret") as server:
-        engine = subprocess.Popen(
-            ["unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "sh", "-c",
-             'mount -t tmpfs engine /dev/shm && exec "$0" "$@"',
-             *python_child(ISOLATED_ENGINE, address, "9", "s3cret")],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        engine = contained_python(ISOLATED_ENGINE, address, "9", "s3cret")
         assert engine.stdout is not None
         assert engine.stdout.readline().split() == ["registered", "256"]  # the info area, delivered
         transfer.attach(9)
@@ -453,13 +447,7 @@ def test_an_isolated_engine_over_tls_asks_the_server_for_a_clear(table_name: str
         tls_cert=files["server.pem"],
         tls_key=files["server.key"],
     ) as server:
-        engine = subprocess.Popen(
-            ["unshare", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "sh", "-c",
-             'mount -t tmpfs engine /dev/shm && exec "$0" "$@"',
-             *python_child(TLS_ENGINE, address, "11", "s3cret", files["ca.pem"])],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        engine = contained_python(TLS_ENGINE, address, "11", "s3cret", files["ca.pem"])
         assert engine.stdout is not None
         assert engine.stdout.readline().split() == ["registered", "256"]
         transfer.attach(11)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
 
 import pytest
-from conftest import loopback_address
+from conftest import contained_python, loopback_address
 
 import livereg
 
@@ -56,16 +56,22 @@ def socket_address(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def isolated(address: str, instance: int, mode: str, token: Optional[str] = None) -> "subprocess.Popen[str]":
     """A Python engine in its own container, running CLIENT."""
-    namespaces = ["--mount", "--pid", "--ipc", "--fork", "--kill-child"]
-    if address.startswith("unix:"):
-        namespaces.append("--net")
     args: List[str] = [address, str(instance), mode] + ([token] if token else [])
-    return subprocess.Popen(
-        ["unshare", *namespaces, "sh", "-c", 'mount -t tmpfs py-engine /dev/shm && exec "$0" "$@"',
-         sys.executable, "-c", CLIENT, *args],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    return contained_python(CLIENT, *args, own_network=address.startswith("unix:"))
+
+
+def until_reset_heard(worker: livereg.Worker) -> None:
+    """Pings ``worker`` until it raises ``EvictedError`` saying ``cleared``
+    (within 10 s)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            worker.ping()
+        except livereg.EvictedError as evicted:
+            assert "cleared" in str(evicted)
+            return
+        time.sleep(0.005)
+    pytest.fail("the reset never reached the session")
 
 
 def line(child: "subprocess.Popen[str]") -> str:
@@ -134,16 +140,7 @@ def test_info_and_a_reset_reach_a_session(make_table: MakeTable, socket_address:
         assert worker.info() == b'{"chunk_size": 256}'
         worker.ping()
         table.reset(timeout=5)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                worker.ping()
-            except livereg.EvictedError as e:
-                assert "cleared" in str(e)
-                break
-            time.sleep(0.005)
-        else:
-            pytest.fail("the reset never reached the session")
+        until_reset_heard(worker)
 
 
 def test_a_session_over_tls_verifies_the_listener_against_its_ca(
@@ -238,13 +235,4 @@ def test_an_engine_asks_for_a_clear_and_a_reset_through_its_session(make_table: 
         assert ended == [(40, livereg.Reason.CLEARED), (41, livereg.Reason.CLEARED)]
         with pytest.raises(livereg.EvictedError):
             local.ping()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                worker.ping()
-            except livereg.EvictedError as evicted:
-                assert "cleared" in str(evicted)
-                break
-            time.sleep(0.01)
-        else:
-            raise AssertionError("the session never heard its reset")
+        until_reset_heard(worker)

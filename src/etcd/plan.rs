@@ -76,8 +76,13 @@ impl Reasons {
         self.by_key.len()
     }
 
-    pub fn clear(&mut self) {
-        self.by_key.clear();
+    /// Forgets every reason but those of registrations still `live`: their
+    /// end is told by a later round.
+    pub fn keep_only(&mut self, live: &BTreeMap<String, ClusterRecord>) {
+        self.by_key.retain(|key, entry| {
+            live.get(key)
+                .is_some_and(|record| (record.slot, record.generation) == (entry.1, entry.2))
+        });
     }
 }
 
@@ -221,6 +226,26 @@ mod tests {
         let plan = plan(&published, &BTreeMap::new(), &Reasons::new(8));
         assert_eq!(plan.changes, vec![Write::Delete("k9".into())]);
         assert!(plan.last_values.is_empty());
+    }
+
+    #[test]
+    fn a_reason_outlives_its_round_only_while_its_registration_is_live() {
+        // The round's snapshot still held k1 when its reason came: the next
+        // round, which sees k1 gone, must still know why.
+        let (a, b) = (record(1, 0, 3), record(2, 1, 5));
+        let mut ends = Reasons::new(8);
+        ends.insert("k1".into(), 0, 3, Reason::Deregistered);
+        ends.insert("k2".into(), 1, 4, Reason::Timeout);
+        ends.insert("k3".into(), 2, 1, Reason::ProcessExited);
+        let live = BTreeMap::from([("k1".to_owned(), a.clone()), ("k2".to_owned(), b)]);
+        ends.keep_only(&live);
+        assert_eq!(ends.len(), 1, "k2 is a newer registration, k3 is gone");
+        let published = BTreeMap::from([("k1".to_owned(), Held::ours(a.clone()))]);
+        let plan = plan(&published, &BTreeMap::new(), &ends);
+        assert_eq!(
+            plan.last_values,
+            vec![Write::Put("k1".into(), ended(&a, Reason::Deregistered))]
+        );
     }
 
     #[test]

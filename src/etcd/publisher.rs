@@ -502,9 +502,6 @@ impl Mirror {
                 .await?;
             session.next_keep_alive = Instant::now() + session.keep_alive_every;
         }
-        // Reasons first: a reason taken now belongs to a registration the
-        // snapshot below already shows ended.
-        self.take_ends();
         let live = match self.live() {
             Ok(live) => live,
             Err(error) => {
@@ -512,12 +509,17 @@ impl Mirror {
                 return Ok(());
             }
         };
+        // Reasons after the snapshot: the handlers tell a registration's end
+        // before its slot is freed, so every registration the snapshot no
+        // longer holds has its reason here by now. One that ended after the
+        // snapshot keeps its reason for the round that sees it gone.
+        self.take_ends();
         let plan = plan(&self.published, &live, &self.reasons);
         self.commit(session, "publish ends", plan.last_values)
             .await?;
         self.commit(session, "publish registrations", plan.changes)
             .await?;
-        self.reasons.clear();
+        self.reasons.keep_only(&live);
         self.published = live
             .into_iter()
             .map(|(key, record)| (key, Held::ours(record)))

@@ -6,42 +6,62 @@
 use crate::records::Records;
 use crate::table::Table;
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Shared by a reaper and its listeners.
 #[derive(Default)]
 pub(crate) struct Held {
     /// `(slot, generation)` of every registration a connection holds, with
-    /// when its client was last heard (a frame), on the table's clock.
-    holding: Mutex<HashMap<(u32, u32), u64>>,
+    /// when its client was last heard.
+    holding: Mutex<HashMap<(u32, u32), Heard>>,
     records: OnceLock<Records>,
+}
+
+/// When a held registration's client was last heard (a frame), on the
+/// table's clock: written by its connection at every frame without a lock,
+/// read by the reaper.
+#[derive(Clone, Debug)]
+pub(crate) struct Heard(Arc<AtomicU64>);
+
+impl Heard {
+    fn new(now_ns: u64) -> Heard {
+        Heard(Arc::new(AtomicU64::new(now_ns)))
+    }
+
+    /// The client was heard at `now_ns`.
+    pub(crate) fn at(&self, now_ns: u64) {
+        self.0.store(now_ns, Relaxed);
+    }
+
+    /// When the client was last heard.
+    pub(crate) fn last(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
 }
 
 impl Held {
     /// When the client of registration `(index, generation)` was last
     /// heard, if a connection of this reaper holds it.
     pub(crate) fn heard(&self, index: u32, generation: u32) -> Option<u64> {
-        self.lock().get(&(index, generation)).copied()
+        self.lock().get(&(index, generation)).map(Heard::last)
     }
 
-    /// Marks `(index, generation)` held, its client heard at `now_ns`;
-    /// false if it already was held.
-    pub(crate) fn hold(&self, index: u32, generation: u32, now_ns: u64) -> bool {
+    /// Marks a registration just made held, its client heard at `now_ns`:
+    /// the clock its connection keeps.
+    pub(crate) fn hold(&self, index: u32, generation: u32, now_ns: u64) -> Heard {
+        let heard = Heard::new(now_ns);
+        self.lock().insert((index, generation), heard.clone());
+        heard
+    }
+
+    /// Marks a registration a client takes back held, as [`Held::hold`];
+    /// `None` if a connection holds it already.
+    pub(crate) fn hold_if_free(&self, index: u32, generation: u32, now_ns: u64) -> Option<Heard> {
         use std::collections::hash_map::Entry;
         match self.lock().entry((index, generation)) {
-            Entry::Occupied(_) => false,
-            Entry::Vacant(entry) => {
-                entry.insert(now_ns);
-                true
-            }
-        }
-    }
-
-    /// The client of held registration `(index, generation)` was heard at
-    /// `now_ns`.
-    pub(crate) fn hear(&self, index: u32, generation: u32, now_ns: u64) {
-        if let Some(heard) = self.lock().get_mut(&(index, generation)) {
-            *heard = now_ns;
+            Entry::Occupied(_) => None,
+            Entry::Vacant(entry) => Some(entry.insert(Heard::new(now_ns)).clone()),
         }
     }
 
@@ -67,7 +87,7 @@ impl Held {
         Ok(self.records.get_or_init(|| opened))
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<(u32, u32), u64>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<(u32, u32), Heard>> {
         self.holding
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

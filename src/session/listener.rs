@@ -383,11 +383,13 @@ impl Serve {
                 self.connections.len() - 1
             }
         };
-        if self
-            .epoll
-            .add_level(&stream, entry as u64 + FIRST_CONNECTION)
-            .is_err()
-        {
+        let key = entry as u64 + FIRST_CONNECTION;
+        let added = if stream.short_read_drains() {
+            self.epoll.add_edge(&stream, key)
+        } else {
+            self.epoll.add_level(&stream, key)
+        };
+        if added.is_err() {
             return;
         }
         self.connections[entry] = Some(Served::new(stream, peer));

@@ -1,7 +1,7 @@
 //! One connection a listener serves: its handshake, then the registration
 //! it holds on its client's behalf, fed by the client's beats.
 
-use super::held::Held;
+use super::held::{Heard, Held};
 use super::stream::{send, Inbox, Received, Stream};
 use super::wire::{unheard_allowance, Frame, Reclaim, ANSWER_MAX, VERSION};
 use crate::error::{Error, Result};
@@ -42,10 +42,12 @@ struct Requested {
 }
 
 /// The registration a connection holds, and what its client last said.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Holding {
     pub index: u32,
     pub generation: u32,
+    /// When its client was last heard, shared with the reaper.
+    heard: Heard,
     heartbeats: u64,
     /// The client's step count at its last beat (`None` after a reclaim,
     /// until its first: the count it resumes from is its own).
@@ -163,6 +165,7 @@ impl Served {
         });
         match outcome {
             Ok((holding, secret)) => {
+                let (slot, generation) = (holding.index, holding.generation);
                 self.holding = Some(holding);
                 // The info first: a client that reads its welcome has it.
                 if self.send_info(gate.table) != Next::Serve {
@@ -170,8 +173,8 @@ impl Served {
                 }
                 let welcome = Frame::Welcome {
                     version: VERSION,
-                    slot: holding.index,
-                    generation: holding.generation,
+                    slot,
+                    generation,
                     secret,
                     reap_timeout_ms: gate.table.reap_timeout().as_millis() as u64,
                     boot_token: gate.table.memory.header().boot_token.load(Acquire),
@@ -319,8 +322,8 @@ impl Served {
                 table.name()
             );
         }
-        gate.held.hold(index, generation, table.clock.now_ns());
-        Ok((Holding::new(index, generation), secret))
+        let heard = gate.held.hold(index, generation, table.clock.now_ns());
+        Ok((Holding::new(index, generation, heard), secret))
     }
 
     /// Takes back a registration this client held before its connection
@@ -368,19 +371,19 @@ impl Served {
                 reason,
             });
         }
-        if !gate
-            .held
-            .hold(claim.slot, claim.generation, table.clock.now_ns())
-        {
+        let Some(heard) =
+            gate.held
+                .hold_if_free(claim.slot, claim.generation, table.clock.now_ns())
+        else {
             return Err(Error::Busy(format!(
                 "instance {instance_id}'s registration is held by another connection"
             )));
-        }
+        };
         if let Ok(records) = gate.held.records(table) {
             let holder = table.memory.header().boot_token.load(Acquire);
             records.set_holder(claim.slot, claim.generation, holder);
         }
-        let holding = Holding::reclaimed(claim.slot, claim.generation, slot);
+        let holding = Holding::reclaimed(claim.slot, claim.generation, heard, slot);
         Ok((holding, claim.secret))
     }
 
@@ -402,8 +405,7 @@ impl Served {
         };
         let slot = table.memory.slot(holding.index);
         let generation = holding.generation;
-        gate.held
-            .hear(holding.index, generation, table.clock.now_ns());
+        holding.heard.at(table.clock.now_ns());
         if heartbeats > 0 && Duration::from_micros(since_ping_us) >= table.reap_timeout() {
             if protocol::end(slot, generation, Reason::Timeout).is_ok() {
                 table.memory.wake_reaper();
@@ -450,14 +452,11 @@ impl Served {
     /// hung), ends it `timeout` first.
     pub(crate) fn check_ended(&mut self, gate: &Gate<'_>) -> Next {
         let table = gate.table;
-        let Some(holding) = self.holding else {
+        let Some(holding) = &self.holding else {
             return Next::Serve;
         };
         let slot = table.memory.slot(holding.index);
-        let unheard_ns = gate
-            .held
-            .heard(holding.index, holding.generation)
-            .map_or(0, |heard| table.clock.now_ns().saturating_sub(heard));
+        let unheard_ns = table.clock.now_ns().saturating_sub(holding.heard.last());
         let budget = table.reap_timeout() + unheard_allowance(table.reap_timeout());
         if Duration::from_nanos(unheard_ns) >= budget
             && protocol::end(slot, holding.generation, Reason::Timeout).is_ok()
@@ -471,7 +470,7 @@ impl Served {
     }
 
     fn tell_ended(&mut self, table: &Table) -> Next {
-        let Some(holding) = self.holding else {
+        let Some(holding) = &self.holding else {
             return Next::Close(None);
         };
         let slot = table.memory.slot(holding.index);
@@ -515,10 +514,11 @@ fn admit(gate: &Gate<'_>, version: u16, token: &[u8]) -> Result<()> {
 }
 
 impl Holding {
-    fn new(index: u32, generation: u32) -> Holding {
+    fn new(index: u32, generation: u32, heard: Heard) -> Holding {
         Holding {
             index,
             generation,
+            heard,
             heartbeats: 0,
             steps: Some(0),
             busy: false,
@@ -527,11 +527,11 @@ impl Holding {
 
     /// A registration taken back: busy as its slot says, and the client's
     /// step count to be learnt from its first beat.
-    fn reclaimed(index: u32, generation: u32, slot: &crate::layout::Slot) -> Holding {
+    fn reclaimed(index: u32, generation: u32, heard: Heard, slot: &crate::layout::Slot) -> Holding {
         Holding {
             steps: None,
             busy: slot.progress.load(Relaxed) & crate::layout::BUSY != 0,
-            ..Holding::new(index, generation)
+            ..Holding::new(index, generation, heard)
         }
     }
 }

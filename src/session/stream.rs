@@ -53,6 +53,13 @@ impl Stream {
         }
     }
 
+    /// Whether a read that comes up short has emptied the socket. Not so
+    /// under TLS: rustls takes the socket's bytes a record at a time and may
+    /// leave some there while it hands out the plaintext it has.
+    pub(crate) fn short_read_drains(&self) -> bool {
+        matches!(self, Stream::Unix(_) | Stream::Tcp(_))
+    }
+
     pub(crate) fn shutdown(&self) {
         let _ = match self.socket() {
             Socket::Unix(s) => s.shutdown(std::net::Shutdown::Both),

@@ -1168,11 +1168,6 @@ fn a_build_without_etcd_refuses_its_options_in_one_line_saying_how_to_build_them
     assert!(!reaper_alive(&name));
 }
 
-/// `reap --listen`: workers that cannot map the table (`worker ADDRESS`, in
-/// a container of their own: private /dev/shm, own PID and IPC namespaces)
-/// register over a Unix socket and a token-guarded TCP port; status shows
-/// their sessions; the daemon SIGKILLed and restarted within the timeout
-/// loses none of them (no hook runs, their pings go on), and a worker
 /// `livereg worker ADDRESS` in its own container (mount namespace with a
 /// private /dev/shm, PID and IPC namespaces), once it says it registered.
 fn isolated_worker(address: &str, instance: &str, token_file: Option<&str>) -> std::process::Child {

@@ -1,0 +1,42 @@
+"""livereg in LMCache's multiprocess server and its engines.
+
+Three ways in, each using only what LMCache's released classes have:
+
+- **the server module** (LMCache 0.5.6 and later), through LMCache's own
+  plugin point::
+
+      python -m lmcache.v1.multiprocess.server ... \\
+          --server-module '{"module_path": "livereg.lmcache", "config": {"reap_timeout_seconds": 5}}'
+
+  :func:`build_server_modules` returns a :class:`LiveregServerModule`: it owns
+  the livereg table's reaper (and optionally a listener for isolated
+  engines) and frees a crashed engine's state in every liveness target at
+  once; LMCache's own ``ManagementModule`` stays.
+- **the engine plugin**: :func:`install`, a ``vllm.general_plugins`` entry
+  point, registers each engine in livereg from its KV caches' registration
+  on, and registers them again when the server lost them.
+- **the module swap**, for a server built in code: :class:`LiveregManagement`
+  in place of LMCache's ``ManagementModule``; and :class:`WorkerLiveness`
+  for a worker that keeps its own registration.
+
+Both sides find the table by name: :data:`DEFAULT_TABLE`, or
+``$LIVEREG_LMCACHE_TABLE`` (a name, or a listener's address).
+"""
+
+from livereg.lmcache._common import DEFAULT_TABLE, TABLE_ENV, default_table
+from livereg.lmcache._engine import install
+from livereg.lmcache._management import PING_LABEL, LiveregManagement
+from livereg.lmcache._server_module import LiveregServerModule, build_server_modules
+from livereg.lmcache._worker import WorkerLiveness
+
+__all__ = [
+    "DEFAULT_TABLE",
+    "PING_LABEL",
+    "TABLE_ENV",
+    "LiveregManagement",
+    "LiveregServerModule",
+    "WorkerLiveness",
+    "build_server_modules",
+    "default_table",
+    "install",
+]

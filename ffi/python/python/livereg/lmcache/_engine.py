@@ -1,0 +1,235 @@
+"""The engine side, by configuration alone: :func:`install`.
+
+Every LMCache adapter (vLLM, SGLang, ATOM) and LMCache's SDK hand their KV
+caches to the server through a transfer context: ``create_transfer_context(
+kv_caches, instance_id=..., req_client=..., mode=...)``, then the context's
+``register(...)``, and at the end its ``unregister()`` / ``close()``.
+:func:`install` wraps those three methods on every transfer-context class, so
+that from the moment an engine's KV caches register, the engine holds a
+livereg registration for its ``instance_id`` (taken just before the
+server is asked, so a crash in between is covered too), beaten from a daemon
+thread, until the context unregisters or closes (a clean end:
+``deregistered``).
+
+When livereg says the server dropped the engine while it is alive (evicted:
+it was stopped past the timeout, or reset), or the server restarted, the
+engine's KV caches are registered again by replaying its own ``register``
+call, and so is its livereg registration.
+
+Where nothing answers (no table, no listener, LMCache not installed), it logs
+once and the engine runs exactly as without it; it never raises into the
+engine.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
+
+import livereg
+from livereg.lmcache._common import default_table, is_address, logger
+from livereg.lmcache._worker import WorkerLiveness
+
+#: The file holding a listener's token, for a ``tcp://``/``tls://`` address.
+TOKEN_FILE_ENV = "LIVEREG_LMCACHE_TOKEN_FILE"
+#: The CA that signed a ``tls://`` listener's certificate.
+TLS_CA_ENV = "LIVEREG_LMCACHE_TLS_CA"
+#: The label of an engine's registration.
+ENGINE_LABEL = "lmcache-engine"
+#: How long a registration may wait for a previous one of the same id (a
+#: process of this engine that just died) to end.
+_REGISTER_WAIT = 2.0
+#: How often, and how far apart in seconds, a replay is tried.
+_REPLAY_ATTEMPTS = 30
+_REPLAY_PAUSE = 1.0
+#: Marks a method this module wrapped (so :func:`install` is idempotent).
+_WRAPPED = "__livereg_wrapped__"
+
+_lock = threading.Lock()
+_installed = False
+_logged: Set[str] = set()
+#: The engines of this process, by instance id.
+_engines: Dict[int, "_Engine"] = {}
+
+
+def _log_once(key: str, message: str, *args: object) -> None:
+    with _lock:
+        if key in _logged:
+            return
+        _logged.add(key)
+    logger.warning(message, *args)
+
+
+class _Engine:
+    """One instance id's livereg registration, and the transfer context whose
+    ``register`` call is replayed when the server lost its state."""
+
+    def __init__(self, instance_id: int) -> None:
+        self.instance_id = instance_id
+        self.context: Any = None
+        self._replay: Optional[Callable[[], object]] = None
+        self.liveness = WorkerLiveness(
+            _target(), instance_id, label=ENGINE_LABEL, on_register=self._registered,
+            wait=_REGISTER_WAIT, token=_token(), tls_ca=os.environ.get(TLS_CA_ENV) or None,
+        )
+
+    def bind(self, context: Any, replay: Callable[[], object]) -> None:
+        """``context`` registers now; ``replay`` registers it again."""
+        self.context, self._replay = context, replay
+
+    def _registered(self, why: str) -> None:
+        """livereg registered the engine (again): after an eviction or a
+        server restart, the server's state for it is gone; send it again."""
+        replay = self._replay
+        if why == "start" or replay is None:
+            return
+        logger.warning("instance %d: registering its KV caches again (%s)", self.instance_id, why)
+        # Off the beat thread: beats go on while the server answers.
+        threading.Thread(target=self._replay_until_done, args=(replay,), name="livereg-lmcache-replay",
+                         daemon=True).start()
+
+    def _replay_until_done(self, replay: Callable[[], object]) -> None:
+        for attempt in range(1, _REPLAY_ATTEMPTS + 1):
+            if self._replay is not replay:
+                return  # a newer context registers, or this one ended
+            try:
+                replay()
+                logger.warning("instance %d: KV caches registered again", self.instance_id)
+                return
+            except Exception as error:
+                logger.warning("instance %d: registering the KV caches again failed (%s), attempt %d of %d",
+                               self.instance_id, error, attempt, _REPLAY_ATTEMPTS)
+            if self.liveness.stopped.wait(_REPLAY_PAUSE):
+                return
+
+    def close(self) -> None:
+        """A clean end: deregistered."""
+        self._replay = None
+        self.liveness.close()
+
+
+def _target() -> str:
+    return default_table()
+
+
+def _token() -> Optional[bytes]:
+    path = os.environ.get(TOKEN_FILE_ENV)
+    if not path:
+        return None
+    with open(path, "rb") as file:
+        return file.read().strip()
+
+
+def _start(instance_id: int) -> Optional[_Engine]:
+    """The engine of ``instance_id``: this process's, or a new registration;
+    None (logged once) when nothing answers or the id cannot be held."""
+    with _lock:
+        engine = _engines.get(instance_id)
+    if engine is not None:
+        return engine
+    try:
+        engine = _Engine(instance_id)
+    except (livereg.Error, OSError, ValueError) as error:
+        target = _target()
+        _log_once(
+            f"start:{target}",
+            "livereg: engine %d runs without livereg: %s did not answer (%s); set %s to the server's table or "
+            "listener",
+            instance_id, "listener" if is_address(target) else f"table '{target}'", error, "LIVEREG_LMCACHE_TABLE",
+        )
+        return None
+    if not engine.liveness.tracked:
+        return None
+    with _lock:
+        _engines[instance_id] = engine
+    return engine
+
+
+def _stop(context: Any) -> None:
+    """``context`` ended cleanly: so does its engine's registration."""
+    instance_id = getattr(context, "_instance_id", None)
+    with _lock:
+        engine = _engines.get(instance_id) if isinstance(instance_id, int) else None
+        if engine is None or engine.context is not context:
+            return
+        del _engines[instance_id]
+    engine.close()
+
+
+_inside = threading.local()
+
+
+def _wrap_register(original: Callable[..., Any]) -> Callable[..., Any]:
+    def register(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_inside, "depth", 0):
+            return original(self, *args, **kwargs)  # a subclass calling its base
+        engine = None
+        try:
+            instance_id = getattr(self, "_instance_id", None)
+            if isinstance(instance_id, int) and not isinstance(instance_id, bool):
+                engine = _start(instance_id)
+        except Exception:
+            logger.exception("livereg: could not register the engine; it runs without livereg")
+        if engine is not None:
+            engine.bind(self, lambda: _call(original, self, args, kwargs))
+        return _call(original, self, args, kwargs)
+
+    setattr(register, _WRAPPED, original)
+    return register
+
+
+def _call(original: Callable[..., Any], self: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    _inside.depth = getattr(_inside, "depth", 0) + 1
+    try:
+        return original(self, *args, **kwargs)
+    finally:
+        _inside.depth -= 1
+
+
+def _wrap_end(original: Callable[..., Any]) -> Callable[..., Any]:
+    def end(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            try:
+                _stop(self)
+            except Exception:
+                logger.exception("livereg: could not deregister the engine")
+
+    setattr(end, _WRAPPED, original)
+    return end
+
+
+def _subclasses(cls: type) -> Iterator[type]:
+    yield cls
+    for sub in cls.__subclasses__():
+        yield from _subclasses(sub)
+
+
+def install() -> None:
+    """Holds a livereg registration for every LMCache engine of this process
+    from its KV caches' registration to their unregistration. Declared as a
+    ``vllm.general_plugins`` entry point (vLLM calls it in every process);
+    callable directly. The table or listener is ``$LIVEREG_LMCACHE_TABLE``
+    (default ``lmcache-workers``), with ``$LIVEREG_LMCACHE_TOKEN_FILE`` and
+    ``$LIVEREG_LMCACHE_TLS_CA`` for an address. Idempotent; never raises."""
+    global _installed
+    try:
+        with _lock:
+            if _installed:
+                return
+            _installed = True
+        try:
+            from lmcache.v1.multiprocess.transfer_context import worker_transfer  # type: ignore
+        except ImportError as error:
+            _log_once("import", "livereg: LMCache's transfer contexts are not importable (%s); nothing installed", error)
+            return
+        for cls in _subclasses(worker_transfer.TransferContext):
+            for name, wrap in (("register", _wrap_register), ("unregister", _wrap_end), ("close", _wrap_end)):
+                method = cls.__dict__.get(name)
+                if callable(method) and not hasattr(method, _WRAPPED) and not getattr(method, "__isabstractmethod__", False):
+                    setattr(cls, name, wrap(method))
+        logger.info("livereg: LMCache engines of this process register in '%s'", default_table())
+    except Exception:
+        logger.exception("livereg: install() failed; engines run without livereg")

@@ -1,0 +1,156 @@
+"""livereg as a module of LMCache's multiprocess server, through its plugin
+point (0.5.6 and later)::
+
+    python -m lmcache.v1.multiprocess.server ... \\
+        --server-module '{"module_path": "livereg.lmcache", "config": {"reap_timeout_seconds": 5}}'
+
+LMCache calls :func:`build_server_modules` with the modules it built; the
+module returned owns the livereg table's reaper (and, with ``listen``, a
+listener for engines in isolated containers) and drives the built-in liveness
+targets from livereg's verdicts. LMCache's own ``ManagementModule`` stays as
+it is: engines that only PING keep its rules.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import livereg
+from livereg.lmcache._common import create_or_reuse, default_table, logger, read_token_file, server_info
+from livereg.lmcache._targets import TargetDriver, is_liveness_target, live_registrations
+
+#: livereg's hang budget when the config names none, in seconds. Beats cost
+#: nothing, so it need not respect LMCache's 30 s floor for its 10 s pings.
+DEFAULT_REAP_TIMEOUT = 10.0
+#: Table slots when the config names none.
+DEFAULT_CAPACITY = 256
+
+_CONFIG_KEYS = (
+    "table", "reap_timeout_seconds", "capacity", "listen", "token_file", "tls_cert", "tls_key", "tls_client_ca",
+)
+
+
+class LiveregServerModule:
+    """An LMCache server module on a livereg table.
+
+    ``ctx`` is the server context (only its ``chunk_size`` is read, and
+    published in the table's info area when it is an int); ``targets`` the
+    liveness targets to drive. ``config`` takes, each optional:
+
+    - ``table``: the table's name (default ``$LIVEREG_LMCACHE_TABLE``, else
+      ``lmcache-workers``);
+    - ``reap_timeout_seconds``: livereg's hang budget (default 10): an engine
+      whose beats stop that long is freed; a dead one at once;
+    - ``capacity``: table slots (default 256);
+    - ``listen``: one address or a list (``unix:/PATH``, ``tcp://HOST:PORT``,
+      ``tls://HOST:PORT``) where engines in isolated containers register
+      (default none);
+    - ``token_file``: the file holding the listener's token (required for
+      ``tcp://``);
+    - ``tls_cert``, ``tls_key`` (and ``tls_client_ca`` to require client
+      certificates): the listener's certificate for ``tls://``.
+
+    An existing table with other settings is reused or replaced (see the
+    log); one held by another live reaper raises :class:`livereg.BusyError`.
+    """
+
+    def __init__(self, ctx: Any, targets: Sequence[Any] = (), config: Optional[Mapping[str, Any]] = None) -> None:
+        config = dict(config or {})
+        unknown = sorted(set(config) - set(_CONFIG_KEYS))
+        if unknown:
+            raise ValueError(f"livereg server module: unknown config key(s) {unknown}; expected some of {list(_CONFIG_KEYS)}")
+        timeout = float(config.get("reap_timeout_seconds", DEFAULT_REAP_TIMEOUT))
+        if timeout <= 0:
+            raise ValueError(f"livereg server module: reap_timeout_seconds must be > 0, got {timeout}")
+        listen = config.get("listen") or []
+        listen = [listen] if isinstance(listen, str) else list(listen)
+        self._ctx = ctx
+        self._driver = TargetDriver(targets)
+        self._timeout = timeout
+        self._table = create_or_reuse(
+            str(config.get("table") or default_table()),
+            int(config.get("capacity", DEFAULT_CAPACITY)),
+            timeout,
+            timeout,
+        )
+        try:
+            self._table.set_info(server_info(ctx))
+            self._reaper: Optional[livereg.Reaper] = self._table.start_reaper(
+                on_drop=self._ended,
+                listen=listen,
+                token=read_token_file(config.get("token_file")),
+                tls_cert=config.get("tls_cert"),
+                tls_key=config.get("tls_key"),
+                tls_client_ca=config.get("tls_client_ca"),
+            )
+        except BaseException:
+            self._table.close()
+            raise
+        self._stopping = threading.Event()
+        self._cycle = threading.Thread(target=self._keep_alive, name="livereg-lmcache-touch", daemon=True)
+        self._cycle.start()
+        logger.info(
+            "livereg: table '%s', reap timeout %.3gs, %d liveness target(s)%s",
+            self._table.name, self._table.reap_timeout, len(self._driver.targets),
+            f", listening on {', '.join(listen)}" if listen else "",
+        )
+
+    @property
+    def context(self) -> Any:
+        """The server context (LMCache's module protocol)."""
+        return self._ctx
+
+    @property
+    def table(self) -> livereg.Table:
+        """The livereg table (for engines' names, status, tests)."""
+        return self._table
+
+    def _ended(self, event: livereg.DropEvent) -> None:
+        """The reaper's drop handler: the engine crashed, hung, deregistered
+        or was reset; every target frees it now."""
+        self._driver.free(event.instance_id, (event.slot, event.generation))
+
+    def _keep_alive(self) -> None:
+        interval = self._table.reap_timeout / 4
+        while not self._stopping.wait(interval):
+            try:
+                self._driver.touch(live_registrations(self._table))
+            except livereg.Error:
+                logger.exception("livereg: touching live engines failed; trying again in %.3gs", interval)
+
+    def report_status(self) -> Dict[str, Any]:
+        """``{"livereg": {...}}``: the table, its timeout, live and ended
+        registrations, the reaper's health and calls into targets that
+        raised."""
+        stats = self._table.stats()
+        return {
+            "livereg": {
+                "table": self._table.name,
+                "reap_timeout_seconds": self._table.reap_timeout,
+                "tracked_instances": stats["tracked_instances"],
+                "reaper_alive": stats["reaper_alive"],
+                "ended": stats["ended"],
+                "handler_failures": stats["handler_failures"],
+                "target_failures": self._driver.failures,
+            }
+        }
+
+    def close(self) -> None:
+        """Stops the reaper (and listener) and the touching; the table stays
+        for the engines and the next server."""
+        if self._reaper is None:
+            return
+        self._stopping.set()
+        self._cycle.join()
+        self._reaper.stop()
+        self._reaper = None
+        self._table.close()
+
+
+def build_server_modules(context: Any) -> List[LiveregServerModule]:
+    """LMCache's server-module factory: one :class:`LiveregServerModule`
+    driving every liveness target among the modules LMCache built
+    (``context.modules``), configured by ``context.config``."""
+    targets = [module for module in context.modules if is_liveness_target(module)]
+    return [LiveregServerModule(context.server_context, targets, context.config)]

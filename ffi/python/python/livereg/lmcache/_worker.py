@@ -1,0 +1,209 @@
+"""An engine's registration kept alive from a daemon thread, with no RPC."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Optional, Union
+
+import livereg
+from livereg.lmcache._common import Unaccepted, default_table, is_address, logger, read_info
+
+
+class WorkerLiveness:
+    """Keeps worker ``instance_id`` registered in ``table`` (a name, an open
+    :class:`livereg.Table`, ``None`` for :func:`default_table`, or the
+    address of the server's listener, ``"unix:/PATH"`` or
+    ``"tcp://HOST:PORT"`` with ``token=``, or ``"tls://HOST:PORT"`` with
+    ``tls_ca=`` (and a token or ``tls_cert``/``tls_key``), from a container
+    that cannot map the table): beats
+    from a daemon thread at a third of the table's timeout, registers again
+    when evicted or when the server's reaper changes (a restart: its boot
+    token changes), and deregisters on ``close()``. ``on_register(why)`` is
+    called after every registration (``"start"``, ``"evicted"``, ``"server
+    restarted"``): the server dropped this worker's state, so send it again
+    there. A server restart is seen by the reaper's boot token changing (a
+    table) and by the server id in its info area changing (a table or a
+    session). A ``on_register`` that raises is logged and called again at
+    each beat until it returns.
+
+    An id livereg cannot hold (0, the reference's untracked prober, a
+    negative one, one past 64 bits) registers nothing: it is logged once and
+    the object does nothing, as a PING of it would.
+    """
+
+    def __init__(
+        self,
+        table: Union[str, livereg.Table, None],
+        instance_id: int,
+        label: Optional[str] = None,
+        on_register: Optional[Callable[[str], object]] = None,
+        interval: Optional[float] = None,
+        wait: float = 10.0,
+        token: Optional[Union[str, bytes]] = None,
+        tls_ca: Optional[str] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+    ) -> None:
+        self.instance_id = instance_id
+        self._address = table if isinstance(table, str) and is_address(table) else None
+        self._session_token = token
+        self._tls_ca, self._tls_cert, self._tls_key = tls_ca, tls_cert, tls_key
+        self.registrations = 0
+        self._label = label
+        self._on_register = on_register
+        self._stopping = threading.Event()
+        self._server: Optional[object] = None
+        self._unsent: Optional[str] = None  # an on_register that has not returned yet
+        self._tracked = Unaccepted().check(instance_id, "WorkerLiveness")
+        if not self._tracked:
+            if instance_id == 0:
+                logger.warning("WorkerLiveness(0): id 0 is the untracked prober's; nothing registered")
+            self._stopping.set()
+            self._owns_table = False
+            return
+        self._table: Optional[livereg.Table] = None
+        self._owns_table = not isinstance(table, livereg.Table)
+        if self._address is None:
+            self._table = table if isinstance(table, livereg.Table) else livereg.open(table or default_table())
+        self._token = self._table.probe() if self._table is not None else None
+        self._worker = self._register("start", deadline=time.monotonic() + wait)
+        timeout = self._worker.reap_timeout or (self._table.registration_grace if self._table else 1.0)
+        self.interval = interval if interval is not None else max(0.001, timeout / livereg.BEATS_PER_TIMEOUT)
+        self._thread = threading.Thread(target=self._beat, name=f"livereg-beat-{instance_id}", daemon=True)
+        self._thread.start()
+
+    @property
+    def stopped(self) -> threading.Event:
+        """Set once :meth:`close` began."""
+        return self._stopping
+
+    @property
+    def tracked(self) -> bool:
+        """Whether this worker is registered (False for an id livereg cannot
+        hold)."""
+        return self._tracked
+
+    def _register(self, why: str, deadline: Optional[float] = None) -> livereg.Worker:
+        while True:
+            try:
+                if self._address is not None:
+                    # A session: the sender thread reconnects and takes the
+                    # registration back after a server restart by itself.
+                    worker = livereg.connect(
+                        self._address,
+                        self.instance_id,
+                        label=self._label or "",
+                        token=self._session_token,
+                        tls_ca=self._tls_ca,
+                        tls_cert=self._tls_cert,
+                        tls_key=self._tls_key,
+                    )
+                else:
+                    assert self._table is not None
+                    worker = self._table.register(self.instance_id, label=self._label)
+                break
+            except (livereg.ExistsError, livereg.BusyError, livereg.DeadlineExceededError):
+                # A live or ending registration of this id (a previous
+                # process of this worker, or one the server holds for it).
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+                if self._stopping.wait(0.05):
+                    raise
+        worker.ping()
+        self.registrations += 1
+        logger.info("instance %d registered (%s)", self.instance_id, why)
+        self._server = read_info(worker.info()).get("server")
+        self._told(why)
+        return worker
+
+    def _told(self, why: str) -> None:
+        """Calls ``on_register(why)``; if it raises, it is called again at
+        the next beat."""
+        self._unsent = why
+        if self._on_register is None:
+            self._unsent = None
+            return
+        try:
+            self._on_register(why)
+        except Exception:
+            logger.exception("instance %d: on_register(%r) raised; called again at the next beat", self.instance_id, why)
+            return
+        self._unsent = None
+
+    def _beat(self) -> None:
+        while not self._stopping.wait(self.interval):
+            try:
+                self._beat_once()
+            except livereg.Error:
+                if self._stopping.is_set():
+                    return  # closed while registering again
+                logger.exception("instance %d: heartbeat failed; trying again", self.instance_id)
+
+    def _beat_once(self) -> None:
+        try:
+            self._worker.ping()
+        except livereg.EvictedError:
+            self._worker = self._register("evicted")
+        if self._table is not None:
+            token = self._table.probe()
+            if token is not None and token != self._token:
+                if self._token is not None:
+                    try:
+                        self._worker.deregister()
+                    except livereg.EvictedError:
+                        pass
+                    self._worker = self._register("server restarted")
+                self._token = token
+        server = read_info(self._worker.info()).get("server")
+        if server is not None and server != self._server:
+            restarted = self._server is not None
+            self._server = server
+            if restarted:
+                self._told("server restarted")  # the registration held (a session reclaimed it)
+        if self._unsent is not None:
+            self._told(self._unsent)
+
+    @property
+    def chunk_size(self) -> Optional[int]:
+        """The server's chunk size, read from the table's info area (no RPC)."""
+        if not self._tracked:
+            return None
+        value = read_info(self._worker.info()).get("chunk_size")
+        return None if value is None else int(value)
+
+    def clear(self, timeout: float = 5.0) -> None:
+        """Asks the server to clear its stored cache, as the reference's
+        CLEAR request: its :meth:`LiveregManagement.clear` runs once;
+        registrations are untouched. Through the table, or through the
+        server's listener for a session. Waits up to ``timeout`` seconds;
+        raises ``DeadlineExceededError``, ``NoReaperError`` (and, for a session, what
+        :func:`livereg.connect` raises for the connection)."""
+        self.worker.clear(timeout)
+
+    @property
+    def worker(self) -> livereg.Worker:
+        """The current registration."""
+        if not self._tracked:
+            raise livereg.NotFoundError(f"instance id {self.instance_id!r} is not tracked: nothing registered")
+        return self._worker
+
+    def close(self) -> None:
+        """Stops beating and deregisters."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        try:
+            self._worker.deregister()
+        except livereg.EvictedError:
+            pass
+        if self._owns_table and self._table is not None:
+            self._table.close()
+
+    def __enter__(self) -> "WorkerLiveness":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,174 @@
+"""Running LMCache's real multiprocess server and engines built from its
+own worker code, as subprocesses, for the integration tests."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+
+import pytest
+
+import livereg
+
+HERE = Path(__file__).resolve().parent
+#: Set by ``ffi/python/test-lmcache`` to the 0.5.2 package, for its swap test.
+LMCACHE_052 = os.environ.get("LIVEREG_LMCACHE_052_PATH")
+_names = itertools.count()
+
+
+def unique(tag: str) -> str:
+    return f"livereg-lmcache-{tag}-{os.getpid()}-{next(_names)}"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Server:
+    """LMCache's server (``lmcache_server.py``) on ``port``: the ids its
+    transfer modules hold, as reported, with when they changed."""
+
+    def __init__(self, port: int, table: str, module: Optional[Dict[str, Any]] = None, swap: bool = False,
+                 timeout: float = 30.0, python_path: Optional[str] = None) -> None:
+        self.port, self.table = port, table
+        args = [sys.executable, str(HERE / "lmcache_server.py"), *(["--swap"] if swap else []), "--",
+                "--port", str(port), "--l1-size-gb", "0.1", "--eviction-policy", "LRU", "--chunk-size", "256",
+                "--worker-reap-timeout-seconds", str(timeout), "--disable-observability"]
+        if python_path is None:
+            args += ["--supported-transfer-mode", "auto", "--worker-registration-grace-seconds", str(timeout)]
+        if module is not None:
+            args += ["--server-module", json.dumps({"module_path": "livereg.lmcache", "config": module})]
+        env = dict(os.environ, LIVEREG_LMCACHE_TABLE=table)
+        if python_path:
+            env["PYTHONPATH"] = python_path
+        self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.changes: List[Dict[str, Any]] = []
+        self.replies: List[Dict[str, Any]] = []
+        self.changed = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.wait_for(lambda: any(r.get("ready") for r in self.replies), 120, "the server to start")
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            record = json.loads(line)
+            with self.changed:
+                (self.changes if "ids" in record else self.replies).append(record)
+                self.changed.notify_all()
+
+    def wait_for(self, check: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not check():
+                left = deadline - time.monotonic()
+                assert left > 0, f"waited {timeout}s for {what}; server saw {self.changes[-3:]}"
+                assert self.process.poll() is None, f"the server exited ({self.process.returncode})"
+                self.changed.wait(min(left, 0.1))
+
+    def holds(self, instance_id: int) -> bool:
+        with self.changed:
+            return bool(self.changes) and instance_id in self.changes[-1]["ids"]
+
+    def wait_held(self, instance_id: int, timeout: float = 60.0) -> float:
+        """When the server began holding ``instance_id`` (waiting for it)."""
+        self.wait_for(lambda: self.holds(instance_id), timeout, f"instance {instance_id} to be held")
+        with self.changed:
+            return self._since(instance_id, held=True)
+
+    def wait_gone(self, instance_id: int, timeout: float) -> float:
+        """When the server stopped holding ``instance_id`` (waiting for it)."""
+        self.wait_for(lambda: not self.holds(instance_id), timeout, f"instance {instance_id} to be freed")
+        with self.changed:
+            return self._since(instance_id, held=False)
+
+    def _since(self, instance_id: int, held: bool) -> float:
+        """The time of the last change into the current state of the id."""
+        since = self.changes[-1]["t"]
+        for change in reversed(self.changes):
+            if (instance_id in change["ids"]) != held:
+                break
+            since = change["t"]
+        return float(since)
+
+    def ask(self, command: str, timeout: float = 30.0) -> Dict[str, Any]:
+        with self.changed:
+            seen = len(self.replies)
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        self.wait_for(lambda: len(self.replies) > seen, timeout, f"an answer to {command!r}")
+        with self.changed:
+            return self.replies[seen]
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+class Engine:
+    """An engine process (``lmcache_engine.py``) registered with ``server``."""
+
+    def __init__(self, server: Server, instance_id: int, mode: str = "engine_driven", install: bool = True,
+                 ping: Optional[float] = None, env: Optional[Dict[str, str]] = None,
+                 prefix: Sequence[str] = ()) -> None:
+        self.instance_id = instance_id
+        args = [*prefix, sys.executable, str(HERE / "lmcache_engine.py"), str(server.port), str(instance_id), mode]
+        args += ["--install"] if install else []
+        args += ["--ping", str(ping)] if ping else []
+        self.process = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "LIVEREG_LMCACHE_TABLE": server.table, **(env or {})},
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line.strip() == "registered", f"engine {instance_id} printed {line!r} (exit {self.process.poll()})"
+        server.wait_held(instance_id, 30)
+
+    def signal(self, number: int) -> float:
+        """Sends ``number``; returns when (monotonic)."""
+        now = time.monotonic()
+        self.process.send_signal(number)
+        return now
+
+    def unregister(self) -> None:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write("unregister\n")
+        self.process.stdin.flush()
+        assert self.process.stdout.readline().strip() == "unregistered"
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def table_name() -> Iterator[str]:
+    name = unique("table")
+    yield name
+    try:
+        livereg.unlink(name)
+    except livereg.NotFoundError:
+        pass
+
+
+@pytest.fixture
+def engines() -> Iterator[List[Engine]]:
+    """Engines a test starts; each killed after it."""
+    started: List[Engine] = []
+    yield started
+    for engine in started:
+        engine.kill()

@@ -360,12 +360,28 @@ def test_a_raising_target_does_not_stop_the_others_and_is_counted(
     assert any("drop_instance_state(11)" in r.getMessage() for r in caplog.records if r.name == "livereg.lmcache")
 
 
-def test_a_table_with_other_settings_is_refused_naming_both(table_name: str) -> None:
-    with management(Ctx(), Mirror()):
-        with pytest.raises(livereg.IncompatibleError, match="reap_timeout"):
-            management(Ctx(), Mirror(), timeout=5.0)
+def test_a_table_with_other_settings_is_replaced_when_empty_and_reused_while_engines_are_registered(
+    table_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="livereg.lmcache")
+    management(Ctx(), Mirror(), timeout=5.0).close()  # an earlier server, another timeout
+    with management(Ctx(), Mirror()) as restarted:  # nothing registered: the new settings
+        assert restarted.table.reap_timeout == pytest.approx(T)
+    with livereg.open(table_name) as engines:
+        engine = engines.register(3)  # an engine lives: its table's settings stay
+        with management(Ctx(), Mirror(), timeout=5.0) as again:
+            assert again.table.reap_timeout == pytest.approx(T)
+        engine.deregister()
+    messages = [r.getMessage() for r in caplog.records if r.name == "livereg.lmcache"]
+    assert any("replaced with" in m for m in messages) and any("reused with its own settings" in m for m in messages)
     with pytest.raises(TypeError, match="drop_instance_state"):
         LiveregManagement(Ctx(), [object()])
+
+
+def test_a_table_held_by_another_live_reaper_with_other_settings_is_refused_naming_both(table_name: str) -> None:
+    with management(Ctx(), Mirror()):
+        with pytest.raises(livereg.BusyError, match="reap_timeout.*live reaper"):
+            management(Ctx(), Mirror(), timeout=5.0)
 
 
 def test_a_server_restart_makes_workers_register_again(table_name: str) -> None:

@@ -5,7 +5,7 @@ the integration tests, and reports on stdout, one JSON object a line:
 - ``{"t": MONOTONIC, "ids": [...]}`` each time the set of instance ids its
   transfer modules hold changes (read from the server's own
   ``report_status()`` every 10 ms);
-- ``{"cleared": FORCE}`` or ``{"error": "..."}`` for each ``clear 0|1`` line
+- ``{"cleared": FORCED}`` (until 0.5.2 every clear forced) or ``{"error": "..."}`` for each ``clear 0|1`` line
   read on stdin, ``{"status": {...}}`` for each ``status`` line.
 
 Usage: ``lmcache_server.py [--swap] -- LMCACHE_SERVER_ARGS...``; ``--swap``
@@ -15,6 +15,7 @@ builds the server with ``livereg.lmcache.LiveregManagement`` in place of its
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import threading
@@ -73,7 +74,11 @@ def main() -> None:
         try:
             if command[:1] == ["clear"]:
                 force = command[1] == "1"
-                engine.clear(force=force)
+                if "force" in inspect.signature(engine.clear).parameters:
+                    engine.clear(force=force)
+                else:  # until 0.5.2: every clear forced
+                    engine.clear()
+                    force = True
                 emit(cleared=force)
             elif command[:1] == ["status"]:
                 emit(status=engine.report_status())

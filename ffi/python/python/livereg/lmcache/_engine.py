@@ -149,8 +149,10 @@ def _start(instance_id: int) -> Optional[_Engine]:
 def _stop(context: Any) -> None:
     """``context`` ended cleanly: so does its engine's registration."""
     instance_id = getattr(context, "_instance_id", None)
+    if not isinstance(instance_id, int):
+        return
     with _lock:
-        engine = _engines.get(instance_id) if isinstance(instance_id, int) else None
+        engine = _engines.get(instance_id)
         if engine is None or engine.context is not context:
             return
         del _engines[instance_id]
@@ -203,6 +205,7 @@ def _wrap_end(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _subclasses(cls: type) -> Iterator[type]:
     yield cls
+    sub: type
     for sub in cls.__subclasses__():
         yield from _subclasses(sub)
 

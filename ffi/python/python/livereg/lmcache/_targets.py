@@ -90,7 +90,8 @@ class TargetDriver:
         except Exception:
             with self._counters:
                 self._failures += 1
-            logger.exception("%s%r of %r raised; the other targets still run", method, args, target)
+            logger.exception("%s(%s) of %r raised; the other targets still run",
+                             method, ", ".join(map(repr, args)), target)
             return None
 
     def free(self, instance_id: int, registration: Optional[Registration], targets: Iterable[int] = ()) -> None:

@@ -23,8 +23,7 @@ class WorkerLiveness:
     called after every registration (``"start"``, ``"evicted"``, ``"server
     restarted"``): the server dropped this worker's state, so send it again
     there. A server restart is seen by the reaper's boot token changing (a
-    table) and by the server id in its info area changing (a table or a
-    session). A ``on_register`` that raises is logged and called again at
+    table) or by the server id in its info area changing (a session). A ``on_register`` that raises is logged and called again at
     each beat until it returns.
 
     An id livereg cannot hold (0, the reference's untracked prober, a
@@ -145,6 +144,8 @@ class WorkerLiveness:
             self._worker.ping()
         except livereg.EvictedError:
             self._worker = self._register("evicted")
+        if self._unsent is not None:
+            self._told(self._unsent)
         if self._table is not None:
             token = self._table.probe()
             if token is not None and token != self._token:
@@ -155,14 +156,14 @@ class WorkerLiveness:
                         pass
                     self._worker = self._register("server restarted")
                 self._token = token
+        if self._table is not None:
+            return  # a table's restarts are seen by the reaper's boot token
         server = read_info(self._worker.info()).get("server")
         if server is not None and server != self._server:
             restarted = self._server is not None
             self._server = server
             if restarted:
                 self._told("server restarted")  # the registration held (a session reclaimed it)
-        if self._unsent is not None:
-            self._told(self._unsent)
 
     @property
     def chunk_size(self) -> Optional[int]:

@@ -164,3 +164,10 @@ def test_install_without_lmcache_logs_once_and_changes_nothing(caplog: pytest.Lo
     livereg.lmcache.install()  # idempotent: nothing more logged
     logged = [r for r in caplog.records if "not importable" in r.getMessage()]
     assert len(logged) == 1
+
+
+def test_vllm_finds_install_among_its_general_plugins() -> None:
+    from importlib.metadata import entry_points
+
+    plugins = [e for e in entry_points(group="vllm.general_plugins") if e.name == "livereg_lmcache"]
+    assert len(plugins) == 1 and plugins[0].load() is livereg.lmcache.install

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -122,13 +123,16 @@ class Engine:
 
     def __init__(self, server: Server, instance_id: int, mode: str = "engine_driven", install: bool = True,
                  ping: Optional[float] = None, env: Optional[Dict[str, str]] = None,
-                 prefix: Sequence[str] = ()) -> None:
+                 prefix: Sequence[str] = (), stderr: bool = False) -> None:
         self.instance_id = instance_id
+        # A file, not a pipe: LMCache logs freely, and a full pipe would stop the engine.
+        self._stderr = tempfile.TemporaryFile("w+") if stderr else None
         args = [*prefix, sys.executable, str(HERE / "lmcache_engine.py"), str(server.port), str(instance_id), mode]
         args += ["--install"] if install else []
         args += ["--ping", str(ping)] if ping else []
         self.process = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stderr=self._stderr,
             env={**os.environ, "LIVEREG_LMCACHE_TABLE": server.table, **(env or {})},
         )
         assert self.process.stdout is not None
@@ -141,6 +145,13 @@ class Engine:
         now = time.monotonic()
         self.process.send_signal(number)
         return now
+
+    def stderr_lines(self, containing: str) -> List[str]:
+        """Lines of the engine's stderr with ``containing`` (once it ended;
+        started with ``stderr=True``)."""
+        assert self._stderr is not None and self.process.poll() is not None
+        self._stderr.seek(0)
+        return [line for line in self._stderr.read().splitlines() if containing in line]
 
     def unregister(self) -> None:
         assert self.process.stdin is not None and self.process.stdout is not None

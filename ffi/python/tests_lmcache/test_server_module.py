@@ -147,3 +147,15 @@ def test_left_alone_an_idle_engine_outlives_lmcaches_timeout_and_a_ping_only_one
     assert not server.holds(pinger.instance_id), "a killed PING-only engine outlived LMCache's own timeout"
     freed_after = server.wait_gone(pinger.instance_id, 1) - killed_at
     assert LMCACHE_TIMEOUT - 1.5 <= freed_after, f"a PING-only engine was freed {freed_after:.1f}s after it died"
+
+
+def test_an_engine_whose_table_does_not_answer_runs_as_without_livereg(
+    server: Server, engines: List[Engine]
+) -> None:
+    engine = Engine(server, 150, env={"LIVEREG_LMCACHE_TABLE": unique("nowhere")}, stderr=True)
+    engines.append(engine)
+    with livereg.open(server.table) as table:
+        assert all(r.instance_id != 150 for r in table.status().registrations)
+    engine.kill()
+    warned = engine.stderr_lines("runs without livereg")
+    assert len(warned) == 1, warned

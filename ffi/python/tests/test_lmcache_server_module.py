@@ -171,3 +171,13 @@ def test_vllm_finds_install_among_its_general_plugins() -> None:
 
     plugins = [e for e in entry_points(group="vllm.general_plugins") if e.name == "livereg_lmcache"]
     assert len(plugins) == 1 and plugins[0].load() is livereg.lmcache.install
+
+
+def test_a_token_file_others_can_read_is_refused_naming_its_mode(table_name: str, tmp_path: Any) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    token.chmod(0o644)
+    with pytest.raises(PermissionError, match="readable by others \\(mode 0644\\)"):
+        module(table_name, listen="tcp://127.0.0.1:0", token_file=str(token))
+    token.chmod(0o640)
+    module(table_name, listen="tcp://127.0.0.1:0", token_file=str(token)).close()

@@ -59,6 +59,8 @@ mod fork;
 #[cfg(not(loom))]
 mod handlers;
 #[cfg(not(loom))]
+mod limited_log;
+#[cfg(not(loom))]
 mod location;
 #[cfg(not(loom))]
 mod locks;

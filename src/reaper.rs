@@ -195,6 +195,7 @@ impl ReaperBuilder {
             source,
         })?;
         let held = Arc::new(Held::default());
+        let started_ns = self.table.clock.now_ns();
         let (socket_mode, tls) = (self.socket_mode, self.tls);
         let listeners = self
             .listens
@@ -230,6 +231,8 @@ impl ReaperBuilder {
             watcher,
             wake,
             last_scan_ns: None,
+            started_ns,
+            listener_stale_scans: 0,
             locks: LockTests::default(),
         })
     }
@@ -334,6 +337,15 @@ pub struct Reaper {
     wake: WakeFd,
     /// When the last scan ran, on the table clock.
     last_scan_ns: Option<u64>,
+    /// When this reaper started, on the table clock: a session registration
+    /// no connection holds (its client is away, perhaps reconnecting after
+    /// a restart) has the reap timeout from then at least to be reclaimed.
+    started_ns: u64,
+    /// How many scans in a row found no listener going round its loop
+    /// lately: from two on, the reaper judges held sessions' silence itself
+    /// (one is not enough: after the process was stopped, the reaper may
+    /// scan before the listener has run).
+    listener_stale_scans: u32,
     /// When this reaper tests the locks of registrations no pidfd watches.
     locks: LockTests,
 }
@@ -473,6 +485,12 @@ impl Reaper {
         self.wake.drain();
         self.last_scan_ns = Some(now_ns);
         inner.header().reaper_heartbeat_ns.store(now_ns, Release);
+        let listener_quiet_ns = now_ns.saturating_sub(self.held.listener_last_ran());
+        if self.held.count() > 0 && listener_quiet_ns > (self.timeout_ns / 2).max(500_000_000) {
+            self.listener_stale_scans = self.listener_stale_scans.saturating_add(1);
+        } else {
+            self.listener_stale_scans = 0;
+        }
         if let Some(watcher) = &mut self.watcher {
             watcher.collect_fired();
         }
@@ -722,19 +740,31 @@ impl Reaper {
             // A session's client: no lock or pidfd sees it exit. Held by a
             // connection, its listener ends it when the connection closes,
             // when its client says its engine went silent, or when the
-            // client goes unheard; this scan only backs the listener up,
-            // timing the silence from when the client was last heard and
-            // allowing what the listener allows (its last pings may not
+            // client goes unheard: the listener has the last word on
+            // silence, since only it can read what the client sent (after
+            // this process was stopped, the beats wait in the sockets).
+            // This scan backs it up only when no listener has run for two
+            // scans, timing the silence from when the client was last heard
+            // and allowing what the listener allows (its last pings may not
             // have left a stopped process). Held by none of this reaper's
-            // connections, it awaits its client's reclaim; silent past its
-            // budget, its client did not come back.
+            // connections, it awaits its client's reclaim, for the reap
+            // timeout from its last beat or from this reaper's start,
+            // whichever is later; past it, its client did not come back.
             let allowance = duration_ns(unheard_allowance(self.table.reap_timeout()));
+            let listener_runs = self.listener_stale_scans < 2;
             let (since_ns, budget_ns, timed_reason) = match self.held.heard(index, generation) {
+                Some(_) if timed_reason == Reason::Timeout && listener_runs => {
+                    (now_ns, budget_ns, timed_reason)
+                }
                 Some(heard_ns) if timed_reason == Reason::Timeout => {
                     (heard_ns, budget_ns + allowance, timed_reason)
                 }
                 Some(_) => (last_signal, budget_ns + allowance, timed_reason),
-                None => (last_signal, budget_ns, Reason::Disconnected),
+                None => (
+                    last_signal.max(self.started_ns),
+                    budget_ns,
+                    Reason::Disconnected,
+                ),
             };
             return Observed::Live {
                 silent_ns: now_ns.saturating_sub(since_ns),

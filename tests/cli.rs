@@ -1258,7 +1258,7 @@ fn reap_listen_serves_isolated_workers_and_a_restart_within_the_timeout_loses_no
     let (name, _guard) = created("listen", &["--timeout", "2s", "--grace", "4s"]);
     let socket = format!("/tmp/{name}.sock");
     let token_file = std::env::temp_dir().join(format!("{name}.token"));
-    std::fs::write(&token_file, "s3cret\n").unwrap();
+    write_secret(&token_file, "s3cret\n");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -1357,7 +1357,7 @@ fn reap_listen_serves_isolated_workers_and_a_restart_within_the_timeout_loses_no
     let completed = || status_json(&name)["clears_completed"].as_u64().unwrap();
     let before = completed();
     let wrong = std::env::temp_dir().join(format!("{name}.wrong"));
-    std::fs::write(&wrong, "guess\n").unwrap();
+    write_secret(&wrong, "guess\n");
     let refused = livereg(&["clear", &tcp, "--token-file", wrong.to_str().unwrap()]);
     fails_with(&refused, "token");
     let _ = std::fs::remove_file(&wrong);
@@ -1390,4 +1390,35 @@ fn reap_listen_serves_isolated_workers_and_a_restart_within_the_timeout_loses_no
     let _ = held.wait();
     let _ = std::fs::remove_file(&hook_log);
     let _ = std::fs::remove_file(&token_file);
+}
+
+/// Writes a token file only its owner can read (a file others can read is
+/// refused).
+fn write_secret(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// A token file everyone may read is no secret: the daemon refuses to
+/// start on it and says which mode it found and which it expects.
+#[test]
+fn reap_refuses_a_token_file_others_can_read_naming_its_mode() {
+    let (name, _guard) = created("token-mode", &["--timeout", "2s"]);
+    let token_file = std::env::temp_dir().join(format!("{name}.token"));
+    write_secret(&token_file, "s3cret\n");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let refused = livereg(&[
+        "reap",
+        &name,
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--token-file",
+        token_file.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&token_file);
+    fails_with(&refused, "readable by everyone (mode 0644)");
 }

@@ -40,6 +40,22 @@ impl Epoll {
         self.insert(fd, key, libc::EPOLLIN | libc::EPOLLET)
     }
 
+    /// `epoll_ctl(EPOLL_CTL_DEL, fd)`: `fd` no longer fires.
+    pub(crate) fn remove(&self, fd: &impl AsRawFd) -> io::Result<()> {
+        let mut event = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: both descriptors are open; `event` is valid for the call
+        // (ignored by EPOLL_CTL_DEL, but kernels before 2.6.9 read it).
+        let rc = unsafe {
+            libc::epoll_ctl(
+                self.0.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                fd.as_raw_fd(),
+                &mut event,
+            )
+        };
+        check(rc.into()).map(drop)
+    }
+
     fn insert(&self, fd: &impl AsRawFd, key: u64, events: libc::c_int) -> io::Result<()> {
         let mut event = libc::epoll_event {
             events: events as u32,

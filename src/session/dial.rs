@@ -52,14 +52,24 @@ impl Hello {
     /// Connects, says hello (reclaiming `reclaim` if given) and reads the
     /// answer.
     pub(crate) fn dial(&self, reclaim: Option<Reclaim>) -> Result<Dialed> {
-        let deadline = Instant::now() + self.timeout;
-        let mut stream = open(&self.address, self.timeout, self.tls.as_ref())?;
+        self.dial_within(reclaim, self.timeout)
+    }
+
+    /// [`Hello::dial`], giving up after `timeout` rather than the
+    /// client's connect timeout.
+    pub(crate) fn dial_within(
+        &self,
+        reclaim: Option<Reclaim>,
+        timeout: Duration,
+    ) -> Result<Dialed> {
+        let deadline = Instant::now() + timeout;
+        let mut stream = open(&self.address, timeout, self.tls.as_ref())?;
         let io = |step: &str, e: std::io::Error| Error::Io {
             context: format!("session {}: {step}", self.address),
             source: e,
         };
         stream
-            .set_write_timeout(Some(self.timeout))
+            .set_write_timeout(Some(timeout))
             .map_err(|e| io("set a write timeout", e))?;
         let frame = Frame::Hello {
             version: VERSION,
@@ -84,8 +94,8 @@ impl Hello {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Error::Timeout(format!(
-                    "session {}: no answer to hello within {:?}",
-                    self.address, self.timeout
+                    "session {}: no answer to hello within {timeout:?}",
+                    self.address
                 )));
             }
             stream

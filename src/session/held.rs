@@ -16,6 +16,10 @@ pub(crate) struct Held {
     /// when its client was last heard.
     holding: Mutex<HashMap<(u32, u32), Heard>>,
     records: OnceLock<Records>,
+    /// When a listener last went round its loop (the latest of them), on
+    /// the table's clock: the reaper leaves a held session's silence to its
+    /// listener while the listener runs.
+    listener_ran_ns: AtomicU64,
 }
 
 /// When a held registration's client was last heard (a frame), on the
@@ -67,6 +71,16 @@ impl Held {
 
     pub(crate) fn let_go(&self, index: u32, generation: u32) {
         self.lock().remove(&(index, generation));
+    }
+
+    /// A listener went round its loop at `now_ns`.
+    pub(crate) fn listener_ran(&self, now_ns: u64) {
+        self.listener_ran_ns.fetch_max(now_ns, Relaxed);
+    }
+
+    /// When a listener last went round its loop (0: never).
+    pub(crate) fn listener_last_ran(&self) -> u64 {
+        self.listener_ran_ns.load(Relaxed)
     }
 
     /// How many registrations connections hold.

@@ -3,19 +3,24 @@
 
 use super::address::Address;
 use super::held::Held;
+use super::penalties::{Penalties, Source};
 use super::served::{Gate, Next, Served};
 use super::stream::Stream;
 use super::tls::TlsServer;
+use super::wire::heard_interval;
 use crate::error::{Error, Result};
 use crate::event::Reason;
+use crate::limited_log::limited_log;
 use crate::os::{epoll::Epoll, eventfd, socket};
 use crate::protocol;
 use crate::sync::Ordering::Acquire;
 use crate::table::Table;
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -28,9 +33,20 @@ pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
 /// connect.
 pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 
-/// Connections still greeting that a listener keeps beside the sessions it
-/// holds; more are closed at once.
-const GREETING_MAX: usize = 64;
+/// Connections that have not yet proven anything (no `Hello` accepted)
+/// that a listener keeps beside the sessions it holds. A newcomer over it
+/// closes the oldest of them: a client that says hello at once always gets
+/// in, however many idle connections a peer holds open.
+pub const GREETING_MAX: usize = 64;
+
+/// Connections accepted per turn of the listener; the others wait in the
+/// backlog while the accepted ones' greetings are read.
+const ACCEPTS_PER_TURN: usize = 16;
+
+/// After `accept` fails for want of descriptors, the listener stops
+/// accepting this long, doubling while it lasts, up to [`LONGEST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(10);
+const LONGEST_PAUSE: Duration = Duration::from_secs(1);
 
 /// After a round of nothing but beats, the listener waits this long before
 /// the next: with many sessions, beats arrive one by one (each client's
@@ -149,6 +165,12 @@ impl Listener {
             acceptor,
             epoll,
             connections: Vec::new(),
+            greeting: VecDeque::new(),
+            next_serial: 0,
+            unread: Vec::new(),
+            penalties: RefCell::default(),
+            accept_paused: None,
+            last_pause: Duration::ZERO,
             info_sequence: None,
             urgent: false,
             clears_waited: false,
@@ -205,10 +227,7 @@ impl Acceptor {
         let acceptor = match address {
             Address::Unix(path) => {
                 remove_stale_socket(address, path)?;
-                let listener = UnixListener::bind(path).map_err(|e| io("bind", e))?;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(config.socket_mode))
-                    .map_err(|e| io("set the socket's mode", e))?;
-                Acceptor::Unix(listener)
+                Acceptor::Unix(bind_with_mode(path, config.socket_mode).map_err(|e| io("bind", e))?)
             }
             Address::Tcp(endpoint) | Address::Tls(endpoint) => {
                 Acceptor::Tcp(TcpListener::bind(endpoint).map_err(|e| io("bind", e))?, tls)
@@ -222,21 +241,29 @@ impl Acceptor {
         Ok(acceptor)
     }
 
-    /// The next pending connection, with how the peer is described.
-    fn accept(&self) -> std::io::Result<(Stream, String)> {
+    /// The next pending connection, with how the peer is described and
+    /// where it comes from.
+    fn accept(&self) -> std::io::Result<(Stream, String, Source)> {
         match self {
             Acceptor::Unix(l) => {
                 let (stream, _) = l.accept()?;
-                let peer = match socket::peer_credentials(&stream) {
-                    Ok((pid, uid, gid)) => format!("unix pid={pid} uid={uid} gid={gid}"),
-                    Err(_) => "unix".to_owned(),
+                let (peer, source) = match socket::peer_credentials(&stream) {
+                    Ok((pid, uid, gid)) => (
+                        format!("unix pid={pid} uid={uid} gid={gid}"),
+                        Source::Uid(uid),
+                    ),
+                    Err(_) => ("unix".to_owned(), Source::Unknown),
                 };
-                Ok((Stream::Unix(stream), peer))
+                Ok((Stream::Unix(stream), peer, source))
             }
             Acceptor::Tcp(l, None) => {
                 let (stream, peer) = l.accept()?;
                 let _ = stream.set_nodelay(true);
-                Ok((Stream::Tcp(stream), format!("tcp {peer}")))
+                Ok((
+                    Stream::Tcp(stream),
+                    format!("tcp {peer}"),
+                    Source::Ip(peer.ip()),
+                ))
             }
             Acceptor::Tcp(l, Some(tls)) => {
                 let (stream, peer) = l.accept()?;
@@ -246,7 +273,11 @@ impl Acceptor {
                 let connection = rustls::ServerConnection::new(tls.clone())
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
                 let stream = rustls::StreamOwned::new(connection, stream);
-                Ok((Stream::TlsServer(Box::new(stream)), format!("tls {peer}")))
+                Ok((
+                    Stream::TlsServer(Box::new(stream)),
+                    format!("tls {peer}"),
+                    Source::Ip(peer.ip()),
+                ))
             }
         }
     }
@@ -259,6 +290,35 @@ impl AsRawFd for Acceptor {
             Acceptor::Tcp(l, _) => l.as_raw_fd(),
         }
     }
+}
+
+/// Binds a Unix socket at `path` that is never reachable with a mode wider
+/// than `mode`: it is bound inside a fresh directory only its owner may
+/// enter, given its mode there, then renamed into place.
+fn bind_with_mode(path: &std::path::Path, mode: u32) -> std::io::Result<UnixListener> {
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => std::path::Path::new("."),
+    };
+    let file_name = path.file_name().unwrap_or_default().to_string_lossy();
+    let private = parent.join(format!(
+        ".{file_name}.{}.{:x}",
+        std::process::id(),
+        crate::os::socket::random_u64()?
+    ));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("make {}: {e}", private.display())))?;
+    let inside = private.join("socket");
+    let bound = UnixListener::bind(&inside).and_then(|listener| {
+        std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(mode))?;
+        std::fs::rename(&inside, path)?;
+        Ok(listener)
+    });
+    let _ = std::fs::remove_file(&inside);
+    let _ = std::fs::remove_dir(&private);
+    bound
 }
 
 /// A socket left at `path` by a listener that died is removed; one that
@@ -293,6 +353,22 @@ struct Serve {
     epoll: Epoll,
     /// Connections by key - [`FIRST_CONNECTION`]; `None`: a free entry.
     connections: Vec<Option<Served>>,
+    /// Connections still greeting, oldest first, as `(entry, serial)`
+    /// (entries that moved on are dropped lazily).
+    greeting: VecDeque<(usize, u64)>,
+    /// The serial of the next connection.
+    next_serial: u64,
+    /// Connections whose last read stopped at its budget: read again next
+    /// turn (no edge wakes the listener for what they still hold).
+    unread: Vec<usize>,
+    /// Failed handshakes by source.
+    penalties: RefCell<Penalties>,
+    /// While accepting is paused for want of descriptors: until when, and
+    /// the pause.
+    accept_paused: Option<(Instant, Duration)>,
+    /// The length of the last pause, doubled by the next one while
+    /// descriptors stay short.
+    last_pause: Duration,
     /// The info area's sequence last sent to the sessions.
     info_sequence: Option<u64>,
     /// Whether this round saw more than beats (a connection, a greeting, a
@@ -308,14 +384,22 @@ impl Serve {
             .clamp(Duration::from_millis(5), Duration::from_millis(250));
         let mut next_tick = Instant::now() + tick;
         loop {
+            self.held.listener_ran(self.table.clock.now_ns());
             let mut wait = next_tick.saturating_duration_since(Instant::now());
             if self.clears_waited {
                 wait = wait.min(CLEAR_POLL);
             }
+            if let Some((until, _)) = self.accept_paused {
+                wait = wait.min(until.saturating_duration_since(Instant::now()));
+            }
+            if !self.unread.is_empty() {
+                wait = Duration::ZERO;
+            }
             let keys = match self.epoll.wait(Some(wait)) {
                 Ok(keys) => keys,
                 Err(e) => {
-                    log::error!(
+                    limited_log!(
+                        log::Level::Error,
                         "table '{}': the listener's epoll failed: {e}",
                         self.table.name()
                     );
@@ -323,15 +407,19 @@ impl Serve {
                     Vec::new()
                 }
             };
-            let beats_only = !keys.is_empty();
+            let beats_only = !keys.is_empty() && self.unread.is_empty();
             self.urgent = false;
+            for entry in std::mem::take(&mut self.unread) {
+                self.on_readable(entry);
+            }
             for key in keys {
                 match key {
                     STOP => return self.stop(),
-                    ACCEPT => self.accept_all(),
+                    ACCEPT => self.accept_some(),
                     key => self.on_readable((key - FIRST_CONNECTION) as usize),
                 }
             }
+            self.resume_accepting();
             if self.clears_waited {
                 self.settle_clears();
             }
@@ -345,16 +433,24 @@ impl Serve {
         }
     }
 
-    fn accept_all(&mut self) {
+    /// Accepts up to [`ACCEPTS_PER_TURN`] connections, reading each one's
+    /// greeting at once (a client sends it with its connect).
+    fn accept_some(&mut self) {
         self.urgent = true;
-        loop {
+        for _ in 0..ACCEPTS_PER_TURN {
             match self.acceptor.accept() {
-                Ok((stream, peer)) => self.admit(stream, peer),
+                Ok((stream, peer, source)) => {
+                    self.last_pause = Duration::ZERO;
+                    self.take(stream, peer, source);
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    return self.pause_accepting(&e);
+                }
                 Err(e) => {
-                    // Out of descriptors, most likely: the backlog waits.
-                    log::warn!(
+                    limited_log!(
+                        log::Level::Warn,
                         "table '{}': cannot accept a session: {e}",
                         self.table.name()
                     );
@@ -364,14 +460,45 @@ impl Serve {
         }
     }
 
-    fn admit(&mut self, stream: Stream, peer: String) {
-        let open = self.connections.iter().flatten().count();
-        if open >= self.table.capacity() as usize + GREETING_MAX {
-            log::warn!(
-                "table '{}': refused a connection from {peer}: {open} connections are open",
-                self.table.name()
-            );
+    /// Out of descriptors: stops polling the listening socket for a while
+    /// (it would be ready, and fail, in a loop) and closes the oldest
+    /// greeting connection, so a descriptor is free when accepting resumes.
+    fn pause_accepting(&mut self, error: &std::io::Error) {
+        let pause = (self.last_pause * 2).clamp(FIRST_PAUSE, LONGEST_PAUSE);
+        self.last_pause = pause;
+        if self.epoll.remove(&self.acceptor).is_err() {
+            std::thread::sleep(pause);
             return;
+        }
+        self.accept_paused = Some((Instant::now() + pause, pause));
+        self.close_oldest_greeting();
+        limited_log!(
+            log::Level::Warn,
+            "table '{}': cannot accept a session: {error}; accepting paused for {pause:?} ({} connections open)",
+            self.table.name(),
+            self.connections.iter().flatten().count()
+        );
+    }
+
+    fn resume_accepting(&mut self) {
+        let Some((until, _)) = self.accept_paused else {
+            return;
+        };
+        if Instant::now() >= until && self.epoll.add_level(&self.acceptor, ACCEPT).is_ok() {
+            self.accept_paused = None;
+        }
+    }
+
+    /// Serves a new connection: room is made among the greeting ones if
+    /// they are [`GREETING_MAX`], then its greeting is read if it came.
+    fn take(&mut self, stream: Stream, peer: String, source: Source) {
+        if self.greeting.len() >= GREETING_MAX {
+            let connections = &self.connections;
+            self.greeting
+                .retain(|&(entry, serial)| is_greeting(connections, entry, serial));
+        }
+        while self.greeting.len() >= GREETING_MAX {
+            self.close_oldest_greeting();
         }
         if stream.set_nonblocking(true).is_err() {
             return;
@@ -392,7 +519,28 @@ impl Serve {
         if added.is_err() {
             return;
         }
-        self.connections[entry] = Some(Served::new(stream, peer));
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        self.connections[entry] = Some(Served::new(stream, peer, source, serial));
+        self.greeting.push_back((entry, serial));
+        self.on_readable(entry);
+    }
+
+    /// Closes the connection that has been greeting longest.
+    fn close_oldest_greeting(&mut self) {
+        while let Some((entry, serial)) = self.greeting.pop_front() {
+            if is_greeting(&self.connections, entry, serial) {
+                if let Some(served) = &self.connections[entry] {
+                    limited_log!(
+                        log::Level::Debug,
+                        "session from {}: closed unheard to make room for a newer connection ({GREETING_MAX} were greeting)",
+                        served.peer
+                    );
+                }
+                self.close(entry, None);
+                return;
+            }
+        }
     }
 
     fn on_readable(&mut self, entry: usize) {
@@ -400,6 +548,7 @@ impl Serve {
             table: &self.table,
             held: &self.held,
             token: self.token.as_deref(),
+            penalties: &self.penalties,
         };
         let Some(Some(served)) = self.connections.get_mut(entry) else {
             return;
@@ -410,21 +559,37 @@ impl Serve {
                 self.urgent = true;
                 self.close(entry, end);
             }
-            Next::Serve => self.clears_waited |= served.is_waiting(),
+            Next::Serve => {
+                self.clears_waited |= served.is_waiting();
+                if served.more_unread() {
+                    self.unread.push(entry);
+                }
+            }
         }
     }
 
-    /// Answers the clients whose clear is over.
+    /// Answers the clients whose clear is over; after a reset, tells every
+    /// session at once whether it ended.
     fn settle_clears(&mut self) {
         self.clears_waited = false;
+        let mut settled = false;
         for entry in 0..self.connections.len() {
             let Some(served) = self.connections[entry].as_mut() else {
                 continue;
             };
+            let waiting = served.is_waiting();
             match served.settle(&self.table) {
-                Next::Close(end) => self.close(entry, end),
+                Next::Close(end) => {
+                    settled |= waiting;
+                    self.close(entry, end);
+                }
                 Next::Serve => self.clears_waited |= served.is_waiting(),
             }
+        }
+        if settled {
+            // A reset ends every registration: each session hears it now,
+            // not at the next tick.
+            self.tick();
         }
     }
 
@@ -437,7 +602,11 @@ impl Serve {
             if let Some(reason) = end {
                 let slot = self.table.memory.slot(holding.index);
                 if protocol::end(slot, holding.generation, reason).is_ok() {
-                    log::debug!("session from {} closed: {reason}", served.peer);
+                    limited_log!(
+                        log::Level::Debug,
+                        "session from {} closed: {reason}",
+                        served.peer
+                    );
                 }
             }
             self.held.let_go(holding.index, holding.generation);
@@ -457,23 +626,27 @@ impl Serve {
             .map(|area| area.sequence.load(Acquire))
     }
 
-    /// Every tick: greetings past their deadline are closed, sessions
-    /// whose client went unheard past the reap timeout and its allowance
-    /// are ended `timeout`, sessions whose registration ended are told, a
-    /// changed info area is sent.
+    /// Every tick: greetings past their deadline are closed; a session
+    /// whose client seems unheard past the reap timeout and its allowance
+    /// is read first (its beats may wait in the socket: the listener was
+    /// stopped, or busy), then ended `timeout` if still unheard; sessions
+    /// whose registration ended are told; the others hear `Heard` every
+    /// `T/4`, and a changed info area.
     fn tick(&mut self) {
         let sequence = self.current_info_sequence();
         let info_changed = sequence != self.info_sequence && sequence.is_some_and(|s| s % 2 == 0);
         if info_changed {
             self.info_sequence = sequence;
         }
+        let heard_every = heard_interval(self.table.reap_timeout());
         for entry in 0..self.connections.len() {
             let Some(served) = self.connections[entry].as_mut() else {
                 continue;
             };
             let next = if served.holding.is_none() {
                 if served.opened.elapsed() >= HANDSHAKE_DEADLINE && !served.is_waiting() {
-                    log::debug!(
+                    limited_log!(
+                        log::Level::Debug,
                         "session from {}: no hello within {HANDSHAKE_DEADLINE:?}",
                         served.peer
                     );
@@ -486,11 +659,22 @@ impl Serve {
                     table: &self.table,
                     held: &self.held,
                     token: self.token.as_deref(),
+                    penalties: &self.penalties,
                 };
-                match served.check_ended(&gate) {
-                    Next::Serve if info_changed => served.send_info(&self.table),
-                    next => next,
+                let mut next = Next::Serve;
+                if served.seems_unheard(&gate) {
+                    next = served.on_readable(&gate);
                 }
+                if next == Next::Serve {
+                    next = served.check_ended(&gate);
+                }
+                if next == Next::Serve && info_changed {
+                    next = served.send_info(&self.table);
+                }
+                if next == Next::Serve {
+                    next = served.keep_told(heard_every);
+                }
+                next
             };
             if let Next::Close(end) = next {
                 self.close(entry, end);
@@ -504,4 +688,12 @@ impl Serve {
             self.close(entry, None);
         }
     }
+}
+
+/// Whether `entry` is still the connection `serial`, and still greeting.
+fn is_greeting(connections: &[Option<Served>], entry: usize, serial: u64) -> bool {
+    connections
+        .get(entry)
+        .and_then(Option::as_ref)
+        .is_some_and(|served| served.serial == serial && served.is_greeting())
 }

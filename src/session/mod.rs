@@ -8,6 +8,8 @@ mod client;
 mod dial;
 pub(crate) mod held;
 pub(crate) mod listener;
+mod penalties;
+mod printable;
 mod sender;
 mod served;
 mod stream;

@@ -7,6 +7,7 @@ use super::dial::{Dialed, Hello};
 use super::stream::{send, Received};
 use super::wire::{forward_interval, Frame};
 use crate::clock::{Stamps, STAMP_LAG_TICKS};
+use crate::error::Error;
 use crate::event::Reason;
 use crate::layout::{Slot, BUSY, BUSY_PERIOD, STALL_MARK};
 use crate::os::{eventfd, socket};
@@ -25,6 +26,13 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 
 /// How long a deregistration waits for the sender to say goodbye.
 const BYE_WAIT: Duration = Duration::from_secs(2);
+
+/// How many reap timeouts a client goes without hearing its listener
+/// before it gives its registration up (`disconnected`): from the first
+/// `T` of silence on, it tries to reclaim over a new connection while
+/// keeping the old one, which may come back (a listener stopped and
+/// resumed reads what waited) until then.
+const SILENT_TIMEOUTS_MAX: u32 = 3;
 
 /// What the worker handle and its sender thread share.
 struct Shared {
@@ -73,6 +81,7 @@ impl Link {
             index: worker.local_slot(),
             generation: worker.local_generation(),
             dialed,
+            heard: Instant::now(),
         };
         let thread = std::thread::Builder::new()
             .name("livereg-session".into())
@@ -143,6 +152,8 @@ struct Sender {
     index: u32,
     generation: u32,
     dialed: Dialed,
+    /// When the listener was last heard from (any frame, or the welcome).
+    heard: Instant,
 }
 
 /// Why a connection's service ended.
@@ -179,6 +190,7 @@ impl Sender {
     fn serve(&mut self) -> Outcome {
         let interval = self.interval();
         let mut next_forward = Instant::now();
+        self.heard = Instant::now();
         loop {
             if self.shared.finishing.load(Relaxed) || self.ended_here().is_some() {
                 return self.goodbye();
@@ -186,6 +198,9 @@ impl Sender {
             if Instant::now() >= next_forward {
                 if self.forward().is_err() {
                     return Outcome::Broken;
+                }
+                if let Some(outcome) = self.unheard() {
+                    return outcome;
                 }
                 next_forward += interval;
                 if next_forward < Instant::now() {
@@ -219,8 +234,12 @@ impl Sender {
             Ok(Received::Closed(frames)) => (frames, true),
             Err(_) => return Some(Outcome::Broken),
         };
+        if !frames.is_empty() {
+            self.heard = Instant::now();
+        }
         for frame in frames {
             match frame {
+                Frame::Heard => {}
                 Frame::Ended { reason } => {
                     self.end_here(reason);
                     return Some(Outcome::Done);
@@ -230,8 +249,9 @@ impl Sender {
                 }
                 other => {
                     log::debug!(
-                        "session {}: unexpected {other:?}: reconnecting",
-                        self.hello.address
+                        "session {}: unexpected {} frame: reconnecting",
+                        self.hello.address,
+                        other.name()
                     );
                     return Some(Outcome::Broken);
                 }
@@ -277,6 +297,62 @@ impl Sender {
             },
         )?;
         Ok(())
+    }
+
+    /// When the listener has said nothing for `T` (it sends `Heard` every
+    /// `T/4`), the path may be black-holed (a partition drops everything
+    /// and closes nothing): tries to reclaim over a new connection, keeping
+    /// the old one until that succeeds, since a stopped listener that
+    /// resumes reads the old one's beats. A refusal other than "held
+    /// already" is the registration's end; after [`SILENT_TIMEOUTS_MAX`]
+    /// timeouts unheard the client gives it up (`disconnected`).
+    fn unheard(&mut self) -> Option<Outcome> {
+        let timeout = self.dialed.reap_timeout;
+        let silent = self.heard.elapsed();
+        if silent < timeout {
+            return None;
+        }
+        if silent >= timeout * SILENT_TIMEOUTS_MAX {
+            log::warn!(
+                "session {}: the listener was not heard for {silent:?}: the registration is over",
+                self.hello.address
+            );
+            self.end_here(Reason::Disconnected);
+            return Some(Outcome::Done);
+        }
+        match self
+            .hello
+            .dial_within(Some(self.dialed.reclaim), self.interval())
+        {
+            Ok(dialed) => {
+                log::warn!(
+                    "session {}: the listener was not heard for {silent:?}: reconnected",
+                    self.hello.address
+                );
+                if let Some(info) = &dialed.info {
+                    *self.shared.info.lock().unwrap_or_else(|p| p.into_inner()) = info.clone();
+                }
+                self.dialed = dialed;
+                self.heard = Instant::now();
+                None
+            }
+            Err(Error::Io { .. } | Error::Timeout(_) | Error::Busy(_)) => None,
+            Err(refusal) => {
+                log::warn!(
+                    "session {}: the listener was not heard for {silent:?}; reclaim refused: {refusal}",
+                    self.hello.address
+                );
+                let reason = match refusal {
+                    Error::Evicted {
+                        reason: Some(reason),
+                        ..
+                    } => reason,
+                    _ => Reason::Disconnected,
+                };
+                self.end_here(reason);
+                Some(Outcome::Done)
+            }
+        }
     }
 
     /// The reason the worker's own slot ended for, if it has.
@@ -336,11 +412,7 @@ impl Sender {
                     self.dialed = dialed;
                     return true;
                 }
-                Err(
-                    crate::error::Error::Io { .. }
-                    | crate::error::Error::Timeout(_)
-                    | crate::error::Error::Busy(_),
-                ) => {
+                Err(Error::Io { .. } | Error::Timeout(_) | Error::Busy(_)) => {
                     backoff = (backoff * 2).min(self.interval());
                 }
                 Err(refusal) => {

@@ -2,16 +2,21 @@
 //! it holds on its client's behalf, fed by the client's beats.
 
 use super::held::{Heard, Held};
+use super::penalties::{Penalties, Source};
+use super::printable::printable;
 use super::stream::{send, Inbox, Received, Stream};
-use super::wire::{unheard_allowance, Frame, Reclaim, ANSWER_MAX, VERSION};
+use super::wire::{unheard_allowance, Frame, Reclaim, ANSWER_MAX, HOST_MAX, VERSION};
 use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::layout::FLAG_REMOTE;
+use crate::layout::LABEL_MAX;
+use crate::limited_log::limited_log;
 use crate::protocol::{self, Gone, Stamp, LIVE};
 use crate::records::Record;
 use crate::requests::Ticket;
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 /// What the listener checks a greeting against.
@@ -19,6 +24,8 @@ pub(crate) struct Gate<'a> {
     pub table: &'a Table,
     pub held: &'a Held,
     pub token: Option<&'a [u8]>,
+    /// Failed handshakes by source: a source that failed often waits.
+    pub penalties: &'a RefCell<Penalties>,
 }
 
 /// A connection, greeting or holding.
@@ -27,10 +34,16 @@ pub(crate) struct Served {
     inbox: Inbox,
     /// The peer, as the listener saw it (address or credentials).
     pub peer: String,
+    /// Where it comes from (an IP address, a user id).
+    source: Source,
+    /// Which connection of its listener it is (entries are reused).
+    pub serial: u64,
     pub opened: Instant,
     pub holding: Option<Holding>,
     /// A clear the client asked for, until the reaper carries it out.
     request: Option<Requested>,
+    /// When the listener last sent the client anything.
+    told: Instant,
 }
 
 /// A clear a client waits for.
@@ -67,15 +80,28 @@ pub(crate) enum Next {
 }
 
 impl Served {
-    pub(crate) fn new(stream: Stream, peer: String) -> Served {
+    pub(crate) fn new(stream: Stream, peer: String, source: Source, serial: u64) -> Served {
         Served {
             stream,
             inbox: Inbox::default(),
             peer,
+            source,
+            serial,
             opened: Instant::now(),
             holding: None,
             request: None,
+            told: Instant::now(),
         }
+    }
+
+    /// Whether it has proven nothing yet: no session, no clear asked for.
+    pub(crate) fn is_greeting(&self) -> bool {
+        self.holding.is_none() && self.request.is_none()
+    }
+
+    /// Whether its last read stopped at its budget, bytes perhaps left.
+    pub(crate) fn more_unread(&self) -> bool {
+        self.inbox.more()
     }
 
     /// Reads what the client sent and acts on each frame.
@@ -84,7 +110,11 @@ impl Served {
             Ok(Received::Frames(frames)) => (frames, false),
             Ok(Received::Closed(frames)) => (frames, true),
             Err(e) => {
-                log::debug!("session from {}: {e}: closing it", self.peer);
+                limited_log!(
+                    log::Level::Debug,
+                    "session from {}: {e}: closing it",
+                    self.peer
+                );
                 return Next::Close(Some(Reason::Disconnected));
             }
         };
@@ -126,9 +156,11 @@ impl Served {
                     Next::Close(None)
                 }
                 (_, other) => {
-                    log::debug!(
-                        "session from {}: unexpected {other:?} frame: closing it",
-                        self.peer
+                    limited_log!(
+                        log::Level::Debug,
+                        "session from {}: unexpected {} frame: closing it",
+                        self.peer,
+                        other.name()
                     );
                     Next::Close(Some(Reason::Disconnected))
                 }
@@ -159,7 +191,7 @@ impl Served {
         else {
             return Next::Close(None);
         };
-        let outcome = admit(gate, version, &token).and_then(|()| match reclaim {
+        let outcome = admit(gate, self.source, version, &token).and_then(|()| match reclaim {
             Some(reclaim) => self.reclaim(gate, instance_id, reclaim),
             None => self.register(gate, instance_id, pid, &label, &host),
         });
@@ -182,6 +214,7 @@ impl Served {
                 if send(&mut self.stream, &welcome).is_err() {
                     return Next::Close(Some(Reason::Disconnected));
                 }
+                self.told = Instant::now();
                 Next::Serve
             }
             Err(refusal) => self.refuse(&refusal),
@@ -191,7 +224,7 @@ impl Served {
     /// Answers a question with the table's status (the registrations of
     /// `instance_id` only), then closes.
     fn answer(&mut self, gate: &Gate<'_>, version: u16, token: &[u8], instance_id: u64) -> Next {
-        let json = admit(gate, version, token)
+        let json = admit(gate, self.source, version, token)
             .and_then(|()| gate.table.status())
             .and_then(|mut status| {
                 status
@@ -225,7 +258,9 @@ impl Served {
         reset: bool,
         wait: Duration,
     ) -> Next {
-        match admit(gate, version, token).and_then(|()| gate.table.request_clear(reset)) {
+        match admit(gate, self.source, version, token)
+            .and_then(|()| gate.table.request_clear(reset))
+        {
             Ok(ticket) => {
                 self.request = Some(Requested {
                     ticket,
@@ -267,7 +302,11 @@ impl Served {
     /// Tells the client why not (a wrong token is logged), then closes.
     fn refuse(&mut self, refusal: &Error) -> Next {
         if matches!(refusal, Error::Permission(_)) {
-            refused_token(&self.peer);
+            limited_log!(
+                log::Level::Warn,
+                "refused a session from {}: wrong or missing token",
+                self.peer
+            );
         }
         let message: String = refusal.to_string().chars().take(512).collect();
         let _ = send(
@@ -302,9 +341,10 @@ impl Served {
             .map_err(|e| Error::os(table.name(), "open the sessions' records", e))?;
         let secret = crate::os::socket::random_u64()
             .map_err(|e| Error::os(table.name(), "draw a session secret", e))?;
+        let label = shortened(printable(label), LABEL_MAX);
         let (index, generation) = table
             .registration(instance_id)
-            .label(label)
+            .label(&label)
             .pid(pid)
             .register_remote()?;
         let record = Record {
@@ -312,7 +352,7 @@ impl Served {
             instance_id,
             secret,
             peer: self.peer.clone(),
-            host: host.to_owned(),
+            host: shortened(printable(host), HOST_MAX),
             holder: table.memory.header().boot_token.load(Acquire),
         };
         if let Err(e) = records.write(index, &record) {
@@ -446,6 +486,30 @@ impl Served {
         }
     }
 
+    /// Whether its client has gone unheard for the reap timeout and the
+    /// [`unheard_allowance`] by what the listener has read so far.
+    pub(crate) fn seems_unheard(&self, gate: &Gate<'_>) -> bool {
+        let table = gate.table;
+        self.holding.as_ref().is_some_and(|holding| {
+            let unheard_ns = table.clock.now_ns().saturating_sub(holding.heard.last());
+            let budget = table.reap_timeout() + unheard_allowance(table.reap_timeout());
+            Duration::from_nanos(unheard_ns) >= budget
+        })
+    }
+
+    /// Sends `Heard` if the client was told nothing for `every`.
+    pub(crate) fn keep_told(&mut self, every: Duration) -> Next {
+        if self.told.elapsed() < every {
+            return Next::Serve;
+        }
+        self.told = Instant::now();
+        match send(&mut self.stream, &Frame::Heard) {
+            Ok(()) => Next::Serve,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Next::Serve,
+            Err(_) => Next::Close(Some(Reason::Disconnected)),
+        }
+    }
+
     /// If the held registration has ended (evicted, reset, replaced), tells
     /// the client why and closes; if its client has gone unheard for the
     /// reap timeout and the [`unheard_allowance`] (stopped, or its sender
@@ -469,7 +533,7 @@ impl Served {
         }
     }
 
-    fn tell_ended(&mut self, table: &Table) -> Next {
+    pub(crate) fn tell_ended(&mut self, table: &Table) -> Next {
         let Some(holding) = &self.holding else {
             return Next::Close(None);
         };
@@ -487,7 +551,10 @@ impl Served {
         match table.info() {
             Ok(bytes) if bytes.is_empty() => Next::Serve,
             Ok(bytes) => match send(&mut self.stream, &Frame::Info { bytes }) {
-                Ok(()) => Next::Serve,
+                Ok(()) => {
+                    self.told = Instant::now();
+                    Next::Serve
+                }
                 Err(_) => Next::Close(Some(Reason::Disconnected)),
             },
             Err(_) => Next::Serve,
@@ -495,8 +562,16 @@ impl Served {
     }
 }
 
-/// Whether a client may speak: its protocol version, its token.
-fn admit(gate: &Gate<'_>, version: u16, token: &[u8]) -> Result<()> {
+/// Whether a client may speak: its source not waiting after failed
+/// handshakes, its protocol version, its token.
+fn admit(gate: &Gate<'_>, source: Source, version: u16, token: &[u8]) -> Result<()> {
+    let now = Instant::now();
+    if let Some(wait) = gate.penalties.borrow().wait(source, now) {
+        return Err(Error::Busy(format!(
+            "too many failed handshakes from {source}: try again in {} ms",
+            wait.as_millis().max(1)
+        )));
+    }
     if version != VERSION {
         return Err(Error::Incompatible(format!(
             "session protocol version {version}, this reaper speaks {VERSION}"
@@ -506,11 +581,22 @@ fn admit(gate: &Gate<'_>, version: u16, token: &[u8]) -> Result<()> {
         .token
         .is_some_and(|expected| !same_secret(expected, token))
     {
+        gate.penalties.borrow_mut().failed(source, now);
         return Err(Error::Permission(
             "wrong or missing token: the listener's token file says who may connect".into(),
         ));
     }
     Ok(())
+}
+
+/// `text` cut at a character boundary to at most `max` bytes.
+fn shortened(mut text: String, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text
 }
 
 impl Holding {
@@ -545,28 +631,6 @@ pub(crate) fn same_secret(expected: &[u8], given: &[u8]) -> bool {
         difference |= u64::from(std::hint::black_box(a ^ b));
     }
     difference == 0
-}
-
-/// Logs a refused token, at most once a second (with how many were not
-/// logged): a peer guessing tokens cannot flood the log.
-fn refused_token(peer: &str) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST_LOGGED_S: AtomicU64 = AtomicU64::new(0);
-    static UNLOGGED: AtomicU64 = AtomicU64::new(0);
-    let now_s = crate::clock::monotonic_ns() / 1_000_000_000 + 1;
-    let last = LAST_LOGGED_S.load(Ordering::Relaxed);
-    if now_s > last
-        && LAST_LOGGED_S
-            .compare_exchange(last, now_s, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
-        let unlogged = UNLOGGED.swap(0, Ordering::Relaxed);
-        log::warn!(
-            "refused a session from {peer}: wrong or missing token ({unlogged} more refusals not logged since the last)"
-        );
-    } else {
-        UNLOGGED.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 #[cfg(test)]

@@ -108,10 +108,15 @@ impl AsRawFd for Stream {
     }
 }
 
-/// Bytes read from a stream and not yet taken as frames.
+/// Bytes read from a stream and not yet taken as frames: never more than
+/// one read and a part-frame, whatever the peer sends, since frames are
+/// taken after every read and a length over the cap fails at once.
 #[derive(Default)]
 pub(crate) struct Inbox {
     bytes: Vec<u8>,
+    /// Whether the last [`Inbox::receive`] stopped at its budget with the
+    /// stream perhaps still holding bytes.
+    more: bool,
 }
 
 thread_local! {
@@ -124,6 +129,11 @@ thread_local! {
 /// What one read takes at most: a whole frame of the largest size.
 const READ_SIZE: usize = 4 + MAX_FRAME;
 
+/// How many reads one [`Inbox::receive`] makes at most: the work one
+/// connection gets per wake-up of its reader, so a flooding peer cannot
+/// starve the others (16 KiB, some 500 beats).
+const READS_PER_RECEIVE: usize = 4;
+
 /// What a read from a stream gave.
 pub(crate) enum Received {
     /// Whole frames (perhaps none yet).
@@ -133,51 +143,61 @@ pub(crate) enum Received {
 }
 
 impl Inbox {
-    /// Reads what `stream` has (once, or until it would block when
-    /// non-blocking) and takes every whole frame.
+    /// Reads what `stream` has (once, or when non-blocking until it would
+    /// block or [`READS_PER_RECEIVE`] reads were made) and takes every
+    /// whole frame, decoding after each read.
     ///
     /// # Errors
     ///
     /// An I/O error other than `WouldBlock`, or a [`WireError`] as
     /// `InvalidData`: the connection is to be closed.
     pub(crate) fn receive(&mut self, stream: &mut impl Read) -> io::Result<Received> {
-        let closed = SCRATCH.with(|scratch| self.read_all(stream, &mut scratch.borrow_mut()))?;
-        let frames = self.take_frames().map_err(invalid)?;
-        Ok(if closed {
-            Received::Closed(frames)
-        } else {
-            Received::Frames(frames)
-        })
+        SCRATCH.with(|scratch| self.read_frames(stream, &mut scratch.borrow_mut()))
     }
 
-    /// Reads until the stream would block, closes, or gives less than a
-    /// whole read: whether it closed.
-    fn read_all(&mut self, stream: &mut impl Read, scratch: &mut [u8]) -> io::Result<bool> {
-        loop {
+    /// Whether the last receive stopped at its budget: the stream may hold
+    /// more, to be read at the next turn (an edge-triggered reader is not
+    /// woken for it again).
+    pub(crate) fn more(&self) -> bool {
+        self.more
+    }
+
+    fn read_frames(&mut self, stream: &mut impl Read, scratch: &mut [u8]) -> io::Result<Received> {
+        let mut frames = Vec::new();
+        self.more = false;
+        for read in 0..READS_PER_RECEIVE {
             match stream.read(scratch) {
-                Ok(0) => return Ok(true),
+                Ok(0) => return Ok(Received::Closed(frames)),
                 Ok(n) => {
                     self.bytes.extend_from_slice(&scratch[..n]);
+                    self.take_frames(&mut frames).map_err(invalid)?;
                     if n < scratch.len() {
-                        return Ok(false);
+                        break;
                     }
+                    self.more = read + 1 == READS_PER_RECEIVE;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e),
             }
         }
+        Ok(Received::Frames(frames))
     }
 
-    fn take_frames(&mut self) -> Result<Vec<Frame>, WireError> {
-        let mut frames = Vec::new();
+    fn take_frames(&mut self, frames: &mut Vec<Frame>) -> Result<(), WireError> {
         let mut at = 0;
         while let Some((frame, used)) = Frame::decode(&self.bytes[at..])? {
             frames.push(frame);
             at += used;
         }
         self.bytes.drain(..at);
-        Ok(frames)
+        Ok(())
+    }
+
+    /// How many bytes wait for the rest of their frame.
+    #[cfg(test)]
+    fn buffered(&self) -> usize {
+        self.bytes.len()
     }
 }
 
@@ -190,4 +210,61 @@ fn invalid(e: WireError) -> io::Error {
 pub(crate) fn send(stream: &mut impl Write, frame: &Frame) -> io::Result<()> {
     stream.write_all(&frame.encode())?;
     stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Inbox, Received, READS_PER_RECEIVE, READ_SIZE};
+    use crate::session::wire::Frame;
+    use std::io::{self, Read};
+
+    /// A peer with an endless supply of the same bytes.
+    struct Endless(Vec<u8>, usize);
+
+    impl Read for Endless {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            for byte in buf.iter_mut() {
+                *byte = self.0[self.1 % self.0.len()];
+                self.1 += 1;
+            }
+            Ok(buf.len())
+        }
+    }
+
+    #[test]
+    fn garbage_fails_at_its_first_read_whatever_follows() {
+        let mut peer = Endless(vec![0], 0);
+        let mut inbox = Inbox::default();
+        assert!(inbox.receive(&mut peer).is_err());
+        assert_eq!(peer.1, READ_SIZE, "read once, then refused");
+    }
+
+    #[test]
+    fn a_flood_of_frames_is_taken_a_budget_at_a_time_buffering_under_a_frame() {
+        let mut peer = Endless(Frame::Bye.encode(), 0);
+        let mut inbox = Inbox::default();
+        for _ in 0..3 {
+            let Ok(Received::Frames(frames)) = inbox.receive(&mut peer) else {
+                panic!("frames expected");
+            };
+            assert_eq!(frames.len(), READS_PER_RECEIVE * READ_SIZE / 5);
+            assert!(inbox.more(), "the budget ran out before the peer did");
+            assert!(inbox.buffered() < READ_SIZE);
+        }
+        assert_eq!(peer.1, 3 * READS_PER_RECEIVE * READ_SIZE);
+    }
+
+    #[test]
+    fn a_part_frame_waits_for_its_rest() {
+        let bytes = Frame::Bye.encode();
+        let mut inbox = Inbox::default();
+        let Ok(Received::Frames(frames)) = inbox.receive(&mut &bytes[..3]) else {
+            panic!("frames expected");
+        };
+        assert!(frames.is_empty() && !inbox.more());
+        let Ok(Received::Frames(frames)) = inbox.receive(&mut &bytes[3..]) else {
+            panic!("frames expected");
+        };
+        assert_eq!(frames, vec![Frame::Bye]);
+    }
 }

@@ -24,13 +24,14 @@
 //! | 132 `Info` | server → client | the server's info area (u16 + ≤ 1024 bytes): just before `Welcome` (if not empty), and whenever it changes |
 //! | 133 `Answer` | server → client | the table's status as JSON (u16 + ≤ 4000 bytes), with only the registrations of the instance asked about |
 //! | 134 `Done` | server → client | (none): the `Clear` asked for was carried out |
+//! | 135 `Heard` | server → client | (none): sent every `T/4` to a session the listener holds, so a client learns within about `T` when nobody hears it |
 
 use crate::event::Reason;
 use crate::layout::{INFO_MAX, LABEL_MAX};
 use std::time::Duration;
 
 /// The protocol version a `Hello` and a `Welcome` carry.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 
 /// How many `Beat`s a client sends per reap timeout `T`: one every `T/8`
 /// on a fixed schedule, whether or not anything changed (a beat that says
@@ -52,6 +53,13 @@ pub fn forward_interval(reap_timeout: Duration) -> Duration {
 /// listener's tick (`T/16`) it is evicted within `1.22 T`.
 pub fn unheard_allowance(reap_timeout: Duration) -> Duration {
     forward_interval(reap_timeout) + (reap_timeout / 32).max(Duration::from_millis(10))
+}
+
+/// How often a listener tells a session it holds that it hears it
+/// (`Heard`): every `T/4`, so four go unanswered before a client gives its
+/// connection up after `T` of silence.
+pub fn heard_interval(reap_timeout: Duration) -> Duration {
+    (reap_timeout / 4).max(Duration::from_millis(1))
 }
 
 /// The largest frame, length prefix excluded.
@@ -178,6 +186,8 @@ pub enum Frame {
     },
     /// The `Clear` asked for was carried out.
     Done,
+    /// The listener holds the session and hears its client.
+    Heard,
 }
 
 /// Why bytes are not a frame.
@@ -187,7 +197,7 @@ pub enum WireError {
     #[error("frame length: expected 1 to {MAX_FRAME} bytes, found {0}")]
     Length(u32),
     /// A type no side sends.
-    #[error("frame type: expected 1 to 5 or 129 to 134, found {0}")]
+    #[error("frame type: expected 1 to 5 or 129 to 135, found {0}")]
     Type(u8),
     /// The payload does not match its type's layout.
     #[error("{frame} frame: expected {expected}, found {found}")]
@@ -202,6 +212,25 @@ pub enum WireError {
 }
 
 impl Frame {
+    /// The frame's name, for a log line (never its contents: a `Hello`
+    /// carries a token).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Frame::Hello { .. } => "hello",
+            Frame::Beat { .. } => "beat",
+            Frame::Bye => "bye",
+            Frame::Ask { .. } => "ask",
+            Frame::Clear { .. } => "clear",
+            Frame::Welcome { .. } => "welcome",
+            Frame::Refused { .. } => "refused",
+            Frame::Ended { .. } => "ended",
+            Frame::Info { .. } => "info",
+            Frame::Answer { .. } => "answer",
+            Frame::Done => "done",
+            Frame::Heard => "heard",
+        }
+    }
+
     /// The frame's bytes, length prefix included.
     ///
     /// # Panics
@@ -306,6 +335,7 @@ impl Frame {
                 out.bytes16(json.as_bytes(), ANSWER_MAX);
             }
             Frame::Done => out.u8(134),
+            Frame::Heard => out.u8(135),
         }
         let body = out.0;
         let mut framed = Vec::with_capacity(body.len() + 4);
@@ -395,6 +425,7 @@ impl Frame {
                 })
             })?,
             134 => whole("done", payload, |_| Ok(Frame::Done))?,
+            135 => whole("heard", payload, |_| Ok(Frame::Heard))?,
             other => return Err(WireError::Type(other)),
         };
         Ok(Some((frame, 4 + length as usize)))
@@ -632,6 +663,7 @@ mod tests {
                 wait_ms: 5000,
             },
             Frame::Done,
+            Frame::Heard,
         ]
     }
 
@@ -666,7 +698,7 @@ mod tests {
         );
         assert_eq!(
             refused(&[0, 0, 0, 1, 9]),
-            "frame type: expected 1 to 5 or 129 to 134, found 9"
+            "frame type: expected 1 to 5 or 129 to 135, found 9"
         );
         assert_eq!(
             refused(&[0, 0, 0, 2, 3, 0]),

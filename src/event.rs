@@ -106,8 +106,13 @@ pub struct DropEvent {
     pub generation: u32,
     /// Why it ended.
     pub reason: Reason,
-    /// The process id it registered with, in the registrant's PID namespace.
+    /// The process id it registered with, in the registrant's PID namespace;
+    /// for a session (`remote`), the pid its client claimed, which nothing
+    /// verified.
     pub pid: u32,
+    /// Whether it was a session's (registered through a listener): its
+    /// `pid` is the client's claim, its host's, not this host's.
+    pub remote: bool,
     /// Its label (empty if none).
     pub label: String,
     /// The registrant's monotonic clock at registration, in nanoseconds.

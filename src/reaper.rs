@@ -1080,6 +1080,7 @@ fn drop_event(
         generation,
         reason,
         pid: slot.pid.load(Relaxed),
+        remote: slot.flags.load(Relaxed) & FLAG_REMOTE != 0,
         label: slot.load_label(),
         registered_ns,
         last_heartbeat_ns,

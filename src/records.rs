@@ -4,10 +4,12 @@
 //! table (`NAME.sessions`, mode 0600: the secrets are the reaper's), one
 //! 128-byte record per slot, written by the listener and read by `status`;
 //! it outlives a reaper's restart, so the next one can check reclaims.
-//! Heap tables keep the records in memory.
+//! Heap tables keep the records with their memory, where every reaper of
+//! the table finds them.
 
-use crate::table::Table;
+use crate::table::{Table, TableMemory};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::Mutex;
@@ -83,14 +85,14 @@ fn get_text(field: &[u8]) -> String {
 /// The records of one table.
 pub(crate) enum Records {
     File(File),
-    Heap(Mutex<HashMap<u32, Record>>),
+    Heap(Arc<TableMemory>),
 }
 
 impl Records {
     /// The records of `table`, created if missing (for a listener).
     pub(crate) fn open(table: &Table) -> std::io::Result<Records> {
         let Some(path) = table.path() else {
-            return Ok(Records::Heap(Mutex::new(HashMap::new())));
+            return Ok(Records::Heap(table.memory.clone()));
         };
         let file = OpenOptions::new()
             .read(true)
@@ -123,8 +125,13 @@ impl Records {
             Records::File(file) => {
                 file.write_all_at(&record.encode(), index as u64 * RECORD_SIZE as u64)
             }
-            Records::Heap(map) => {
-                lock(map).insert(index, record.clone());
+            Records::Heap(memory) => {
+                let mut bytes = lock(&memory.heap_side_file);
+                let at = index as usize * RECORD_SIZE;
+                if bytes.len() < at + RECORD_SIZE {
+                    bytes.resize(at + RECORD_SIZE, 0);
+                }
+                bytes[at..at + RECORD_SIZE].copy_from_slice(&record.encode());
                 Ok(())
             }
         }
@@ -147,7 +154,11 @@ impl Records {
                     .ok()?;
                 Record::decode(&bytes)
             }
-            Records::Heap(map) => lock(map).get(&index).cloned(),
+            Records::Heap(memory) => {
+                let bytes = lock(&memory.heap_side_file);
+                let at = index as usize * RECORD_SIZE;
+                Record::decode(bytes.get(at..at + RECORD_SIZE)?)
+            }
         }
     }
 }

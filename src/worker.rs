@@ -631,7 +631,15 @@ impl Worker {
     /// As [`Worker::clear`].
     pub fn reset(&self, wait: Duration) -> Result<()> {
         match &self.session {
-            Some(session) => session.request_clear(true, wait),
+            Some(session) => {
+                session.request_clear(true, wait)?;
+                // The reset ended the registration on the reaper's side;
+                // its slot here says so before this returns, not when the
+                // listener's notice arrives.
+                let slot = self.table.memory.slot(self.index);
+                let _ = protocol::end(slot, self.generation, crate::event::Reason::Cleared);
+                Ok(())
+            }
             None => self.table.reset(wait),
         }
     }

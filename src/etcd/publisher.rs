@@ -730,6 +730,7 @@ mod tests {
             generation: 0,
             reason: Reason::Timeout,
             pid: 1,
+            remote: false,
             label: String::new(),
             registered_ns: 0,
             last_heartbeat_ns: None,

@@ -243,9 +243,16 @@ fn dial_tcp(endpoint: &str, timeout: Duration) -> std::io::Result<TcpStream> {
 /// The error a listener's `Refused` stands for.
 pub(crate) fn refused(code: u8, message: String, instance_id: u64) -> Error {
     match code {
+        // The listener's message names the reason ("… with reason
+        // 'timeout'"); a registration it cannot place ended `disconnected`.
         1 => Error::Evicted {
             instance_id,
-            reason: Some(crate::event::Reason::Disconnected),
+            reason: Some(
+                crate::event::Reason::ALL
+                    .into_iter()
+                    .find(|reason| message.contains(&format!("reason '{reason}'")))
+                    .unwrap_or(crate::event::Reason::Disconnected),
+            ),
         },
         2 => Error::Full(message),
         3 => Error::Exists(message),

@@ -398,8 +398,18 @@ impl Served {
                 && record.instance_id == instance_id
                 && same_secret(&record.secret.to_ne_bytes(), &claim.secret.to_ne_bytes())
         });
-        if !live || !proven {
+        if !proven {
             return Err(gone());
+        }
+        if !live {
+            // Ended while its client was away: the client hears why.
+            return Err(match protocol::still_live(slot, claim.generation) {
+                Err(Gone::Ended(Some(reason))) => Error::Evicted {
+                    instance_id,
+                    reason: Some(reason),
+                },
+                _ => gone(),
+            });
         }
         if let Err(gone_now) = protocol::still_live(slot, claim.generation) {
             let reason = match gone_now {

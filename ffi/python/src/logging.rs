@@ -1,18 +1,71 @@
 //! The library's `log` records, routed to `logging.getLogger("livereg")`.
+//!
+//! A record is never delivered on the thread that logs it: the library's
+//! threads (a reaper's scan, a listener, a session's sender) would need the
+//! interpreter for each record, and a thread that holds the interpreter
+//! while it waits for one of them (dropping a reaper joins its listener)
+//! would never get it back. They queue the record instead (bounded; what
+//! does not fit is counted and said later), and one thread of this module
+//! delivers the queue under the interpreter.
 
 use crate::exiting;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::OnceLock;
 
-/// Forwards each record to Python's `logging` (attaching to the interpreter
-/// for the call); once the interpreter is exiting, to stderr.
-struct PythonLogger;
+/// Records waiting for the delivering thread at most.
+const QUEUE_MAX: usize = 4096;
+
+/// Queues each record for the delivering thread; once the interpreter is
+/// exiting, writes it to stderr.
+struct PythonLogger {
+    queue: OnceLock<SyncSender<(log::Level, String)>>,
+    /// Records that found the queue full since the last delivered.
+    dropped: AtomicU64,
+}
+
+static LOGGER: PythonLogger = PythonLogger {
+    queue: OnceLock::new(),
+    dropped: AtomicU64::new(0),
+};
 
 /// Installs the bridge (once per process; a second `log` logger installed by
 /// someone else wins, and is left alone).
 pub fn install() {
-    if log::set_logger(&PythonLogger).is_ok() {
-        log::set_max_level(log::LevelFilter::Info);
+    if log::set_logger(&LOGGER).is_err() {
+        return;
+    }
+    let (queue, records) = sync_channel(QUEUE_MAX);
+    let started = std::thread::Builder::new()
+        .name("livereg-log".into())
+        .spawn(move || deliver(&records));
+    if started.is_ok() {
+        let _ = LOGGER.queue.set(queue);
+    }
+    log::set_max_level(log::LevelFilter::Info);
+}
+
+/// The delivering thread: each record to Python's `logging`, under the
+/// interpreter; never joined, so nothing waits for it.
+fn deliver(records: &Receiver<(log::Level, String)>) {
+    while let Ok((level, message)) = records.recv() {
+        if exiting::started() {
+            eprintln!("livereg: {message}");
+            continue;
+        }
+        let dropped = LOGGER.dropped.swap(0, Relaxed);
+        Python::attach(|py| {
+            let Ok(logger) = logger(py) else {
+                return;
+            };
+            if dropped > 0 {
+                let note = format!("{dropped} log records were dropped: the queue was full");
+                let _ = logger.call_method1("log", (30, "%s", note));
+            }
+            let _ = logger.call_method1("log", (python_level(level), "%s", message));
+        });
     }
 }
 
@@ -30,7 +83,7 @@ fn logger(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 }
 
 /// Python's level number for a `log` level.
-fn level(level: log::Level) -> u32 {
+fn python_level(level: log::Level) -> u32 {
     match level {
         log::Level::Error => 40,
         log::Level::Warn => 30,
@@ -47,15 +100,17 @@ impl log::Log for PythonLogger {
 
     fn log(&self, record: &log::Record<'_>) {
         let message = record.args().to_string();
-        if exiting::started() {
+        let Some(queue) = self.queue.get().filter(|_| !exiting::started()) else {
             eprintln!("livereg: {message}");
             return;
-        }
-        Python::attach(|py| {
-            if let Ok(logger) = logger(py) {
-                let _ = logger.call_method1("log", (level(record.level()), "%s", message));
+        };
+        match queue.try_send((record.level(), message)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                self.dropped.fetch_add(1, Relaxed);
             }
-        });
+            Err(TrySendError::Disconnected((_, message))) => eprintln!("livereg: {message}"),
+        }
     }
 
     fn flush(&self) {}
@@ -74,4 +129,21 @@ pub fn exception(py: Python<'_>, message: &str, error: &PyErr) {
     if logged.is_err() {
         error.print(py);
     }
+}
+
+/// For tests: logs `message` at WARN from a thread of the library's own and
+/// waits for that thread while holding the interpreter, as dropping a
+/// reaper waits for its listener. True if the thread ended within 10 s
+/// (it does: logging never needs the interpreter on the logging thread).
+#[pyfunction]
+pub fn _log_from_a_thread(message: String) -> bool {
+    let thread = std::thread::spawn(move || log::warn!("{message}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !thread.is_finished() {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    true
 }

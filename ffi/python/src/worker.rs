@@ -74,6 +74,21 @@ impl Worker {
     }
 }
 
+/// A worker collected while still registered deregisters; a session's
+/// waits (a bounded time) for its sender thread to say goodbye, which may
+/// be reconnecting: that wait never holds the interpreter.
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let Some(handle) = self.handle().take() else {
+            return;
+        };
+        if crate::exiting::started() {
+            return drop(handle);
+        }
+        Python::attach(|py| py.detach(move || drop(handle)));
+    }
+}
+
 #[pymethods]
 impl Worker {
     /// Heartbeat. Raises `EvictedError` once the registration ended.

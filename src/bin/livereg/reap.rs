@@ -32,7 +32,9 @@ pub struct Args {
     /// Shell command run (`sh -c`) once per ended registration, with
     /// LIVEREG_INSTANCE_ID, LIVEREG_REASON, LIVEREG_PID, LIVEREG_LABEL,
     /// LIVEREG_SLOT, LIVEREG_GENERATION and LIVEREG_SILENT_SECONDS (how long
-    /// it had been silent when the reaper ended it) in its environment.
+    /// it had been silent when the reaper ended it) in its environment. A
+    /// session's registration has LIVEREG_CLAIMED_PID (the pid its client
+    /// claimed, in its own container, unverified) instead of LIVEREG_PID.
     #[arg(long)]
     on_drop: Option<String>,
     /// How long a hook may run; then its process group is killed and the
@@ -301,7 +303,14 @@ fn run_hook(command: &str, event: &DropEvent, timeout: Duration) -> Result<(), H
         .arg(command)
         .env("LIVEREG_INSTANCE_ID", event.instance_id.to_string())
         .env("LIVEREG_REASON", event.reason.as_str())
-        .env("LIVEREG_PID", event.pid.to_string())
+        .env(
+            if event.remote {
+                "LIVEREG_CLAIMED_PID"
+            } else {
+                "LIVEREG_PID"
+            },
+            event.pid.to_string(),
+        )
         .env("LIVEREG_LABEL", &event.label)
         .env("LIVEREG_SLOT", event.slot.to_string())
         .env("LIVEREG_GENERATION", event.generation.to_string())

@@ -160,3 +160,7 @@ def connect(
     tls_cert: Optional[str] = None,
     tls_key: Optional[str] = None,
 ) -> Worker: ...
+
+def _log_from_a_thread(message: str) -> bool:
+    """For tests: logs ``message`` at WARNING from a library thread and waits
+    for it while holding the interpreter; True if it ended within 10 s."""

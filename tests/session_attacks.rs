@@ -1,0 +1,339 @@
+//! A listener under attack by clients without the token: they get a
+//! bounded share of memory, descriptors, CPU and log, and never keep a
+//! client with the token out or get a live session evicted. Each attack
+//! runs against a real `livereg reap --listen` daemon for a few seconds;
+//! the bounds asserted are far from what the attack costs without them.
+
+mod common;
+#[path = "common/attack.rs"]
+mod attack;
+
+use attack::{flood, open, open_from, slowloris, Daemon, TOKEN};
+use common::{unique_name, TempTable};
+use livereg::wire::{Frame, VERSION};
+use livereg::{connect, ConnectOptions, Error, TableOptions};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_livereg");
+
+fn table(tag: &str, capacity: u32) -> TempTable {
+    TempTable::new(
+        tag,
+        &TableOptions {
+            capacity,
+            reap_timeout: Duration::from_secs(2),
+            registration_grace: Duration::from_secs(4),
+            ..TableOptions::default()
+        },
+    )
+}
+
+fn tcp_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("tcp://{}", listener.local_addr().unwrap())
+}
+
+fn unix_address(tag: &str) -> (String, SocketFile) {
+    let path = format!("/tmp/{}.sock", unique_name(tag));
+    (format!("unix:{path}"), SocketFile(path))
+}
+
+struct SocketFile(String);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn with_token() -> ConnectOptions {
+    ConnectOptions {
+        token: Some(TOKEN.as_bytes().to_vec()),
+        ..ConnectOptions::default()
+    }
+}
+
+/// A session client process (`livereg run ADDRESS -- sleep`), to be killed.
+fn victim(address: &str, instance: u64) -> std::process::Child {
+    std::process::Command::new(BIN)
+        .args(["run", address, "--instance", &instance.to_string(), "--", "sleep", "600"])
+        .env("LIVEREG_TOKEN", TOKEN)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the daemon's hook wrote a line for `instance`; how long.
+fn drop_seen(daemon: &Daemon, instance: u64, within: Duration) -> (Duration, String) {
+    let started = Instant::now();
+    let prefix = format!("{instance} ");
+    while started.elapsed() < within {
+        if let Some(line) = daemon.drops().into_iter().find(|l| l.starts_with(&prefix)) {
+            return (started.elapsed(), line);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!(
+        "instance {instance} was not dropped within {within:?}; drops {:?}, log:\n{}",
+        daemon.drops(),
+        daemon.log()
+    );
+}
+
+/// Waits until `instance` is live in the table (its client is welcomed).
+fn until_registered(table: &livereg::Table, instance: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if table
+            .status()
+            .unwrap()
+            .registrations
+            .iter()
+            .any(|r| r.instance_id == instance)
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("instance {instance} never registered");
+}
+
+#[test]
+fn a_flood_of_garbage_costs_bounded_memory_and_a_killed_session_is_still_seen_at_once() {
+    for (tag, address, _socket) in [
+        ("flood-tcp", tcp_address(), None),
+        {
+            let (address, socket) = unix_address("flood-unix");
+            ("flood-unix", address, Some(socket))
+        },
+    ] {
+        let temp = table(tag, 16);
+        let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+        let live = connect(&address, 1, "live", &with_token()).unwrap();
+        let mut killed = victim(&address, 2);
+        until_registered(&temp.table, 2);
+        let rss_before = daemon.rss();
+        let flooding = flood(&address, 4);
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            live.heartbeat().expect("a live session is never evicted");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        killed.kill().unwrap();
+        let (latency, line) = drop_seen(&daemon, 2, Duration::from_secs(5));
+        let _ = killed.wait();
+        live.heartbeat().expect("a live session is never evicted");
+        let peak = daemon.peak_rss();
+        let written = flooding.work.load(std::sync::atomic::Ordering::Relaxed);
+        drop(flooding);
+        assert!(written > 50 << 20, "{tag}: the flood wrote only {written} bytes");
+        assert!(line.contains("disconnected"), "{tag}: {line}");
+        assert!(latency < Duration::from_secs(1), "{tag}: {latency:?}");
+        assert!(
+            peak < rss_before + (32 << 20),
+            "{tag}: peak RSS {peak} from {rss_before}"
+        );
+        live.deregister().unwrap();
+    }
+}
+
+#[test]
+fn idle_connections_by_the_hundred_never_keep_a_hello_out() {
+    for (tag, address, _socket, first) in [
+        ("loris-tcp", tcp_address(), None, &b""[..]),
+        ("loris-tcp-half", tcp_address(), None, &b"\0\0\0\x40\x01"[..]),
+        {
+            let (address, socket) = unix_address("loris-unix");
+            ("loris-unix", address, Some(socket), &b""[..])
+        },
+    ] {
+        let temp = table(tag, 8);
+        let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+        let holding = slowloris(&address, 400, first);
+        std::thread::sleep(Duration::from_millis(500));
+        for instance in 1..=20u64 {
+            let started = Instant::now();
+            let worker = connect(&address, instance, "legit", &with_token())
+                .unwrap_or_else(|e| panic!("{tag}: hello {instance} refused: {e}"));
+            assert!(started.elapsed() < Duration::from_secs(2), "{tag}");
+            worker.deregister().unwrap();
+        }
+        let opened = holding.work.load(std::sync::atomic::Ordering::Relaxed);
+        drop(holding);
+        assert!(opened > 200, "{tag}: the attack opened {opened} connections");
+        drop(daemon);
+    }
+}
+
+#[test]
+fn what_a_peer_causes_is_logged_at_most_once_a_second() {
+    let temp = table("log-flood", 8);
+    let address = tcp_address();
+    let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let wrong = Frame::Hello {
+        version: VERSION,
+        instance_id: 1,
+        pid: 1,
+        token: b"guess".to_vec(),
+        label: String::new(),
+        host: String::new(),
+        reclaim: None,
+    }
+    .encode();
+    let started = Instant::now();
+    let mut attempts = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        for from in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+            if let Some(mut conn) = open_from(&address, from) {
+                let _ = conn.write(&wrong);
+                attempts += 1;
+            }
+        }
+    }
+    let idle = slowloris(&address, 300, b"");
+    std::thread::sleep(Duration::from_secs(2));
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(200));
+    let log = daemon.log();
+    assert!(attempts > 1000, "{attempts}");
+    let refusals = log.lines().filter(|l| l.contains("refused a session")).count();
+    assert!(
+        (1..=5).contains(&refusals),
+        "{refusals} refusal lines for {attempts} attempts:\n{log}"
+    );
+    assert!(log.len() < 16 << 10, "{} bytes of log", log.len());
+}
+
+#[test]
+fn out_of_descriptors_the_listener_pauses_accepting_instead_of_spinning() {
+    let temp = table("emfile", 8);
+    let address = tcp_address();
+    let daemon = Daemon::start_with(BIN, &temp.name, &[&address], "ulimit -n 48;");
+    let holding = slowloris(&address, 200, b"");
+    std::thread::sleep(Duration::from_millis(500));
+    let cpu_before = daemon.cpu();
+    std::thread::sleep(Duration::from_secs(3));
+    let cpu = daemon.cpu() - cpu_before;
+    drop(holding);
+    let log = daemon.log();
+    let lines = log.lines().filter(|l| l.contains("accept")).count();
+    assert!(
+        log.contains("accepting paused"),
+        "never ran out of descriptors:\n{log}"
+    );
+    assert!(cpu < Duration::from_millis(900), "{cpu:?} of CPU in 3 s");
+    assert!(lines <= 6, "{lines} lines about accept:\n{log}");
+    // Still serving once the attack is gone.
+    std::thread::sleep(Duration::from_millis(1200));
+    connect(&address, 3, "after", &with_token())
+        .unwrap()
+        .deregister()
+        .unwrap();
+}
+
+#[test]
+fn wrong_tokens_from_one_source_are_slowed_while_other_sources_get_in() {
+    let temp = table("guessing", 8);
+    let address = tcp_address();
+    let _daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let guess = Frame::Hello {
+        version: VERSION,
+        instance_id: 1,
+        pid: 1,
+        token: b"guess".to_vec(),
+        label: String::new(),
+        host: String::new(),
+        reclaim: None,
+    }
+    .encode();
+    let (mut looked_at, mut slowed) = (0, 0);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(2) {
+        let Some(mut conn) = open_from(&address, "127.0.0.2") else {
+            continue;
+        };
+        conn.set_timeouts(Duration::from_secs(2));
+        let _ = conn.write(&guess);
+        let mut answer = vec![0u8; 512];
+        let n = conn.read(&mut answer).unwrap_or(0);
+        match Frame::decode(&answer[..n]) {
+            Ok(Some((Frame::Refused { code, .. }, _))) if code == Error::Permission(String::new()).code() as u8 => looked_at += 1,
+            Ok(Some((Frame::Refused { .. }, _))) => slowed += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(slowed > 100, "{slowed} slowed, {looked_at} looked at");
+    assert!(looked_at <= 12, "{looked_at} guesses looked at in 2 s");
+    // Another source is not slowed.
+    connect(&address, 2, "legit", &with_token())
+        .unwrap()
+        .deregister()
+        .unwrap();
+}
+
+#[test]
+fn what_a_client_reports_is_escaped_and_its_pid_reaches_hooks_as_claimed() {
+    let temp = table("escaped", 8);
+    let address = tcp_address();
+    let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let hello = Frame::Hello {
+        version: VERSION,
+        instance_id: 5,
+        pid: 4242,
+        token: TOKEN.as_bytes().to_vec(),
+        label: "gpu\nWARN forged".into(),
+        host: "node\u{1b}[2J".into(),
+        reclaim: None,
+    };
+    let mut conn = open(&address).unwrap();
+    conn.write(&hello.encode()).unwrap();
+    until_registered(&temp.table, 5);
+    let status = std::process::Command::new(BIN)
+        .args(["status", &temp.name, "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(status.stdout).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let registration = json["registrations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["instance_id"] == 5)
+        .unwrap()
+        .clone();
+    assert_eq!(registration["label"], "gpu\\nWARN forged");
+    let host = registration["host"].as_str().unwrap_or_default();
+    assert!(!host.chars().any(char::is_control), "{host:?}");
+    drop(conn);
+    let (_, line) = drop_seen(&daemon, 5, Duration::from_secs(5));
+    assert_eq!(line, "5 disconnected pid= claimed=4242");
+}
+
+#[test]
+fn a_unix_socket_is_never_reachable_with_a_wider_mode_than_its_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let temp = table("socket-mode", 8);
+    let (address, socket) = unix_address("socket-mode");
+    let path = socket.0.clone();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (seen, stop, path) = (seen.clone(), stop.clone(), path.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(metadata) = std::fs::symlink_metadata(&path) {
+                    seen.lock().unwrap().insert(metadata.permissions().mode() & 0o777);
+                }
+            }
+        })
+    };
+    for _ in 0..15 {
+        let daemon = Daemon::start_with(BIN, &temp.name, &[&address], "umask 000;");
+        drop(daemon);
+        let _ = std::fs::remove_file(&path);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    watcher.join().unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![0o660]);
+}

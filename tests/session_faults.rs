@@ -1,0 +1,262 @@
+//! Sessions through the faults real nodes have: a reaper stopped and
+//! resumed, a reaper restarted within the timeout, a path that silently
+//! drops everything (a partition: no FIN, no RST), a reset, and a heap
+//! table's reaper replaced. Nobody alive is lost; whoever is cut off hears
+//! so within a few timeouts.
+
+mod common;
+#[path = "common/attack.rs"]
+mod attack;
+
+use attack::{Daemon, TOKEN};
+use common::{unique_name, TempTable};
+use livereg::{connect, Address, ConnectOptions, Error, Reason, Table, TableOptions};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_livereg");
+
+fn one_second() -> TableOptions {
+    TableOptions {
+        capacity: 8,
+        reap_timeout: Duration::from_secs(1),
+        registration_grace: Duration::from_secs(3),
+        ..TableOptions::default()
+    }
+}
+
+fn with_token() -> ConnectOptions {
+    ConnectOptions {
+        token: Some(TOKEN.as_bytes().to_vec()),
+        ..ConnectOptions::default()
+    }
+}
+
+fn socket_address(tag: &str) -> (String, String) {
+    let path = format!("/tmp/{}.sock", unique_name(tag));
+    (format!("unix:{path}"), path)
+}
+
+/// Pings `worker` every `every` for `how_long`, each ping required to pass.
+fn keep_pinging(worker: &livereg::Worker, every: Duration, how_long: Duration) {
+    let until = Instant::now() + how_long;
+    while Instant::now() < until {
+        if let Err(e) = worker.heartbeat() {
+            panic!("a ping failed: {e}");
+        }
+        std::thread::sleep(every);
+    }
+}
+
+#[test]
+fn a_reaper_stopped_for_twice_the_timeout_then_resumed_evicts_no_session() {
+    let temp = TempTable::new("paused", &one_second());
+    let (address, path) = socket_address("paused");
+    let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let workers: Vec<_> = (1..=3)
+        .map(|id| connect(&address, id, "w", &with_token()).unwrap())
+        .collect();
+    let pinger = |how_long| {
+        for _ in 0..(how_long / 50) {
+            for worker in &workers {
+                worker.heartbeat().expect("pings never fail while the reaper is away");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    pinger(500);
+    daemon.signal(libc::SIGSTOP);
+    pinger(2000);
+    daemon.signal(libc::SIGCONT);
+    pinger(2500);
+    assert_eq!(daemon.drops(), Vec::<String>::new(), "{}", daemon.log());
+    drop(daemon);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn a_reaper_restarted_within_the_timeout_loses_no_session() {
+    let temp = TempTable::new("short-restart", &one_second());
+    let (address, path) = socket_address("short-restart");
+    let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let worker = connect(&address, 7, "w", &with_token()).unwrap();
+    keep_pinging(&worker, Duration::from_millis(333), Duration::from_millis(700));
+    drop(daemon);
+    let (worker_ref, stop) = (&worker, AtomicBool::new(false));
+    let stop = &stop;
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            while !stop.load(Relaxed) {
+                worker_ref.heartbeat().expect("pings go on through the restart");
+                std::thread::sleep(Duration::from_millis(333));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(700));
+        let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+        std::thread::sleep(Duration::from_millis(2500));
+        stop.store(true, Relaxed);
+        assert_eq!(daemon.drops(), Vec::<String>::new(), "{}", daemon.log());
+    });
+    worker.heartbeat().unwrap();
+    let _ = std::fs::remove_file(path);
+}
+
+/// A TCP proxy whose connections can be frozen: from then on it forwards
+/// nothing on them in either direction and closes nothing (a black hole:
+/// a partition, a dead box in between). Connections opened after go
+/// through.
+struct Proxy {
+    address: String,
+    /// Incremented by each freeze: a connection made in an earlier epoch
+    /// is frozen.
+    epoch: Arc<AtomicU64>,
+}
+
+impl Proxy {
+    fn to(target: &str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = format!("tcp://{}", listener.local_addr().unwrap());
+        let epoch = Arc::new(AtomicU64::new(0));
+        let (target, epochs) = (target.trim_start_matches("tcp://").to_owned(), epoch.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let born = epochs.load(Relaxed);
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let epochs = epochs.clone();
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 4096];
+                        let _ = from.set_read_timeout(Some(Duration::from_millis(5)));
+                        loop {
+                            if epochs.load(Relaxed) > born {
+                                // Hold both ends open, forward nothing.
+                                std::thread::sleep(Duration::from_secs(60));
+                                return;
+                            }
+                            match from.read(&mut buf) {
+                                Ok(0) => return,
+                                Ok(n) => {
+                                    if epochs.load(Relaxed) > born {
+                                        std::thread::sleep(Duration::from_secs(60));
+                                        return;
+                                    }
+                                    if to.write_all(&buf[..n]).is_err() {
+                                        return;
+                                    }
+                                }
+                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                                Err(_) => return,
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Proxy { address, epoch }
+    }
+
+    /// Freezes every connection open now.
+    fn freeze(&self) {
+        self.epoch.fetch_add(1, Relaxed);
+    }
+}
+
+#[test]
+fn a_black_holed_path_is_heard_by_the_client_within_a_few_timeouts() {
+    let temp = TempTable::new("black-hole", &one_second());
+    let listener = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("tcp://{}", l.local_addr().unwrap())
+    };
+    let (sender, drops) = std::sync::mpsc::channel();
+    let reaper = temp
+        .table
+        .reaper()
+        .on_drop(move |event| Ok(sender.send((event.clone(), Instant::now()))?))
+        .listen(
+            Address::parse(&listener).unwrap(),
+            Some(TOKEN.as_bytes().to_vec()),
+        )
+        .spawn()
+        .unwrap();
+    let proxy = Proxy::to(&listener);
+    let worker = connect(&proxy.address, 11, "w", &with_token()).unwrap();
+    keep_pinging(&worker, Duration::from_millis(20), Duration::from_millis(500));
+    let frozen = Instant::now();
+    proxy.freeze();
+    let told = loop {
+        match worker.heartbeat() {
+            Ok(()) => {}
+            Err(Error::Evicted { reason, .. }) => break reason,
+            Err(other) => panic!("{other}"),
+        }
+        assert!(
+            frozen.elapsed() < Duration::from_secs(5),
+            "the client still pings Ok {:?} after its path went dark",
+            frozen.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let heard_after = frozen.elapsed();
+    let (event, dropped_at) = drops.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!((event.instance_id, event.reason), (11, Reason::Timeout));
+    assert!(dropped_at.duration_since(frozen) < Duration::from_secs(2));
+    assert_eq!(told, Some(Reason::Timeout), "told after {heard_after:?}");
+    assert!(heard_after < Duration::from_millis(3500), "{heard_after:?}");
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn a_reset_through_a_session_is_heard_by_its_very_next_ping() {
+    let temp = TempTable::new("reset-now", &one_second());
+    let (address, path) = socket_address("reset-now");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(Address::parse(&address).unwrap(), None)
+        .spawn()
+        .unwrap();
+    for id in 1..=5 {
+        let worker = connect(&address, id, "w", &ConnectOptions::default()).unwrap();
+        worker.heartbeat().unwrap();
+        worker.reset(Duration::from_secs(5)).unwrap();
+        match worker.heartbeat() {
+            Err(Error::Evicted { reason, .. }) => assert_eq!(reason, Some(Reason::Cleared)),
+            other => panic!("the ping right after a reset: {other:?}"),
+        }
+    }
+    reaper.stop().unwrap();
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn a_heap_tables_next_reaper_takes_the_sessions_back() {
+    let table = Table::in_memory(&one_second()).unwrap();
+    let (address, path) = socket_address("heap-reclaim");
+    let listen = || {
+        table
+            .reaper()
+            .listen(Address::parse(&address).unwrap(), None)
+            .spawn()
+            .unwrap()
+    };
+    let reaper = listen();
+    let worker = connect(&address, 3, "w", &ConnectOptions::default()).unwrap();
+    let slot = (worker.slot(), worker.generation());
+    reaper.stop().unwrap();
+    let reaper = listen();
+    keep_pinging(&worker, Duration::from_millis(20), Duration::from_millis(2500));
+    assert_eq!((worker.slot(), worker.generation()), slot);
+    let live = table.status().unwrap().registrations;
+    assert!(live.iter().any(|r| r.instance_id == 3), "{live:?}");
+    reaper.stop().unwrap();
+    let _ = std::fs::remove_file(path);
+}

@@ -9,9 +9,9 @@
 
 use crate::table::{Table, TableMemory};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::Arc;
 use std::sync::Mutex;
 
 const RECORD_SIZE: usize = 128;

@@ -4,9 +4,9 @@
 //! runs against a real `livereg reap --listen` daemon for a few seconds;
 //! the bounds asserted are far from what the attack costs without them.
 
-mod common;
 #[path = "common/attack.rs"]
 mod attack;
+mod common;
 
 use attack::{flood, open, open_from, slowloris, Daemon, TOKEN};
 use common::{unique_name, TempTable};
@@ -56,7 +56,15 @@ fn with_token() -> ConnectOptions {
 /// A session client process (`livereg run ADDRESS -- sleep`), to be killed.
 fn victim(address: &str, instance: u64) -> std::process::Child {
     std::process::Command::new(BIN)
-        .args(["run", address, "--instance", &instance.to_string(), "--", "sleep", "600"])
+        .args([
+            "run",
+            address,
+            "--instance",
+            &instance.to_string(),
+            "--",
+            "sleep",
+            "600",
+        ])
         .env("LIVEREG_TOKEN", TOKEN)
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -100,13 +108,10 @@ fn until_registered(table: &livereg::Table, instance: u64) {
 
 #[test]
 fn a_flood_of_garbage_costs_bounded_memory_and_a_killed_session_is_still_seen_at_once() {
-    for (tag, address, _socket) in [
-        ("flood-tcp", tcp_address(), None),
-        {
-            let (address, socket) = unix_address("flood-unix");
-            ("flood-unix", address, Some(socket))
-        },
-    ] {
+    for (tag, address, _socket) in [("flood-tcp", tcp_address(), None), {
+        let (address, socket) = unix_address("flood-unix");
+        ("flood-unix", address, Some(socket))
+    }] {
         let temp = table(tag, 16);
         let daemon = Daemon::start(BIN, &temp.name, &[&address]);
         let live = connect(&address, 1, "live", &with_token()).unwrap();
@@ -126,7 +131,10 @@ fn a_flood_of_garbage_costs_bounded_memory_and_a_killed_session_is_still_seen_at
         let peak = daemon.peak_rss();
         let written = flooding.work.load(std::sync::atomic::Ordering::Relaxed);
         drop(flooding);
-        assert!(written > 50 << 20, "{tag}: the flood wrote only {written} bytes");
+        assert!(
+            written > 50 << 20,
+            "{tag}: the flood wrote only {written} bytes"
+        );
         assert!(line.contains("disconnected"), "{tag}: {line}");
         assert!(latency < Duration::from_secs(1), "{tag}: {latency:?}");
         assert!(
@@ -141,7 +149,12 @@ fn a_flood_of_garbage_costs_bounded_memory_and_a_killed_session_is_still_seen_at
 fn idle_connections_by_the_hundred_never_keep_a_hello_out() {
     for (tag, address, _socket, first) in [
         ("loris-tcp", tcp_address(), None, &b""[..]),
-        ("loris-tcp-half", tcp_address(), None, &b"\0\0\0\x40\x01"[..]),
+        (
+            "loris-tcp-half",
+            tcp_address(),
+            None,
+            &b"\0\0\0\x40\x01"[..],
+        ),
         {
             let (address, socket) = unix_address("loris-unix");
             ("loris-unix", address, Some(socket), &b""[..])
@@ -160,7 +173,10 @@ fn idle_connections_by_the_hundred_never_keep_a_hello_out() {
         }
         let opened = holding.work.load(std::sync::atomic::Ordering::Relaxed);
         drop(holding);
-        assert!(opened > 200, "{tag}: the attack opened {opened} connections");
+        assert!(
+            opened > 200,
+            "{tag}: the attack opened {opened} connections"
+        );
         drop(daemon);
     }
 }
@@ -196,7 +212,10 @@ fn what_a_peer_causes_is_logged_at_most_once_a_second() {
     std::thread::sleep(Duration::from_millis(200));
     let log = daemon.log();
     assert!(attempts > 1000, "{attempts}");
-    let refusals = log.lines().filter(|l| l.contains("refused a session")).count();
+    let refusals = log
+        .lines()
+        .filter(|l| l.contains("refused a session"))
+        .count();
     assert!(
         (1..=5).contains(&refusals),
         "{refusals} refusal lines for {attempts} attempts:\n{log}"
@@ -257,7 +276,11 @@ fn wrong_tokens_from_one_source_are_slowed_while_other_sources_get_in() {
         let mut answer = vec![0u8; 512];
         let n = conn.read(&mut answer).unwrap_or(0);
         match Frame::decode(&answer[..n]) {
-            Ok(Some((Frame::Refused { code, .. }, _))) if code == Error::Permission(String::new()).code() as u8 => looked_at += 1,
+            Ok(Some((Frame::Refused { code, .. }, _)))
+                if code == Error::Permission(String::new()).code() as u8 =>
+            {
+                looked_at += 1
+            }
             Ok(Some((Frame::Refused { .. }, _))) => slowed += 1,
             other => panic!("{other:?}"),
         }
@@ -317,23 +340,31 @@ fn a_unix_socket_is_never_reachable_with_a_wider_mode_than_its_own() {
     let path = socket.0.clone();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = {
-        let (seen, stop, path) = (seen.clone(), stop.clone(), path.clone());
-        std::thread::spawn(move || {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(metadata) = std::fs::symlink_metadata(&path) {
-                    seen.lock().unwrap().insert(metadata.permissions().mode() & 0o777);
+    // Two watchers, each stat()ing the path in a loop: the window the
+    // socket had before its chmod is microseconds wide.
+    let watchers: Vec<_> = (0..2)
+        .map(|_| {
+            let (seen, stop, path) = (seen.clone(), stop.clone(), path.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(metadata) = std::fs::symlink_metadata(&path) {
+                        seen.lock()
+                            .unwrap()
+                            .insert(metadata.permissions().mode() & 0o777);
+                    }
                 }
-            }
+            })
         })
-    };
-    for _ in 0..15 {
+        .collect();
+    for _ in 0..40 {
         let daemon = Daemon::start_with(BIN, &temp.name, &[&address], "umask 000;");
         drop(daemon);
         let _ = std::fs::remove_file(&path);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    watcher.join().unwrap();
+    for watcher in watchers {
+        watcher.join().unwrap();
+    }
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![0o660]);
 }

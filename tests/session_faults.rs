@@ -4,9 +4,9 @@
 //! table's reaper replaced. Nobody alive is lost; whoever is cut off hears
 //! so within a few timeouts.
 
-mod common;
 #[path = "common/attack.rs"]
 mod attack;
+mod common;
 
 use attack::{Daemon, TOKEN};
 use common::{unique_name, TempTable};
@@ -62,7 +62,9 @@ fn a_reaper_stopped_for_twice_the_timeout_then_resumed_evicts_no_session() {
     let pinger = |how_long| {
         for _ in 0..(how_long / 50) {
             for worker in &workers {
-                worker.heartbeat().expect("pings never fail while the reaper is away");
+                worker
+                    .heartbeat()
+                    .expect("pings never fail while the reaper is away");
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -83,14 +85,20 @@ fn a_reaper_restarted_within_the_timeout_loses_no_session() {
     let (address, path) = socket_address("short-restart");
     let daemon = Daemon::start(BIN, &temp.name, &[&address]);
     let worker = connect(&address, 7, "w", &with_token()).unwrap();
-    keep_pinging(&worker, Duration::from_millis(333), Duration::from_millis(700));
+    keep_pinging(
+        &worker,
+        Duration::from_millis(333),
+        Duration::from_millis(700),
+    );
     drop(daemon);
     let (worker_ref, stop) = (&worker, AtomicBool::new(false));
     let stop = &stop;
     std::thread::scope(|scope| {
         scope.spawn(move || {
             while !stop.load(Relaxed) {
-                worker_ref.heartbeat().expect("pings go on through the restart");
+                worker_ref
+                    .heartbeat()
+                    .expect("pings go on through the restart");
                 std::thread::sleep(Duration::from_millis(333));
             }
         });
@@ -120,7 +128,10 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = format!("tcp://{}", listener.local_addr().unwrap());
         let epoch = Arc::new(AtomicU64::new(0));
-        let (target, epochs) = (target.trim_start_matches("tcp://").to_owned(), epoch.clone());
+        let (target, epochs) = (
+            target.trim_start_matches("tcp://").to_owned(),
+            epoch.clone(),
+        );
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 let Ok(server) = TcpStream::connect(&target) else {
@@ -189,7 +200,11 @@ fn a_black_holed_path_is_heard_by_the_client_within_a_few_timeouts() {
         .unwrap();
     let proxy = Proxy::to(&listener);
     let worker = connect(&proxy.address, 11, "w", &with_token()).unwrap();
-    keep_pinging(&worker, Duration::from_millis(20), Duration::from_millis(500));
+    keep_pinging(
+        &worker,
+        Duration::from_millis(20),
+        Duration::from_millis(500),
+    );
     let frozen = Instant::now();
     proxy.freeze();
     let told = loop {
@@ -253,7 +268,11 @@ fn a_heap_tables_next_reaper_takes_the_sessions_back() {
     let slot = (worker.slot(), worker.generation());
     reaper.stop().unwrap();
     let reaper = listen();
-    keep_pinging(&worker, Duration::from_millis(20), Duration::from_millis(2500));
+    keep_pinging(
+        &worker,
+        Duration::from_millis(20),
+        Duration::from_millis(2500),
+    );
     assert_eq!((worker.slot(), worker.generation()), slot);
     let live = table.status().unwrap().registrations;
     assert!(live.iter().any(|r| r.instance_id == 3), "{live:?}");

@@ -271,7 +271,10 @@ impl Drop for Attack {
     }
 }
 
-fn attack(threads: usize, body: impl Fn(&AtomicBool, &AtomicU64) + Send + Sync + 'static) -> Attack {
+fn attack(
+    threads: usize,
+    body: impl Fn(&AtomicBool, &AtomicU64) + Send + Sync + 'static,
+) -> Attack {
     let stop = Arc::new(AtomicBool::new(false));
     let work = Arc::new(AtomicU64::new(0));
     let body = Arc::new(body);

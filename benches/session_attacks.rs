@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_livereg");
 
+/// Starts an attack on an address (or none, for the baseline).
+type StartAttack = fn(&str) -> Option<Attack>;
+
 struct Figures {
     peak_rss_mb: f64,
     cpu_percent: f64,
@@ -32,7 +35,7 @@ fn main() {
     } else {
         20
     };
-    let scenarios: [(&str, fn(&str) -> Option<Attack>); 3] = [
+    let scenarios: [(&str, StartAttack); 3] = [
         ("no attack (baseline)", |_| None),
         ("4 connections flooding zeros", |a| Some(flood(a, 4))),
         ("1,000 idle connections (slow-loris)", |a| {
@@ -63,7 +66,7 @@ fn main() {
     }
 }
 
-fn measure(start: fn(&str) -> Option<Attack>, kills: usize) -> Figures {
+fn measure(start: StartAttack, kills: usize) -> Figures {
     let name = format!(
         "livereg-bench-attacks-{}-{}",
         std::process::id(),

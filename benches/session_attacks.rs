@@ -9,7 +9,7 @@
 #[path = "../tests/common/attack.rs"]
 mod attack;
 
-use attack::{flood, slowloris, Attack, Daemon, TOKEN};
+use attack::{flood, slowloris, victim, Attack, Daemon, TOKEN};
 use livereg::{connect, ConnectOptions, Table, TableOptions};
 use std::time::{Duration, Instant};
 
@@ -107,20 +107,7 @@ fn measure(start: StartAttack, kills: usize) -> Figures {
     let mut kill_to_drop = Vec::new();
     for k in 0..kills {
         let instance = 1000 + k as u64;
-        let mut victim = std::process::Command::new(BIN)
-            .args([
-                "run",
-                &address,
-                "--instance",
-                &instance.to_string(),
-                "--",
-                "sleep",
-                "600",
-            ])
-            .env("LIVEREG_TOKEN", TOKEN)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut victim = victim(BIN, &address, instance);
         let table = Table::open(&name).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while !table

@@ -8,7 +8,7 @@
 mod attack;
 mod common;
 
-use attack::{flood, open, open_from, slowloris, Daemon, TOKEN};
+use attack::{flood, open, open_from, slowloris, victim, Daemon, TOKEN};
 use common::{unique_name, TempTable};
 use livereg::wire::{Frame, VERSION};
 use livereg::{connect, ConnectOptions, Error, TableOptions};
@@ -53,22 +53,18 @@ fn with_token() -> ConnectOptions {
     }
 }
 
-/// A session client process (`livereg run ADDRESS -- sleep`), to be killed.
-fn victim(address: &str, instance: u64) -> std::process::Child {
-    std::process::Command::new(BIN)
-        .args([
-            "run",
-            address,
-            "--instance",
-            &instance.to_string(),
-            "--",
-            "sleep",
-            "600",
-        ])
-        .env("LIVEREG_TOKEN", TOKEN)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
+/// A `Hello` with a wrong token, encoded.
+fn guess() -> Vec<u8> {
+    Frame::Hello {
+        version: VERSION,
+        instance_id: 1,
+        pid: 1,
+        token: b"guess".to_vec(),
+        label: String::new(),
+        host: String::new(),
+        reclaim: None,
+    }
+    .encode()
 }
 
 /// Waits until the daemon's hook wrote a line for `instance`; how long.
@@ -115,7 +111,7 @@ fn a_flood_of_garbage_costs_bounded_memory_and_a_killed_session_is_still_seen_at
         let temp = table(tag, 16);
         let daemon = Daemon::start(BIN, &temp.name, &[&address]);
         let live = connect(&address, 1, "live", &with_token()).unwrap();
-        let mut killed = victim(&address, 2);
+        let mut killed = victim(BIN, &address, 2);
         until_registered(&temp.table, 2);
         let rss_before = daemon.rss();
         let flooding = flood(&address, 4);
@@ -186,16 +182,7 @@ fn what_a_peer_causes_is_logged_at_most_once_a_second() {
     let temp = table("log-flood", 8);
     let address = tcp_address();
     let daemon = Daemon::start(BIN, &temp.name, &[&address]);
-    let wrong = Frame::Hello {
-        version: VERSION,
-        instance_id: 1,
-        pid: 1,
-        token: b"guess".to_vec(),
-        label: String::new(),
-        host: String::new(),
-        reclaim: None,
-    }
-    .encode();
+    let wrong = guess();
     let started = Instant::now();
     let mut attempts = 0;
     while started.elapsed() < Duration::from_secs(3) {
@@ -255,16 +242,7 @@ fn wrong_tokens_from_one_source_are_slowed_while_other_sources_get_in() {
     let temp = table("guessing", 8);
     let address = tcp_address();
     let _daemon = Daemon::start(BIN, &temp.name, &[&address]);
-    let guess = Frame::Hello {
-        version: VERSION,
-        instance_id: 1,
-        pid: 1,
-        token: b"guess".to_vec(),
-        label: String::new(),
-        host: String::new(),
-        reclaim: None,
-    }
-    .encode();
+    let guess = guess();
     let (mut looked_at, mut slowed) = (0, 0);
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(2) {

@@ -255,6 +255,25 @@ fn socket_from(from: &str) -> Option<i32> {
     }
 }
 
+/// A session client process of `bin` (`livereg run ADDRESS -- sleep`)
+/// registered as `instance`, to be killed.
+pub fn victim(bin: &str, address: &str, instance: u64) -> Child {
+    Command::new(bin)
+        .args([
+            "run",
+            address,
+            "--instance",
+            &instance.to_string(),
+            "--",
+            "sleep",
+            "600",
+        ])
+        .env("LIVEREG_TOKEN", TOKEN)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// Attackers running until dropped; `work` counts what they did.
 pub struct Attack {
     stop: Arc<AtomicBool>,

@@ -3,8 +3,8 @@
 //! and CPU, legitimate hellos welcomed within 2 s, and SIGKILL of a session
 //! client → its drop (the `--on-drop` hook's line). Attacks: 4 connections
 //! flooding 1 MiB writes of zeros, 1,000 idle connections reopened as soon
-//! as closed. `cargo bench --bench session_attacks` (`-- --quick`: fewer
-//! kills).
+//! as closed. `cargo bench --bench session_attacks` (`-- --quick` or
+//! `LIVEREG_BENCH_QUICK=1`: fewer kills).
 
 #[path = "../tests/common/attack.rs"]
 mod attack;
@@ -30,11 +30,9 @@ struct Figures {
 
 fn main() {
     raise_descriptor_limit();
-    let kills = if std::env::args().any(|a| a == "--quick") {
-        5
-    } else {
-        20
-    };
+    let quick = std::env::args().any(|a| a == "--quick")
+        || std::env::var_os("LIVEREG_BENCH_QUICK").is_some();
+    let kills = if quick { 5 } else { 20 };
     let scenarios: [(&str, StartAttack); 3] = [
         ("no attack (baseline)", |_| None),
         ("4 connections flooding zeros", |a| Some(flood(a, 4))),

@@ -433,7 +433,8 @@ def main():
     open(drops_path, "w").close()
     # The hook is the drop; one in ten is slow (instances ending in 7), and
     # must delay nobody else's.
-    hook = (f'echo "$LIVEREG_INSTANCE_ID $LIVEREG_REASON $LIVEREG_PID $LIVEREG_SLOT $LIVEREG_GENERATION $(date +%s.%N)'
+    # A session's pid is its client's claim: LIVEREG_CLAIMED_PID.
+    hook = (f'echo "$LIVEREG_INSTANCE_ID $LIVEREG_REASON ${{LIVEREG_PID:-$LIVEREG_CLAIMED_PID}} $LIVEREG_SLOT $LIVEREG_GENERATION $(date +%s.%N)'
             f' $LIVEREG_SILENT_SECONDS"'
             f' >> {drops_path}; case $LIVEREG_INSTANCE_ID in *7) sleep 1;; esac')
     offsets = time_namespaces()

@@ -5,13 +5,18 @@
 #   PREFIX/lib/pkgconfig/livereg.pc
 # after which `pkg-config --cflags --libs livereg` is all a C build needs
 # (with PKG_CONFIG_PATH=PREFIX/lib/pkgconfig if PREFIX is not a system one).
+# LIVEREG_FEATURES=tls builds it with tls:// sessions (rustls; not by default).
 set -euo pipefail
 prefix=${1:?usage: ffi/install.sh PREFIX}
 mkdir -p "$prefix"
 prefix=$(cd "$prefix" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p livereg-ffi
+features=()
+if [ -n "${LIVEREG_FEATURES:-}" ]; then
+  features=(--features "$LIVEREG_FEATURES")
+fi
+cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p livereg-ffi "${features[@]}"
 target=${CARGO_TARGET_DIR:-$root/target}
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/ffi/Cargo.toml" | head -1)
 

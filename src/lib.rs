@@ -103,7 +103,7 @@ pub use reaper_thread::ReaperThread;
 #[cfg(not(loom))]
 pub use session::{
     connect, remote_clear, remote_reset, remote_status, wire, Address, ConnectOptions, TlsClient,
-    TlsServer, DEFAULT_CONNECT_TIMEOUT,
+    TlsServer, DEFAULT_CONNECT_TIMEOUT, TLS_BUILT_IN,
 };
 #[cfg(not(loom))]
 pub use status::{ExitDetection, RegistrationState, RegistrationStatus, RemoteStatus, Status};

@@ -628,3 +628,46 @@ fn a_session_that_went_idle_while_its_reaper_was_away_is_idle_after_the_reclaim(
     assert!(!row.busy, "{row:?}");
     reaper.stop().unwrap();
 }
+
+/// A build without the `tls` feature still takes a `tls://` address, and
+/// answers it in one line saying how to get a build with TLS.
+#[cfg(not(feature = "tls"))]
+#[test]
+fn without_the_tls_feature_a_tls_address_says_how_to_get_it() {
+    let temp = TempTable::new("no-tls", &long_options());
+    let certificate = livereg::TlsServer {
+        cert: "/nonexistent/cert.pem".into(),
+        key: "/nonexistent/key.pem".into(),
+        client_ca: None,
+    };
+    let refused = temp
+        .table
+        .reaper()
+        .listen(
+            Address::parse("tls://127.0.0.1:0").unwrap(),
+            Some(b"t".to_vec()),
+        )
+        .tls(certificate)
+        .spawn()
+        .map(drop)
+        .unwrap_err();
+    let options = ConnectOptions {
+        tls: Some(livereg::TlsClient {
+            ca: "/nonexistent/ca.pem".into(),
+            ..livereg::TlsClient::default()
+        }),
+        ..ConnectOptions::default()
+    };
+    let refused_too = connect("tls://127.0.0.1:1", 1, "w", &options)
+        .map(drop)
+        .unwrap_err();
+    for error in [refused, refused_too] {
+        let line = error.to_string();
+        assert!(matches!(error, Error::InvalidArgument(_)), "{line}");
+        assert!(
+            line.contains("--features tls") && !line.contains('\n'),
+            "{line}"
+        );
+    }
+    const { assert!(!livereg::TLS_BUILT_IN) };
+}

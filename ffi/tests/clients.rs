@@ -3,6 +3,7 @@
 //! the example engines, which must register again after a clear and after a
 //! reaper restart.
 
+#[cfg(feature = "tls")]
 #[path = "../../tests/common/certs.rs"]
 mod certs;
 #[path = "../../tests/common/container.rs"]
@@ -26,9 +27,16 @@ fn root() -> PathBuf {
 fn prefix() -> &'static Path {
     static PREFIX: OnceLock<PathBuf> = OnceLock::new();
     PREFIX.get_or_init(|| {
-        let prefix = root().join("target").join("ffi-test-prefix");
+        // A build with the tls feature is installed apart, built with it.
+        let (name, features) = if cfg!(feature = "tls") {
+            ("ffi-test-prefix-tls", "tls")
+        } else {
+            ("ffi-test-prefix", "")
+        };
+        let prefix = root().join("target").join(name);
         let output = Command::new(root().join("ffi/install.sh"))
             .arg(&prefix)
+            .env("LIVEREG_FEATURES", features)
             .output()
             .unwrap();
         assert!(
@@ -434,6 +442,7 @@ fn session_client() -> &'static Path {
     })
 }
 
+#[cfg(feature = "tls")]
 /// A `tls://` listener for the test certificates on a free loopback port:
 /// its address, and the reaper serving it with `token`, requiring client
 /// certificates of the test CA if `client_ca`, its drops sent to `events`.
@@ -473,6 +482,7 @@ fn tls_reaper(
 
 /// A client started with its output piped, once it said its first line
 /// (returned beside it).
+#[cfg(feature = "tls")]
 fn first_line(mut command: Command) -> (std::process::Child, String) {
     let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
@@ -484,6 +494,7 @@ fn first_line(mut command: Command) -> (std::process::Child, String) {
     (child, line.trim_end().to_owned())
 }
 
+#[cfg(feature = "tls")]
 /// A C engine verifies a tls:// listener against the CA in its options
 /// (`tls_ca_file`): with the right CA it registers, and its SIGKILL is
 /// seen at once; with another CA it is refused in one line.
@@ -527,6 +538,7 @@ fn a_c_engine_reaches_a_tls_listener_with_its_ca_and_is_refused_with_another() {
     reaper.stop().unwrap();
 }
 
+#[cfg(feature = "tls")]
 /// With client certificates required (and no token), a C engine presenting
 /// its own (`tls_cert_file`, `tls_key_file`) registers; one without is
 /// refused in one line and registers nothing.

@@ -5,12 +5,11 @@
 
 use super::address::Address;
 use super::stream::{send, Inbox, Received, Stream};
-use super::tls::TlsClient;
+use super::tls::{self, TlsClient};
 use super::wire::{Frame, Reclaim, VERSION};
 use crate::error::{Error, Result};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A connection that said hello and was welcomed.
@@ -28,7 +27,7 @@ pub(crate) struct Dialed {
 pub(crate) struct Hello {
     pub address: Address,
     /// The client's TLS configuration, for a `tls://` address.
-    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub tls: Option<tls::ClientConfig>,
     pub instance_id: u64,
     pub label: String,
     pub token: Vec<u8>,
@@ -111,7 +110,7 @@ impl Hello {
                     )))
                 }
                 Err(e) if matches!(self.address, Address::Tls(_)) => {
-                    // rustls: an alert from the listener (a client
+                    // TLS: an alert from the listener (a client
                     // certificate it refused), or a record that is not TLS.
                     return Err(Error::Permission(format!(
                         "session {}: TLS handshake failed: {e}",
@@ -179,9 +178,9 @@ pub(crate) fn is_frame_error(e: &std::io::Error) -> bool {
 pub(crate) fn tls_for(
     address: &Address,
     tls: Option<&TlsClient>,
-) -> Result<Option<Arc<rustls::ClientConfig>>> {
+) -> Result<Option<tls::ClientConfig>> {
     match (address, tls) {
-        (Address::Tls(_), Some(tls)) => Ok(Some(super::tls::client_config(tls)?)),
+        (Address::Tls(_), Some(config)) => Ok(Some(tls::client_config(config)?)),
         (Address::Tls(_), None) => Err(Error::InvalidArgument(format!(
             "session {address}: a tls:// address needs the CA that signed the listener's certificate (tls_ca), found none"
         ))),
@@ -196,7 +195,7 @@ pub(crate) fn tls_for(
 pub(crate) fn open(
     address: &Address,
     timeout: Duration,
-    tls: Option<&Arc<rustls::ClientConfig>>,
+    tls: Option<&tls::ClientConfig>,
 ) -> Result<Stream> {
     let io = |e: std::io::Error| Error::Io {
         context: format!("session {address}: connect"),
@@ -206,16 +205,11 @@ pub(crate) fn open(
         Address::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).map_err(io)?)),
         Address::Tcp(endpoint) => Ok(Stream::Tcp(dial_tcp(endpoint, timeout).map_err(io)?)),
         Address::Tls(endpoint) => {
-            let config = tls.cloned().ok_or_else(|| {
+            let config = tls.ok_or_else(|| {
                 Error::InvalidArgument(format!("session {address}: no TLS configuration"))
             })?;
-            let name = super::tls::server_name(endpoint)?;
-            let connection = rustls::ClientConnection::new(config, name)
-                .map_err(|e| Error::InvalidArgument(format!("session {address}: TLS: {e}")))?;
             let socket = dial_tcp(endpoint, timeout).map_err(io)?;
-            Ok(Stream::TlsClient(Box::new(rustls::StreamOwned::new(
-                connection, socket,
-            ))))
+            tls::connect(config, endpoint, socket)
         }
     }
 }
@@ -286,7 +280,7 @@ fn host_name() -> String {
 /// and waits up to `wait` for the reaper to carry it out.
 pub(crate) fn request_clear(
     address: &Address,
-    tls: Option<&Arc<rustls::ClientConfig>>,
+    tls: Option<&tls::ClientConfig>,
     token: &[u8],
     timeout: Duration,
     reset: bool,
@@ -316,7 +310,7 @@ pub(crate) fn unexpected(address: &Address, expected: &str, found: &Frame) -> Er
 /// `timeout` plus `longer` for the answer.
 pub(crate) fn exchange(
     address: &Address,
-    tls: Option<&Arc<rustls::ClientConfig>>,
+    tls: Option<&tls::ClientConfig>,
     timeout: Duration,
     frame: &Frame,
     longer: Duration,

@@ -6,7 +6,7 @@ use super::held::Held;
 use super::penalties::{Penalties, Source};
 use super::served::{Gate, Next, Served};
 use super::stream::Stream;
-use super::tls::TlsServer;
+use super::tls::{self, TlsServer};
 use super::wire::heard_interval;
 use crate::error::{Error, Result};
 use crate::event::Reason;
@@ -114,7 +114,7 @@ impl Listener {
             )));
         }
         let tls = match (&address, &config.tls) {
-            (Address::Tls(_), Some(tls)) => Some(super::tls::server_config(tls)?),
+            (Address::Tls(_), Some(config)) => Some(tls::server_config(config)?),
             (Address::Tls(_), None) => {
                 return Err(Error::InvalidArgument(format!(
                     "listener {address}: a tls:// listener needs a certificate and key (--tls-cert, --tls-key), found none"
@@ -214,11 +214,11 @@ const FIRST_CONNECTION: u64 = 2;
 /// server configuration).
 enum Acceptor {
     Unix(UnixListener),
-    Tcp(TcpListener, Option<Arc<rustls::ServerConfig>>),
+    Tcp(TcpListener, Option<tls::ServerConfig>),
 }
 
 impl Acceptor {
-    fn bind(config: &ListenConfig, tls: Option<Arc<rustls::ServerConfig>>) -> Result<Acceptor> {
+    fn bind(config: &ListenConfig, tls: Option<tls::ServerConfig>) -> Result<Acceptor> {
         let address = &config.address;
         let io = |step: &str, e: std::io::Error| Error::Io {
             context: format!("listener {address}: {step}"),
@@ -265,16 +265,13 @@ impl Acceptor {
                     Source::Ip(peer.ip()),
                 ))
             }
-            Acceptor::Tcp(l, Some(tls)) => {
+            Acceptor::Tcp(l, Some(config)) => {
                 let (stream, peer) = l.accept()?;
                 let _ = stream.set_nodelay(true);
                 // The handshake runs as the client's bytes arrive (the
                 // stream is non-blocking), within the greeting deadline.
-                let connection = rustls::ServerConnection::new(tls.clone())
-                    .map_err(|e| std::io::Error::other(e.to_string()))?;
-                let stream = rustls::StreamOwned::new(connection, stream);
                 Ok((
-                    Stream::TlsServer(Box::new(stream)),
+                    tls::accept(config, stream)?,
                     format!("tls {peer}"),
                     Source::Ip(peer.ip()),
                 ))

@@ -20,4 +20,4 @@ pub use address::Address;
 pub use client::{
     connect, remote_clear, remote_reset, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT,
 };
-pub use tls::{TlsClient, TlsServer};
+pub use tls::{TlsClient, TlsServer, TLS_BUILT_IN};

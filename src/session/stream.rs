@@ -12,7 +12,9 @@ use std::os::unix::net::UnixStream;
 pub(crate) enum Stream {
     Unix(UnixStream),
     Tcp(TcpStream),
+    #[cfg(feature = "tls")]
     TlsServer(Box<rustls::StreamOwned<rustls::ServerConnection, TcpStream>>),
+    #[cfg(feature = "tls")]
     TlsClient(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
 }
 
@@ -27,7 +29,9 @@ impl Stream {
         match self {
             Stream::Unix(s) => Socket::Unix(s),
             Stream::Tcp(s) => Socket::Tcp(s),
+            #[cfg(feature = "tls")]
             Stream::TlsServer(s) => Socket::Tcp(&s.sock),
+            #[cfg(feature = "tls")]
             Stream::TlsClient(s) => Socket::Tcp(&s.sock),
         }
     }
@@ -73,7 +77,9 @@ impl Read for Stream {
         match self {
             Stream::Unix(s) => s.read(buf),
             Stream::Tcp(s) => s.read(buf),
+            #[cfg(feature = "tls")]
             Stream::TlsServer(s) => s.read(buf),
+            #[cfg(feature = "tls")]
             Stream::TlsClient(s) => s.read(buf),
         }
     }
@@ -84,7 +90,9 @@ impl Write for Stream {
         match self {
             Stream::Unix(s) => s.write(buf),
             Stream::Tcp(s) => s.write(buf),
+            #[cfg(feature = "tls")]
             Stream::TlsServer(s) => s.write(buf),
+            #[cfg(feature = "tls")]
             Stream::TlsClient(s) => s.write(buf),
         }
     }
@@ -93,7 +101,9 @@ impl Write for Stream {
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Stream::Unix(_) | Stream::Tcp(_) => Ok(()),
+            #[cfg(feature = "tls")]
             Stream::TlsServer(s) => s.flush(),
+            #[cfg(feature = "tls")]
             Stream::TlsClient(s) => s.flush(),
         }
     }

@@ -1,41 +1,20 @@
-//! TLS on sessions (`tls://HOST:PORT`): rustls with the ring provider (built
-//! by `cc`: no cmake, no OpenSSL). The listener presents a certificate and
-//! may require client certificates; a client verifies the listener against
-//! a CA it is given (there is no fallback to plaintext, and no system trust
-//! store: a session's CA is always named). TLS lives in the listener and in
-//! the client's sender thread; a ping never touches it.
+//! TLS with rustls and the ring provider (built by `cc`: no cmake, no
+//! OpenSSL), in builds with the `tls` feature.
 
+use super::{TlsClient, TlsServer};
 use crate::error::{Error, Result};
+use crate::session::stream::Stream;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use std::path::{Path, PathBuf};
+use std::net::TcpStream;
+use std::path::Path;
 use std::sync::Arc;
 
-/// A listener's TLS: its certificate chain and key (PEM files), and, to
-/// require client certificates, the CA they must chain to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsServer {
-    /// The listener's certificate chain (PEM).
-    pub cert: PathBuf,
-    /// Its private key (PEM).
-    pub key: PathBuf,
-    /// If given, every client must present a certificate chaining to this
-    /// CA (PEM); it may then connect without a token.
-    pub client_ca: Option<PathBuf>,
-}
+/// A listener's TLS, ready to accept with.
+pub(crate) type ServerConfig = Arc<rustls::ServerConfig>;
 
-/// A client's TLS: the CA the listener's certificate must chain to, and
-/// optionally its own certificate and key (for a listener that requires
-/// them).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TlsClient {
-    /// The CA (PEM) the listener's certificate must chain to.
-    pub ca: PathBuf,
-    /// This client's certificate chain (PEM), with `key`.
-    pub cert: Option<PathBuf>,
-    /// This client's private key (PEM).
-    pub key: Option<PathBuf>,
-}
+/// A client's TLS, ready to connect with.
+pub(crate) type ClientConfig = Arc<rustls::ClientConfig>;
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -80,7 +59,7 @@ fn refused(what: &str, e: rustls::Error) -> Error {
 /// # Errors
 ///
 /// [`Error::InvalidArgument`] naming the file that cannot be read or used.
-pub(crate) fn server_config(tls: &TlsServer) -> Result<Arc<rustls::ServerConfig>> {
+pub(crate) fn server_config(tls: &TlsServer) -> Result<ServerConfig> {
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| refused("protocol versions", e))?;
@@ -120,7 +99,7 @@ pub(crate) fn server_config(tls: &TlsServer) -> Result<Arc<rustls::ServerConfig>
 ///
 /// [`Error::InvalidArgument`] naming the file that cannot be read or used,
 /// or a certificate given without its key.
-pub(crate) fn client_config(tls: &TlsClient) -> Result<Arc<rustls::ClientConfig>> {
+pub(crate) fn client_config(tls: &TlsClient) -> Result<ClientConfig> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| refused("protocol versions", e))?
@@ -139,9 +118,40 @@ pub(crate) fn client_config(tls: &TlsClient) -> Result<Arc<rustls::ClientConfig>
     Ok(Arc::new(config))
 }
 
+/// The server end of a connection just accepted: the handshake runs as the
+/// client's bytes arrive (the stream is non-blocking).
+///
+/// # Errors
+///
+/// rustls could not start a connection.
+pub(crate) fn accept(config: &ServerConfig, socket: TcpStream) -> std::io::Result<Stream> {
+    let connection = rustls::ServerConnection::new(config.clone())
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(Stream::TlsServer(Box::new(rustls::StreamOwned::new(
+        connection, socket,
+    ))))
+}
+
+/// The client end over `socket` to the listener at `endpoint` (whose
+/// certificate must name its host); the handshake runs with the first
+/// write.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`]: the host is no server name, or rustls could
+/// not start a connection.
+pub(crate) fn connect(config: &ClientConfig, endpoint: &str, socket: TcpStream) -> Result<Stream> {
+    let name = server_name(endpoint)?;
+    let connection = rustls::ClientConnection::new(config.clone(), name)
+        .map_err(|e| Error::InvalidArgument(format!("tls://{endpoint}: TLS: {e}")))?;
+    Ok(Stream::TlsClient(Box::new(rustls::StreamOwned::new(
+        connection, socket,
+    ))))
+}
+
 /// The name a listener's certificate must carry: the host of `HOST:PORT`
 /// (a DNS name or an IP address; brackets of IPv6 removed).
-pub(crate) fn server_name(endpoint: &str) -> Result<ServerName<'static>> {
+fn server_name(endpoint: &str) -> Result<ServerName<'static>> {
     let host = endpoint
         .rsplit_once(':')
         .map_or(endpoint, |(host, _)| host)

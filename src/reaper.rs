@@ -18,7 +18,7 @@ use crate::os::lock;
 use crate::protocol::{self, Beat, Gone, CLAIMING, FREE, LIVE};
 use crate::session::held::Held;
 use crate::session::listener::{ListenConfig, Listener, DEFAULT_SOCKET_MODE};
-use crate::session::wire::unheard_allowance;
+use crate::session::timing::unheard_allowance;
 use crate::session::{Address, TlsServer};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::table::Table;

@@ -13,6 +13,7 @@ mod printable;
 mod sender;
 mod served;
 mod stream;
+pub(crate) mod timing;
 mod tls;
 pub mod wire;
 

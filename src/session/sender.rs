@@ -5,7 +5,8 @@
 
 use super::dial::{Dialed, Hello};
 use super::stream::{send, Received};
-use super::wire::{forward_interval, Frame};
+use super::timing::forward_interval;
+use super::wire::Frame;
 use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::error::Error;
 use crate::event::Reason;

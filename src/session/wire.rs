@@ -28,39 +28,9 @@
 
 use crate::event::Reason;
 use crate::layout::{INFO_MAX, LABEL_MAX};
-use std::time::Duration;
 
 /// The protocol version a `Hello` and a `Welcome` carry.
 pub const VERSION: u16 = 2;
-
-/// How many `Beat`s a client sends per reap timeout `T`: one every `T/8`
-/// on a fixed schedule, whether or not anything changed (a beat that says
-/// "no heartbeat for `T`" is how a listener learns that an engine loop hung
-/// while its sender lives). A listener holding 1,000 sessions at T = 1 s
-/// reads 8,000 beats a second.
-pub const FORWARDS_PER_TIMEOUT: u32 = 8;
-
-/// The time between a client's beats: `T / FORWARDS_PER_TIMEOUT`.
-pub fn forward_interval(reap_timeout: Duration) -> Duration {
-    (reap_timeout / FORWARDS_PER_TIMEOUT).max(Duration::from_millis(1))
-}
-
-/// How much longer than `T` a listener lets a session go unheard before it
-/// ends it `timeout`: a client stopped right after a beat may have pinged
-/// for one more forward interval without those pings leaving the process,
-/// plus slack for a late sender (`T/32`, at least 10 ms). So a stopped
-/// client is never evicted before `T` of real silence; with the
-/// listener's tick (`T/16`) it is evicted within `1.22 T`.
-pub fn unheard_allowance(reap_timeout: Duration) -> Duration {
-    forward_interval(reap_timeout) + (reap_timeout / 32).max(Duration::from_millis(10))
-}
-
-/// How often a listener tells a session it holds that it hears it
-/// (`Heard`): every `T/4`, so four go unanswered before a client gives its
-/// connection up after `T` of silence.
-pub fn heard_interval(reap_timeout: Duration) -> Duration {
-    (reap_timeout / 4).max(Duration::from_millis(1))
-}
 
 /// The largest frame, length prefix excluded.
 pub const MAX_FRAME: usize = 4096;
@@ -87,6 +57,50 @@ pub struct Reclaim {
     pub generation: u32,
     /// The secret of the `Welcome` that gave it.
     pub secret: u64,
+}
+
+/// Every frame type: its code on the wire and its name. Encoding and
+/// decoding both go through this one list.
+macro_rules! frame_kinds {
+    ($($kind:ident = $code:literal, $name:literal;)*) => {
+        /// A frame's type.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u8)]
+        enum Kind {
+            $($kind = $code,)*
+        }
+
+        impl Kind {
+            /// The type a code on the wire names, if any.
+            fn from_code(code: u8) -> Option<Kind> {
+                match code {
+                    $($code => Some(Kind::$kind),)*
+                    _ => None,
+                }
+            }
+
+            fn name(self) -> &'static str {
+                match self {
+                    $(Kind::$kind => $name,)*
+                }
+            }
+        }
+    };
+}
+
+frame_kinds! {
+    Hello = 1, "hello";
+    Beat = 2, "beat";
+    Bye = 3, "bye";
+    Ask = 4, "ask";
+    Clear = 5, "clear";
+    Welcome = 129, "welcome";
+    Refused = 130, "refused";
+    Ended = 131, "ended";
+    Info = 132, "info";
+    Answer = 133, "answer";
+    Done = 134, "done";
+    Heard = 135, "heard";
 }
 
 /// One frame of a session.
@@ -212,23 +226,27 @@ pub enum WireError {
 }
 
 impl Frame {
+    fn kind(&self) -> Kind {
+        match self {
+            Frame::Hello { .. } => Kind::Hello,
+            Frame::Beat { .. } => Kind::Beat,
+            Frame::Bye => Kind::Bye,
+            Frame::Ask { .. } => Kind::Ask,
+            Frame::Clear { .. } => Kind::Clear,
+            Frame::Welcome { .. } => Kind::Welcome,
+            Frame::Refused { .. } => Kind::Refused,
+            Frame::Ended { .. } => Kind::Ended,
+            Frame::Info { .. } => Kind::Info,
+            Frame::Answer { .. } => Kind::Answer,
+            Frame::Done => Kind::Done,
+            Frame::Heard => Kind::Heard,
+        }
+    }
+
     /// The frame's name, for a log line (never its contents: a `Hello`
     /// carries a token).
     pub fn name(&self) -> &'static str {
-        match self {
-            Frame::Hello { .. } => "hello",
-            Frame::Beat { .. } => "beat",
-            Frame::Bye => "bye",
-            Frame::Ask { .. } => "ask",
-            Frame::Clear { .. } => "clear",
-            Frame::Welcome { .. } => "welcome",
-            Frame::Refused { .. } => "refused",
-            Frame::Ended { .. } => "ended",
-            Frame::Info { .. } => "info",
-            Frame::Answer { .. } => "answer",
-            Frame::Done => "done",
-            Frame::Heard => "heard",
-        }
+        self.kind().name()
     }
 
     /// The frame's bytes, length prefix included.
@@ -239,6 +257,7 @@ impl Frame {
     /// crate from values it checked.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Writer(Vec::with_capacity(64));
+        out.u8(self.kind() as u8);
         match self {
             Frame::Hello {
                 version,
@@ -249,7 +268,6 @@ impl Frame {
                 host,
                 reclaim,
             } => {
-                out.u8(1);
                 out.u16(*version);
                 out.u64(*instance_id);
                 out.u32(*pid);
@@ -272,19 +290,17 @@ impl Frame {
                 busy,
                 steps,
             } => {
-                out.u8(2);
                 out.u64(*heartbeats);
                 out.u64(*since_ping_us);
                 out.u8(u8::from(*busy));
                 out.u64(*steps);
             }
-            Frame::Bye => out.u8(3),
+            Frame::Bye | Frame::Done | Frame::Heard => {}
             Frame::Ask {
                 version,
                 token,
                 instance_id,
             } => {
-                out.u8(4);
                 out.u16(*version);
                 out.bytes16(token, TOKEN_MAX);
                 out.u64(*instance_id);
@@ -295,7 +311,6 @@ impl Frame {
                 reset,
                 wait_ms,
             } => {
-                out.u8(5);
                 out.u16(*version);
                 out.bytes16(token, TOKEN_MAX);
                 out.u8(u8::from(*reset));
@@ -309,7 +324,6 @@ impl Frame {
                 reap_timeout_ms,
                 boot_token,
             } => {
-                out.u8(129);
                 out.u16(*version);
                 out.u32(*slot);
                 out.u32(*generation);
@@ -318,24 +332,18 @@ impl Frame {
                 out.u64(*boot_token);
             }
             Frame::Refused { code, message } => {
-                out.u8(130);
                 out.u8(*code);
                 out.bytes16(message.as_bytes(), MESSAGE_MAX);
             }
             Frame::Ended { reason } => {
-                out.u8(131);
                 out.u8(*reason as u8);
             }
             Frame::Info { bytes } => {
-                out.u8(132);
                 out.bytes16(bytes, INFO_MAX);
             }
             Frame::Answer { json } => {
-                out.u8(133);
                 out.bytes16(json.as_bytes(), ANSWER_MAX);
             }
-            Frame::Done => out.u8(134),
-            Frame::Heard => out.u8(135),
         }
         let body = out.0;
         let mut framed = Vec::with_capacity(body.len() + 4);
@@ -361,10 +369,12 @@ impl Frame {
         let Some(body) = buffer.get(4..4 + length as usize) else {
             return Ok(None);
         };
-        let (kind, payload) = (body[0], &body[1..]);
+        let (code, payload) = (body[0], &body[1..]);
+        let kind = Kind::from_code(code).ok_or(WireError::Type(code))?;
+        let name = kind.name();
         let frame = match kind {
-            1 => whole("hello", payload, hello)?,
-            2 => whole("beat", payload, |input| {
+            Kind::Hello => whole(name, payload, hello)?,
+            Kind::Beat => whole(name, payload, |input| {
                 Ok(Frame::Beat {
                     heartbeats: input.u64()?,
                     since_ping_us: input.u64()?,
@@ -372,15 +382,15 @@ impl Frame {
                     steps: input.u64()?,
                 })
             })?,
-            3 => whole("bye", payload, |_| Ok(Frame::Bye))?,
-            4 => whole("ask", payload, |input| {
+            Kind::Bye => whole(name, payload, |_| Ok(Frame::Bye))?,
+            Kind::Ask => whole(name, payload, |input| {
                 Ok(Frame::Ask {
                     version: input.u16()?,
                     token: input.bytes16(TOKEN_MAX)?.to_vec(),
                     instance_id: input.u64()?,
                 })
             })?,
-            5 => whole("clear", payload, |input| {
+            Kind::Clear => whole(name, payload, |input| {
                 Ok(Frame::Clear {
                     version: input.u16()?,
                     token: input.bytes16(TOKEN_MAX)?.to_vec(),
@@ -388,7 +398,7 @@ impl Frame {
                     wait_ms: input.u64()?,
                 })
             })?,
-            129 => whole("welcome", payload, |input| {
+            Kind::Welcome => whole(name, payload, |input| {
                 Ok(Frame::Welcome {
                     version: input.u16()?,
                     slot: input.u32()?,
@@ -398,13 +408,13 @@ impl Frame {
                     boot_token: input.u64()?,
                 })
             })?,
-            130 => whole("refused", payload, |input| {
+            Kind::Refused => whole(name, payload, |input| {
                 Ok(Frame::Refused {
                     code: input.u8()?,
                     message: input.text16(MESSAGE_MAX)?,
                 })
             })?,
-            131 => whole("ended", payload, |input| {
+            Kind::Ended => whole(name, payload, |input| {
                 let code = input.u8()?;
                 let reason = Reason::from_code(code).ok_or_else(|| {
                     input.wrong(
@@ -414,19 +424,18 @@ impl Frame {
                 })?;
                 Ok(Frame::Ended { reason })
             })?,
-            132 => whole("info", payload, |input| {
+            Kind::Info => whole(name, payload, |input| {
                 Ok(Frame::Info {
                     bytes: input.bytes16(INFO_MAX)?.to_vec(),
                 })
             })?,
-            133 => whole("answer", payload, |input| {
+            Kind::Answer => whole(name, payload, |input| {
                 Ok(Frame::Answer {
                     json: input.text16(ANSWER_MAX)?,
                 })
             })?,
-            134 => whole("done", payload, |_| Ok(Frame::Done))?,
-            135 => whole("heard", payload, |_| Ok(Frame::Heard))?,
-            other => return Err(WireError::Type(other)),
+            Kind::Done => whole(name, payload, |_| Ok(Frame::Done))?,
+            Kind::Heard => whole(name, payload, |_| Ok(Frame::Heard))?,
         };
         Ok(Some((frame, 4 + length as usize)))
     }

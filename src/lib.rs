@@ -71,8 +71,6 @@ mod os;
 #[cfg(not(loom))]
 mod reaper;
 #[cfg(not(loom))]
-mod reaper_thread;
-#[cfg(not(loom))]
 mod records;
 #[cfg(not(loom))]
 mod requests;
@@ -97,9 +95,9 @@ pub use error::{Error, Result, ResultCode, RESULT_CODES};
 #[cfg(not(loom))]
 pub use handlers::{HandlerError, HANDLER_DEADLINE};
 #[cfg(not(loom))]
-pub use reaper::{Reaper, ReaperBuilder, ScanReport};
+pub use reaper::ReaperThread;
 #[cfg(not(loom))]
-pub use reaper_thread::ReaperThread;
+pub use reaper::{Reaper, ReaperBuilder, ScanReport};
 #[cfg(not(loom))]
 pub use session::{
     connect, remote_clear, remote_reset, remote_status, wire, Address, ConnectOptions, TlsClient,

@@ -34,6 +34,15 @@ fn prefix() -> &'static Path {
             ("ffi-test-prefix", "")
         };
         let prefix = root().join("target").join(name);
+        // Test processes run side by side (nextest): one installs at a time.
+        let lock =
+            std::fs::File::create(root().join("target").join(format!("{name}.lock"))).unwrap();
+        // SAFETY: flock on a descriptor this function owns; released when
+        // `lock` is dropped at the end of the initialisation.
+        assert_eq!(
+            unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
+            0
+        );
         let output = Command::new(root().join("ffi/install.sh"))
             .arg(&prefix)
             .env("LIVEREG_FEATURES", features)

@@ -71,8 +71,6 @@ mod os;
 #[cfg(not(loom))]
 mod reaper;
 #[cfg(not(loom))]
-mod records;
-#[cfg(not(loom))]
 mod requests;
 #[cfg(not(loom))]
 mod session;

@@ -96,3 +96,66 @@ fn the_readme_stays_a_five_minute_read() {
         "README.md has {lines} lines; move detail to docs/"
     );
 }
+
+/// docs/architecture.md names the code as it is: every path it gives
+/// (`src/…`, `ffi/…`, `include/…`) exists, and every file name it lists for
+/// a folder (`src/session/`: `wire.rs`, `tls/`…) is in that folder.
+#[test]
+fn architecture_names_only_files_that_exist() {
+    let text = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    let mut missing = Vec::new();
+    for line in text.lines().filter(|line| line.starts_with('|')) {
+        let cells: Vec<&str> = line.split('|').collect();
+        let ticked = |cell: &str| -> Vec<String> {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect()
+        };
+        let folders: Vec<String> = cells
+            .get(2)
+            .map(|cell| ticked(cell))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|path| path.ends_with('/') || path.ends_with(".rs") || path.ends_with(".h"))
+            .collect();
+        for path in &folders {
+            if !root().join(path).exists() {
+                missing.push(path.clone());
+            }
+        }
+        let Some(folder) = folders.iter().find(|path| path.ends_with('/')) else {
+            continue;
+        };
+        for name in ticked(cells.get(3).copied().unwrap_or_default()) {
+            let is_file = name.ends_with(".rs") && !name.contains(' ');
+            let is_folder = name.ends_with('/') && !name.contains(' ') && !name.contains(':');
+            if (is_file || is_folder) && !root().join(folder).join(&name).exists() {
+                missing.push(format!("{folder}{name}"));
+            }
+        }
+    }
+    for path in ticked_paths(&text) {
+        if !root().join(&path).exists() {
+            missing.push(path);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names what does not exist: {missing:?}"
+    );
+}
+
+/// Every backticked `src/…`, `ffi/…` or `include/…` path in `text`.
+fn ticked_paths(text: &str) -> Vec<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|t| {
+            (t.starts_with("src/") || t.starts_with("ffi/") || t.starts_with("include/"))
+                && !t.contains(' ')
+        })
+        .map(str::to_owned)
+        .collect()
+}

@@ -10,6 +10,7 @@ pub(crate) mod held;
 pub(crate) mod listener;
 mod penalties;
 mod printable;
+pub(crate) mod records;
 mod sender;
 mod served;
 mod stream;

@@ -163,12 +163,12 @@ livereg_result livereg_unlink(const char *name);
  * 5 s for that drop. Errors: INVALID_ARGUMENT, EXISTS (the id is live), FULL,
  * BUSY (the previous drop did not finish within 5 s, or no reaper is alive to
  * finish it, or this is the reaper's own callback for that drop), IO. */
-livereg_result livereg_register(livereg_table *table, uint64_t instance_id, const char *label,
-                                livereg_worker **out);
+livereg_result livereg_register(const livereg_table *table, uint64_t instance_id,
+                                const char *label, livereg_worker **out);
 
 /* Heartbeat: LIVEREG_OK, or LIVEREG_EVICTED once the registration has ended
  * (then deregister the handle and register again). No system call, no lock. */
-livereg_result livereg_ping(livereg_worker *worker);
+livereg_result livereg_ping(const livereg_worker *worker);
 
 /* Progress beside liveness: a heartbeat from a side thread proves the process
  * alive, not that its engine moves. Mark the worker busy while it has work in
@@ -176,8 +176,8 @@ livereg_result livereg_ping(livereg_worker *worker);
  * no clock, no system call). With the table's progress_timeout_ms > 0, a busy
  * worker that makes no progress for that long ends with reason STALLED; an
  * idle one never does. Both return LIVEREG_OK or LIVEREG_EVICTED. */
-livereg_result livereg_set_busy(livereg_worker *worker, int busy);
-livereg_result livereg_progress(livereg_worker *worker);
+livereg_result livereg_set_busy(const livereg_worker *worker, int busy);
+livereg_result livereg_progress(const livereg_worker *worker);
 
 /* Ends the registration cleanly (reason DEREGISTERED) and always frees the
  * handle. Returns LIVEREG_EVICTED if it had already ended. */
@@ -187,28 +187,28 @@ livereg_result livereg_deregister(livereg_worker *worker);
  * stored cache) and waits up to timeout_ms. Registrations are untouched:
  * workers keep beating. Requests made while one is pending share it.
  * Errors: NO_REAPER, TIMEOUT; BUSY from inside this table's own callbacks. */
-livereg_result livereg_clear(livereg_table *table, uint64_t timeout_ms);
+livereg_result livereg_clear(const livereg_table *table, uint64_t timeout_ms);
 
 /* As livereg_clear, but first ends every registration (reason CLEARED): their
  * on_drop callbacks run, then on_clear, before it returns; workers get
  * LIVEREG_EVICTED at their next ping and register again. Same errors. */
-livereg_result livereg_reset(livereg_table *table, uint64_t timeout_ms);
+livereg_result livereg_reset(const livereg_table *table, uint64_t timeout_ms);
 
 /* If a reaper is alive, writes its boot token. Errors: NO_REAPER. */
-livereg_result livereg_probe(livereg_table *table, uint64_t *boot_token);
+livereg_result livereg_probe(const livereg_table *table, uint64_t *boot_token);
 
 /* Publishes len bytes (at most 1024; data may be NULL when len is 0) in the
  * table's info area, replacing what was there: configuration workers read
  * with livereg_get_info, without RPC. Writers are serialised across
  * processes. Errors: INVALID_ARGUMENT (over 1024 bytes), INCOMPATIBLE (a
  * table of layout 1.0 or 1.1), BUSY. */
-livereg_result livereg_set_info(livereg_table *table, const void *data, size_t len);
+livereg_result livereg_set_info(const livereg_table *table, const void *data, size_t len);
 
 /* Copies the published bytes (a consistent copy, never half-written) into
  * buf and their number into *len. If cap is too small, copies nothing, sets
  * *len to the size needed and returns INVALID_ARGUMENT. Errors: INCOMPATIBLE
  * (a table of layout 1.0 or 1.1), BUSY (a writer has not finished for 1 s). */
-livereg_result livereg_get_info(livereg_table *table, void *buf, size_t cap, size_t *len);
+livereg_result livereg_get_info(const livereg_table *table, void *buf, size_t cap, size_t *len);
 
 /* Writes the table's metrics in the OpenMetrics text format (ending in
  * "# EOF", every sample labelled table="NAME"; the names are in
@@ -216,10 +216,10 @@ livereg_result livereg_get_info(livereg_table *table, void *buf, size_t cap, siz
  * (without the NUL) into *len: for a server that serves its own /metrics. If
  * cap is under *len + 1, writes nothing, sets *len and returns
  * INVALID_ARGUMENT: call once with buf NULL and cap 0 for the size. */
-livereg_result livereg_metrics_text(livereg_table *table, char *buf, size_t cap, size_t *len);
+livereg_result livereg_metrics_text(const livereg_table *table, char *buf, size_t cap, size_t *len);
 
 /* Fills *out with a snapshot of the table. */
-livereg_result livereg_get_stats(livereg_table *table, livereg_stats *out);
+livereg_result livereg_get_stats(const livereg_table *table, livereg_stats *out);
 
 /* A reaper is a handle that holds the table's reaper role for its whole life
  * (BUSY if another process, or another handle, holds it) and keeps one boot
@@ -238,7 +238,7 @@ livereg_result livereg_get_stats(livereg_table *table, livereg_stats *out);
 
 /* Takes the reaper role for a handle you drive. cb may be NULL; it is copied.
  * Errors: BUSY, IO. */
-livereg_result livereg_reaper_acquire(livereg_table *table, const livereg_callbacks *cb,
+livereg_result livereg_reaper_acquire(const livereg_table *table, const livereg_callbacks *cb,
                                       livereg_reaper **out);
 
 /* One scan now, on this thread: ends what went silent or whose process died,
@@ -246,7 +246,7 @@ livereg_result livereg_reaper_acquire(livereg_table *table, const livereg_callba
  * number of registrations ended. Errors: INVALID_ARGUMENT (NULL, or a reaper
  * from livereg_reaper_start), CORRUPT (the table was truncated), BUSY (called
  * from this reaper's own callback: the scan in progress is the one). */
-livereg_result livereg_reaper_scan(livereg_reaper *reaper, uint32_t *ended);
+livereg_result livereg_reaper_scan(const livereg_reaper *reaper, uint32_t *ended);
 
 /* A descriptor that becomes readable when a scan is due early: a watched
  * process exited, a registration ended or was made, a clear was requested.
@@ -263,7 +263,7 @@ uint64_t livereg_reaper_next_scan_ms(const livereg_reaper *reaper);
  * every reap_timeout/4 and at once when woken; callbacks run on handler
  * threads (several at once when one is slow). cb may be NULL; it is copied.
  * With reaping disabled (timeout 0) no thread starts. Errors: BUSY, IO. */
-livereg_result livereg_reaper_start(livereg_table *table, const livereg_callbacks *cb,
+livereg_result livereg_reaper_start(const livereg_table *table, const livereg_callbacks *cb,
                                     livereg_reaper **out);
 
 /* Gives the role back and frees the handle (NULL ignored): for a reaper from
@@ -318,7 +318,8 @@ livereg_result livereg_connect(const char *address, const livereg_connect_option
  * registered worker, as the listener last delivered it for a session. If cap
  * is too small, copies nothing, sets *len to the size needed and returns
  * INVALID_ARGUMENT. */
-livereg_result livereg_worker_get_info(livereg_worker *worker, void *buf, size_t cap, size_t *len);
+livereg_result livereg_worker_get_info(const livereg_worker *worker, void *buf, size_t cap,
+                                       size_t *len);
 
 /* Asks the server for a clear (see livereg_clear) from the engine holding
  * worker: on the table it registered in, or, for a session, through the
@@ -327,12 +328,12 @@ livereg_result livereg_worker_get_info(livereg_worker *worker, void *buf, size_t
  * up to timeout_ms for the clear handlers to return. Errors: as
  * livereg_clear (TIMEOUT, NO_REAPER), and for a session as livereg_connect
  * (PERMISSION, IO, ...). */
-livereg_result livereg_worker_clear(livereg_worker *worker, uint64_t timeout_ms);
+livereg_result livereg_worker_clear(const livereg_worker *worker, uint64_t timeout_ms);
 
 /* As livereg_worker_clear, a reset (see livereg_reset): every registration
  * of the server's table ends CLEARED, this one too (its next ping returns
  * EVICTED: register again). */
-livereg_result livereg_worker_reset(livereg_worker *worker, uint64_t timeout_ms);
+livereg_result livereg_worker_reset(const livereg_worker *worker, uint64_t timeout_ms);
 
 /* Serves sessions at address for the reaper's life (until
  * livereg_reaper_stop). token (NUL-terminated) is what clients must present;
@@ -341,10 +342,11 @@ livereg_result livereg_worker_reset(livereg_worker *worker, uint64_t timeout_ms)
  * listener serves that socket), IO (cannot bind). Not concurrently with
  * another call on the same reaper (call it where you call livereg_reaper_scan,
  * or right after livereg_reaper_start). */
-livereg_result livereg_reaper_listen(livereg_reaper *reaper, const char *address, const char *token);
+livereg_result livereg_reaper_listen(livereg_reaper *reaper, const char *address,
+                                     const char *token);
 
 /* A static name for a result ("LIVEREG_OK", ...). Never NULL. */
-const char *livereg_result_str(livereg_result r);
+const char *livereg_result_str(int r);
 
 /* This thread's message for its last failure ("" if none). Valid until the
  * next failing call on this thread. Never NULL. */

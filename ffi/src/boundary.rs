@@ -104,6 +104,33 @@ pub(crate) unsafe fn copy_out(
     Ok(())
 }
 
+/// A handle C holds (`livereg_table`, `livereg_worker`, `livereg_reaper`):
+/// its name as a parameter, for the error a NULL one gets.
+pub(crate) trait Handle {
+    /// The parameter's name in the C API.
+    const NAME: &'static str;
+}
+
+/// The handle `pointer` points to, as a reference for the call; NULL is an
+/// `INVALID_ARGUMENT` naming the parameter.
+///
+/// This is the one place a handle pointer becomes a reference. It is sound
+/// because of the contract every function taking a handle states in its
+/// `# Safety`: the pointer is NULL or was handed out by [`hand_out`] (a
+/// `Box` of this very type) and has not yet been given back to its free
+/// function (`livereg_close`, `livereg_deregister`, `livereg_reaper_stop`),
+/// so it is aligned, initialised and alive for the call; the library never
+/// hands out `&mut` to it, so shared references may coexist.
+///
+/// # Safety
+///
+/// `pointer` is NULL or a handle of type `H` this library handed out and the
+/// caller has not yet freed.
+pub(crate) unsafe fn handle<'a, H: Handle>(pointer: *const H) -> Result<&'a H, Error> {
+    // SAFETY: as this function's doc argues, from its `# Safety`.
+    unsafe { pointer.as_ref() }.ok_or_else(|| null(H::NAME))
+}
+
 /// Moves `value` to the heap and writes the new handle through `out` (as
 /// rustls-ffi's `set_boxed_mut_ptr`): the C caller owns it until it gives it
 /// back to the matching free function.

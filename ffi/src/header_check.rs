@@ -120,7 +120,7 @@ macro_rules! layout {
 #[test]
 fn header_structs_have_the_rust_layout() {
     let rust: Vec<(String, usize)> = layout! {
-        livereg_options { capacity, mode, reap_timeout_ms, registration_grace_ms }
+        livereg_options { capacity, mode, reap_timeout_ms, registration_grace_ms, progress_timeout_ms }
         livereg_stats {
             capacity, tracked_instances, reaper_alive, reaper_pid, boot_token, reap_timeout_ms,
             registration_grace_ms, ended_total, ended_by_reason, handler_failures, scans,
@@ -171,4 +171,181 @@ fn header_structs_have_the_rust_layout() {
         size_of::<livereg_result>()
     ));
     assert_eq!(printed.lines().collect::<Vec<_>>(), expected);
+}
+
+/// The C type a Rust parameter or return type of the ABI is, as the header
+/// must spell it (`*const c_char` → `const char *`).
+fn c_type(rust: &str) -> String {
+    let rust = rust.trim();
+    if let Some(inner) = rust.strip_prefix("*const ") {
+        return format!("const {} *", c_type(inner).trim_end());
+    }
+    if let Some(inner) = rust.strip_prefix("*mut ") {
+        let inner = c_type(inner);
+        return if inner.ends_with('*') {
+            format!("{inner}*")
+        } else {
+            format!("{inner} *")
+        };
+    }
+    match rust {
+        "c_char" => "char",
+        "c_void" => "void",
+        "c_int" => "int",
+        "usize" => "size_t",
+        "u64" => "uint64_t",
+        "u32" => "uint32_t",
+        "" => "void",
+        other => other,
+    }
+    .to_owned()
+}
+
+/// Every exported function as `(name, C return type, C parameter types)`,
+/// read from the Rust sources.
+fn rust_prototypes() -> Vec<(String, String, Vec<String>)> {
+    let sources = rust_sources();
+    let mut prototypes = Vec::new();
+    for (at, m) in sources.match_indices("extern \"C\" fn livereg_") {
+        let start = at + m.len() - "livereg_".len();
+        let open = start + sources[start..].find('(').unwrap();
+        let name = sources[start..open].to_owned();
+        let mut depth = 1;
+        let mut close = open + 1;
+        for (i, c) in sources[open + 1..].char_indices() {
+            depth += match c {
+                '(' => 1,
+                ')' => -1,
+                _ => 0,
+            };
+            if depth == 0 {
+                close = open + 1 + i;
+                break;
+            }
+        }
+        let parameters = sources[open + 1..close]
+            .split(',')
+            .filter_map(|p| p.split_once(':').map(|(_, ty)| c_type(ty)))
+            .collect();
+        let rest = &sources[close + 1..];
+        let signature = &rest[..rest.find('{').unwrap()];
+        let ret = signature
+            .split_once("->")
+            .map_or_else(|| "void".to_owned(), |(_, ty)| c_type(ty));
+        prototypes.push((name, ret, parameters));
+    }
+    prototypes
+}
+
+/// Compiles `program` against the header with warnings as errors.
+fn compiles(program: &str, tag: &str) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("livereg-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = dir.join("check.c");
+    std::fs::write(&source, program).unwrap();
+    let compiled = Command::new("cc")
+        .args(["-std=c99", "-Wall", "-Werror", "-c", "-I"])
+        .arg(crate_dir().join("../include"))
+        .arg(&source)
+        .arg("-o")
+        .arg(dir.join("check.o"))
+        .output()
+        .expect("a C compiler");
+    let _ = std::fs::remove_dir_all(&dir);
+    if compiled.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&compiled.stderr).into_owned())
+    }
+}
+
+/// Every prototype in the header is the Rust function's, `const` included:
+/// a pointer to each function, typed from the Rust signature, must take
+/// the header's declaration without a warning.
+#[test]
+fn header_prototypes_are_the_rust_signatures() {
+    let prototypes = rust_prototypes();
+    assert_eq!(prototypes.len(), 31);
+    let mut program = String::from("#include <livereg.h>\n");
+    for (name, ret, parameters) in &prototypes {
+        let parameters = if parameters.is_empty() {
+            "void".to_owned()
+        } else {
+            parameters.join(", ")
+        };
+        program += &format!("{ret} (*const check_{name})({parameters}) = {name};\n");
+    }
+    compiles(&program, "prototypes").unwrap_or_else(|e| panic!("{e}\n{program}"));
+    // And the check can fail: one `const` dropped is caught.
+    let (name, ret, parameters) = prototypes
+        .iter()
+        .find(|(name, ..)| name == "livereg_ping")
+        .unwrap();
+    let wrong = format!(
+        "#include <livereg.h>\n{ret} (*const check)({}) = {name};\n",
+        parameters[0].replace("const ", "")
+    );
+    assert!(compiles(&wrong, "prototypes-wrong").is_err());
+}
+
+/// Every field each header struct declares is in the layout check above
+/// (names from the header, compared with the Rust structs' field lists).
+#[test]
+fn header_struct_fields_are_every_rust_field() {
+    let header = header();
+    let rust_fields: BTreeMap<&str, Vec<String>> = [
+        ("livereg_options", field_names::<livereg_options>()),
+        ("livereg_stats", field_names::<livereg_stats>()),
+        ("livereg_drop_event", field_names::<livereg_drop_event>()),
+        ("livereg_callbacks", field_names::<livereg_callbacks>()),
+        (
+            "livereg_connect_options",
+            field_names::<livereg_connect_options>(),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    for (name, fields) in &rust_fields {
+        let open = header
+            .find(&format!("typedef struct {name} {{"))
+            .unwrap_or_else(|| panic!("{name} is not defined in the header"));
+        let body = &header[open..open + header[open..].find(&format!("}} {name};")).unwrap()];
+        let declared: Vec<String> = body
+            .lines()
+            .skip(1)
+            .map(|line| line.split("/*").next().unwrap_or_default().trim())
+            .filter(|line| line.ends_with(';'))
+            .map(|line| {
+                let line = line.trim_end_matches(';');
+                let name_end = line.find(')').map_or(line, |at| &line[..at]);
+                let name = name_end
+                    .rsplit([' ', '*', '('])
+                    .next()
+                    .unwrap();
+                name.split('[').next().unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(&declared, fields, "{name}: header fields vs Rust fields");
+    }
+}
+
+/// The field names of a `#[repr(C)]` struct of this crate, in order, from
+/// its source.
+fn field_names<T>() -> Vec<String> {
+    let full = std::any::type_name::<T>();
+    let name = full.rsplit("::").next().unwrap();
+    let sources = rust_sources();
+    let open = sources
+        .find(&format!("pub struct {name} {{"))
+        .unwrap_or_else(|| panic!("struct {name} not found"));
+    let body = &sources[open..open + sources[open..].find("\n}").unwrap()];
+    body.lines()
+        .skip(1)
+        .map(str::trim)
+        .filter_map(|line| line.strip_prefix("pub "))
+        .filter_map(|line| {
+            line.split_once(':')
+                .map(|(field, _)| field.trim().to_owned())
+        })
+        .collect()
 }

@@ -2,7 +2,7 @@
 //! reaper's listener and gets an ordinary `livereg_worker`; a reaper serves
 //! sessions on an address.
 
-use crate::boundary::{copy_out, guard, hand_out, null, output, text};
+use crate::boundary::{copy_out, guard, hand_out, handle, null, output, text};
 use crate::reaper::livereg_reaper;
 use crate::types::livereg_result;
 use crate::worker::livereg_worker;
@@ -141,9 +141,9 @@ pub unsafe extern "C" fn livereg_worker_get_info(
     len: *mut usize,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a live handle
-        // (this function's `# Safety`).
-        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
+        // function's `# Safety`), as `handle` requires.
+        let worker = unsafe { handle(worker) }?;
         // SAFETY: `len` is NULL or writable (this function's `# Safety`), as
         // `output` requires.
         let len = unsafe { output(len, "len") }?;

@@ -1,6 +1,6 @@
 //! Tables from C: create, open, close, unlink, stats, clear, probe.
 
-use crate::boundary::{guard, guard_void, hand_out, null, output, text};
+use crate::boundary::{guard, guard_void, hand_out, handle, output, text, Handle};
 use crate::types::{livereg_options, livereg_result, livereg_stats};
 use livereg::{Reason, Table, TableOptions};
 use std::ffi::c_char;
@@ -9,17 +9,18 @@ use std::time::Duration;
 /// An open table (opaque to C).
 pub struct livereg_table(pub(crate) Table);
 
-/// The table behind a handle.
+impl Handle for livereg_table {
+    const NAME: &'static str = "table";
+}
+
+/// The table behind a handle ([`handle`]).
 ///
 /// # Safety
 ///
 /// `table` is NULL or a handle from `livereg_create`/`livereg_open` not yet closed.
 pub(crate) unsafe fn borrow<'a>(table: *const livereg_table) -> Result<&'a Table, livereg::Error> {
-    // SAFETY: `table` is NULL (`as_ref` gives `None`) or a handle not yet
-    // closed, as this function's `# Safety` requires.
-    unsafe { table.as_ref() }
-        .map(|t| &t.0)
-        .ok_or_else(|| null("table"))
+    // SAFETY: this function's `# Safety` is `handle`'s.
+    unsafe { handle(table) }.map(|t| &t.0)
 }
 
 /// `livereg_options_default(out)`: fills sane defaults.

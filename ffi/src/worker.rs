@@ -1,7 +1,7 @@
 //! Workers from C: register, ping, deregister, and a clear asked by the
 //! engine holding one.
 
-use crate::boundary::{guard, null, text};
+use crate::boundary::{guard, handle, null, text, Handle};
 use crate::boundary::{hand_out, output};
 use crate::table::{borrow, livereg_table};
 use crate::types::livereg_result;
@@ -11,6 +11,10 @@ use std::time::Duration;
 
 /// A registration (opaque to C).
 pub struct livereg_worker(pub(crate) Worker);
+
+impl Handle for livereg_worker {
+    const NAME: &'static str = "worker";
+}
 
 /// `livereg_register(table, instance_id, label, out)`; `label` may be NULL.
 ///
@@ -52,9 +56,9 @@ pub unsafe extern "C" fn livereg_register(
 #[no_mangle]
 pub unsafe extern "C" fn livereg_ping(worker: *const livereg_worker) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a handle not yet
-        // deregistered (this function's `# Safety`).
-        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
+        // function's `# Safety`), as `handle` requires.
+        let worker = unsafe { handle(worker) }?;
         worker.0.heartbeat()
     })
 }
@@ -70,9 +74,9 @@ pub unsafe extern "C" fn livereg_set_busy(
     busy: c_int,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a handle not yet
-        // deregistered (this function's `# Safety`).
-        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
+        // function's `# Safety`), as `handle` requires.
+        let worker = unsafe { handle(worker) }?;
         worker.0.set_busy(busy != 0)
     })
 }
@@ -85,9 +89,9 @@ pub unsafe extern "C" fn livereg_set_busy(
 #[no_mangle]
 pub unsafe extern "C" fn livereg_progress(worker: *const livereg_worker) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a handle not yet
-        // deregistered (this function's `# Safety`).
-        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
+        // function's `# Safety`), as `handle` requires.
+        let worker = unsafe { handle(worker) }?;
         worker.0.progress()
     })
 }
@@ -124,9 +128,9 @@ pub unsafe extern "C" fn livereg_worker_clear(
     timeout_ms: u64,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a live handle
-        // (this function's `# Safety`).
-        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
+        // function's `# Safety`), as `handle` requires.
+        let worker = unsafe { handle(worker) }?;
         worker.0.clear(Duration::from_millis(timeout_ms))
     })
 }
@@ -143,9 +147,9 @@ pub unsafe extern "C" fn livereg_worker_reset(
     timeout_ms: u64,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL (`as_ref` gives `None`) or a live handle
-        // (this function's `# Safety`).
-        let worker = unsafe { worker.as_ref() }.ok_or_else(|| null("worker"))?;
+        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
+        // function's `# Safety`), as `handle` requires.
+        let worker = unsafe { handle(worker) }?;
         worker.0.reset(Duration::from_millis(timeout_ms))
     })
 }

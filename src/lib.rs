@@ -63,8 +63,6 @@ mod limited_log;
 #[cfg(not(loom))]
 mod location;
 #[cfg(not(loom))]
-mod locks;
-#[cfg(not(loom))]
 mod metrics;
 #[cfg(not(loom))]
 mod os;
@@ -78,6 +76,8 @@ mod session;
 mod status;
 #[cfg(not(loom))]
 mod table;
+#[cfg(not(loom))]
+mod table_locks;
 #[cfg(not(loom))]
 mod wake;
 #[cfg(not(loom))]

@@ -7,13 +7,14 @@
 //! | `create`, `in_memory`, `open`, `unlink`, `with_clock`, `clock`, `stamp_clock`, `stamp_resolution`, `name`, `capacity`, the timeouts, `scan_interval`, `scans` | `table.rs` |
 //! | `reaper_alive`, `reaper_stalled`, `probe`, `clear`, `reset` (requests of the reaper) | `requests.rs` |
 //! | `registration`, `register` | `worker.rs` |
-//! | `reaper` (the builder) | `reaper.rs` |
+//! | `reaper` (the builder) | `reaper/builder.rs` |
 //! | `status` | `status.rs` |
 //! | `set_info`, `info` | `info.rs` |
+//! | `metrics_text` | `metrics.rs` |
 //!
 //! Behind a handle is a [`TableMemory`]: the mapping (or a heap block for
 //! tests), its name and size. Its kernel locks (reaper role, registration
-//! lock) are in `locks.rs`; the futex words that wake the reaper and the
+//! lock) are in `table_locks.rs`; the futex words that wake the reaper and the
 //! waiters of a clear are in `wake.rs`.
 
 use crate::clock::{
@@ -195,7 +196,7 @@ pub(crate) struct TableMemory {
     registrations: Mutex<()>,
     /// The descriptor of this handle's last failed attempt at the reaper
     /// role, with the fork epoch it was opened in: kept for the next attempt
-    /// (see `locks.rs`).
+    /// (see `table_locks.rs`).
     pub(crate) reaper_candidate: Mutex<Option<(LockDescriptor, u64)>>,
     /// What a heap table keeps where a mapped one has its sessions file
     /// beside it (`records.rs`): with the memory, so every reaper of the

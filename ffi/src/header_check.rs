@@ -318,10 +318,7 @@ fn header_struct_fields_are_every_rust_field() {
             .map(|line| {
                 let line = line.trim_end_matches(';');
                 let name_end = line.find(')').map_or(line, |at| &line[..at]);
-                let name = name_end
-                    .rsplit([' ', '*', '('])
-                    .next()
-                    .unwrap();
+                let name = name_end.rsplit([' ', '*', '(']).next().unwrap();
                 name.split('[').next().unwrap().to_owned()
             })
             .collect();

@@ -16,15 +16,15 @@ pub(super) enum Write {
 /// A key etcd holds under this table's prefix: its record (if its value is
 /// one) and whether it is under the publisher's own lease.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Held {
+pub(super) struct InEtcd {
     pub record: Option<ClusterRecord>,
     pub ours: bool,
 }
 
-impl Held {
+impl InEtcd {
     /// A record this publisher put under its own lease.
-    pub fn ours(record: ClusterRecord) -> Held {
-        Held {
+    pub fn ours(record: ClusterRecord) -> InEtcd {
+        InEtcd {
             record: Some(record),
             ours: true,
         }
@@ -103,7 +103,7 @@ pub(super) struct Plan {
 /// another lease (a previous reaper's) is still a record whose end can be
 /// told, and a live one is moved to this lease.
 pub(super) fn plan(
-    published: &BTreeMap<String, Held>,
+    published: &BTreeMap<String, InEtcd>,
     live: &BTreeMap<String, ClusterRecord>,
     ends: &Reasons,
 ) -> Plan {
@@ -127,7 +127,7 @@ pub(super) fn plan(
     for (key, record) in live {
         let held_as_is = matches!(
             published.get(key),
-            Some(Held { record: Some(held), ours: true }) if held == record
+            Some(InEtcd { record: Some(held), ours: true }) if held == record
         );
         if !held_as_is {
             plan.changes.push(Write::Put(key.clone(), record.to_json()));
@@ -166,7 +166,7 @@ mod tests {
     #[test]
     fn nothing_changed_writes_nothing() {
         let a = record(1, 0, 0);
-        let published = BTreeMap::from([("k1".to_owned(), Held::ours(a.clone()))]);
+        let published = BTreeMap::from([("k1".to_owned(), InEtcd::ours(a.clone()))]);
         let live = BTreeMap::from([("k1".to_owned(), a)]);
         assert_eq!(plan(&published, &live, &Reasons::new(8)), Plan::default());
     }
@@ -177,7 +177,7 @@ mod tests {
         // the end is told either way, and the live key moves to this lease.
         for ours in [true, false] {
             let (a, b) = (record(1, 0, 0), record(2, 1, 0));
-            let held = |record: &ClusterRecord| Held {
+            let held = |record: &ClusterRecord| InEtcd {
                 record: Some(record.clone()),
                 ours,
             };
@@ -206,7 +206,7 @@ mod tests {
     #[test]
     fn a_reason_for_another_registration_of_the_id_is_not_told() {
         let a = record(1, 0, 3);
-        let published = BTreeMap::from([("k1".to_owned(), Held::ours(a))]);
+        let published = BTreeMap::from([("k1".to_owned(), InEtcd::ours(a))]);
         let mut ends = Reasons::new(8);
         ends.insert("k1".into(), 0, 2, Reason::Timeout); // an older generation
         let plan = plan(&published, &BTreeMap::new(), &ends);
@@ -218,7 +218,7 @@ mod tests {
     fn a_key_that_is_not_a_record_is_deleted_without_a_reason() {
         let published = BTreeMap::from([(
             "k9".to_owned(),
-            Held {
+            InEtcd {
                 record: None,
                 ours: false,
             },
@@ -240,7 +240,7 @@ mod tests {
         let live = BTreeMap::from([("k1".to_owned(), a.clone()), ("k2".to_owned(), b)]);
         ends.keep_only(&live);
         assert_eq!(ends.len(), 1, "k2 is a newer registration, k3 is gone");
-        let published = BTreeMap::from([("k1".to_owned(), Held::ours(a.clone()))]);
+        let published = BTreeMap::from([("k1".to_owned(), InEtcd::ours(a.clone()))]);
         let plan = plan(&published, &BTreeMap::new(), &ends);
         assert_eq!(
             plan.last_values,

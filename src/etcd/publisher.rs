@@ -7,7 +7,7 @@
 //! replay. The only queue is the end reasons the reaper's drop handler
 //! passes on ([`EndSink`]), bounded, oldest dropped.
 
-use super::plan::{plan, Held, Reasons, Write};
+use super::plan::{plan, InEtcd, Reasons, Write};
 use super::record::{self, ClusterRecord};
 use super::{EtcdError, EtcdOptions};
 use crate::event::{DropEvent, Reason};
@@ -201,7 +201,7 @@ impl EndSink {
 }
 
 /// A connection holding the lease.
-struct Session {
+struct LeaseConnection {
     client: Client,
     lease: i64,
     keeper: LeaseKeeper,
@@ -216,7 +216,7 @@ struct Session {
     answered: Instant,
 }
 
-impl Session {
+impl LeaseConnection {
     /// When the lease is lost for want of answers.
     fn answer_deadline(&self) -> Instant {
         self.answered + self.ttl
@@ -274,15 +274,15 @@ impl Retry {
 
 /// The publisher's hold on etcd: its connection (if any), the lease it
 /// keeps across reconnects, and when to try again.
-struct Link {
-    session: Option<Session>,
+struct EtcdHold {
+    session: Option<LeaseConnection>,
     lease: Option<i64>,
     retry: Retry,
 }
 
-impl Link {
-    fn new() -> Link {
-        Link {
+impl EtcdHold {
+    fn new() -> EtcdHold {
+        EtcdHold {
             session: None,
             lease: None,
             retry: Retry {
@@ -339,7 +339,7 @@ struct Mirror {
     options: EtcdOptions,
     shared: Arc<Shared>,
     /// Keys under this table's prefix in etcd, as last read or written.
-    published: BTreeMap<String, Held>,
+    published: BTreeMap<String, InEtcd>,
     /// Records of live registrations by (slot, generation), made once so
     /// that a rewrite is identical.
     records: HashMap<(u32, u32), ClusterRecord>,
@@ -351,7 +351,7 @@ struct Mirror {
 
 impl Mirror {
     async fn run(mut self, mut wake: AsyncFd<WakeFd>) {
-        let mut link = Link::new();
+        let mut link = EtcdHold::new();
         loop {
             if self.shared.stop.load(Ordering::Acquire) {
                 if let Some(mut session) = link.session {
@@ -372,7 +372,7 @@ impl Mirror {
     /// Connects if it is time to, then brings etcd in step with the table.
     /// A connection alone ends no outage (nor its backoff): a round that
     /// goes through does.
-    async fn round(&mut self, link: &mut Link) {
+    async fn round(&mut self, link: &mut EtcdHold) {
         if link.session.is_none() && Instant::now() >= link.retry.at {
             match self.connect(link.lease).await {
                 Ok(connected) => {
@@ -401,7 +401,7 @@ impl Mirror {
     /// Waits for what comes first: a request to stop or an end, the table's
     /// wake word, a keep-alive answer, or the next thing due (a keep-alive,
     /// the answer deadline, the backstop, a retry).
-    async fn wait(&self, link: &mut Link, wake: &mut AsyncFd<WakeFd>) -> Wake {
+    async fn wait(&self, link: &mut EtcdHold, wake: &mut AsyncFd<WakeFd>) -> Wake {
         let until = match &link.session {
             Some(s) => s
                 .next_keep_alive
@@ -425,7 +425,7 @@ impl Mirror {
 
     /// Connects, takes the lease (the previous one if etcd still has it,
     /// else a new one) and reads what etcd holds for this table.
-    async fn connect(&mut self, previous: Option<i64>) -> Result<Session, EtcdError> {
+    async fn connect(&mut self, previous: Option<i64>) -> Result<LeaseConnection, EtcdError> {
         let mut client = self
             .ask(
                 "connect",
@@ -466,7 +466,7 @@ impl Mirror {
             .iter()
             .map(|kv| {
                 let key = String::from_utf8_lossy(kv.key()).into_owned();
-                let held = Held {
+                let held = InEtcd {
                     record: serde_json::from_slice(kv.value()).ok(),
                     ours: kv.lease() == lease,
                 };
@@ -481,7 +481,7 @@ impl Mirror {
             if held.is_some() { "kept" } else { "new" },
             keep_alive_every(ttl),
         );
-        Ok(Session {
+        Ok(LeaseConnection {
             client,
             lease,
             keeper,
@@ -496,7 +496,7 @@ impl Mirror {
 
     /// One round: the keep-alive if due, then etcd brought in step with the
     /// table.
-    async fn step(&mut self, session: &mut Session) -> Result<(), EtcdError> {
+    async fn step(&mut self, session: &mut LeaseConnection) -> Result<(), EtcdError> {
         if Instant::now() >= session.next_keep_alive {
             self.ask("keep the lease alive", session.keeper.keep_alive())
                 .await?;
@@ -522,7 +522,7 @@ impl Mirror {
         self.reasons.keep_only(&live);
         self.published = live
             .into_iter()
-            .map(|(key, record)| (key, Held::ours(record)))
+            .map(|(key, record)| (key, InEtcd::ours(record)))
             .collect();
         Ok(())
     }
@@ -532,7 +532,7 @@ impl Mirror {
     /// never sent again as it was.
     async fn commit(
         &mut self,
-        session: &mut Session,
+        session: &mut LeaseConnection,
         context: &str,
         mut operations: Vec<Write>,
     ) -> Result<(), EtcdError> {
@@ -559,7 +559,7 @@ impl Mirror {
     /// commits it faster than a transaction), more as one transaction.
     async fn write(
         &self,
-        session: &mut Session,
+        session: &mut LeaseConnection,
         context: &str,
         mut batch: Vec<Write>,
     ) -> Result<(), EtcdError> {
@@ -707,7 +707,7 @@ fn keep_alive_every(ttl_seconds: i64) -> Duration {
 }
 
 /// The next keep-alive answer. Never returns without a session.
-async fn lease_news(session: Option<&mut Session>) -> LeaseNews {
+async fn lease_news(session: Option<&mut LeaseConnection>) -> LeaseNews {
     let Some(session) = session else {
         return std::future::pending().await;
     };

@@ -7,7 +7,7 @@
 
 use super::address::Address;
 use super::dial::{exchange, request_clear, tls_for, unexpected, Hello};
-use super::sender::Link;
+use super::sender::SessionLink;
 use super::tls::TlsClient;
 use super::wire::{Frame, VERSION};
 use crate::error::{Error, Result};
@@ -106,7 +106,7 @@ pub fn connect(
         timeout,
     };
     let dialed = hello.dial(None)?;
-    let link = Link::start(hello, dialed, &worker)?;
+    let link = SessionLink::start(hello, dialed, &worker)?;
     Ok(worker.with_session(Box::new(link)))
 }
 

@@ -4,7 +4,7 @@
 use super::address::Address;
 use super::held::Held;
 use super::penalties::{Penalties, Source};
-use super::served::{Gate, Next, Served};
+use super::served::{Connection, Gate, Next};
 use super::stream::Stream;
 use super::timing::heard_interval;
 use super::tls::{self, TlsServer};
@@ -158,7 +158,7 @@ impl Listener {
         let epoll = Epoll::new().map_err(io)?;
         epoll.add_level(&*stop, STOP).map_err(io)?;
         epoll.add_level(&acceptor, ACCEPT).map_err(io)?;
-        let mut serve = Serve {
+        let mut listen_loop = ListenLoop {
             table,
             held,
             token: config.token,
@@ -175,10 +175,10 @@ impl Listener {
             urgent: false,
             clears_waited: false,
         };
-        serve.info_sequence = serve.current_info_sequence();
+        listen_loop.info_sequence = listen_loop.current_info_sequence();
         let thread = std::thread::Builder::new()
             .name("livereg-listen".into())
-            .spawn(move || serve.run())
+            .spawn(move || listen_loop.run())
             .map_err(io)?;
         log::info!("listening for sessions on {address}");
         Ok(Listener {
@@ -342,14 +342,14 @@ fn remove_stale_socket(address: &Address, path: &std::path::Path) -> Result<()> 
 }
 
 /// The listener thread's state.
-struct Serve {
+struct ListenLoop {
     table: Table,
     held: Arc<Held>,
     token: Option<Vec<u8>>,
     acceptor: Acceptor,
     epoll: Epoll,
     /// Connections by key - [`FIRST_CONNECTION`]; `None`: a free entry.
-    connections: Vec<Option<Served>>,
+    connections: Vec<Option<Connection>>,
     /// Connections still greeting, oldest first, as `(entry, serial)`
     /// (entries that moved on are dropped lazily).
     greeting: VecDeque<(usize, u64)>,
@@ -375,7 +375,7 @@ struct Serve {
     clears_waited: bool,
 }
 
-impl Serve {
+impl ListenLoop {
     fn run(&mut self) {
         let tick = (self.table.reap_timeout() / 16)
             .clamp(Duration::from_millis(5), Duration::from_millis(250));
@@ -518,7 +518,7 @@ impl Serve {
         }
         let serial = self.next_serial;
         self.next_serial += 1;
-        self.connections[entry] = Some(Served::new(stream, peer, source, serial));
+        self.connections[entry] = Some(Connection::new(stream, peer, source, serial));
         self.greeting.push_back((entry, serial));
         self.on_readable(entry);
     }
@@ -556,7 +556,7 @@ impl Serve {
                 self.urgent = true;
                 self.close(entry, end);
             }
-            Next::Serve => {
+            Next::KeepOpen => {
                 self.clears_waited |= served.is_waiting();
                 if served.more_unread() {
                     self.unread.push(entry);
@@ -580,7 +580,7 @@ impl Serve {
                     settled |= waiting;
                     self.close(entry, end);
                 }
-                Next::Serve => self.clears_waited |= served.is_waiting(),
+                Next::KeepOpen => self.clears_waited |= served.is_waiting(),
             }
         }
         if settled {
@@ -649,7 +649,7 @@ impl Serve {
                     );
                     Next::Close(None)
                 } else {
-                    Next::Serve
+                    Next::KeepOpen
                 }
             } else {
                 let gate = Gate {
@@ -658,17 +658,17 @@ impl Serve {
                     token: self.token.as_deref(),
                     penalties: &self.penalties,
                 };
-                let mut next = Next::Serve;
+                let mut next = Next::KeepOpen;
                 if served.seems_unheard(&gate) {
                     next = served.on_readable(&gate);
                 }
-                if next == Next::Serve {
+                if next == Next::KeepOpen {
                     next = served.check_ended(&gate);
                 }
-                if next == Next::Serve && info_changed {
+                if next == Next::KeepOpen && info_changed {
                     next = served.send_info(&self.table);
                 }
-                if next == Next::Serve {
+                if next == Next::KeepOpen {
                     next = served.keep_told(heard_every);
                 }
                 next
@@ -688,7 +688,7 @@ impl Serve {
 }
 
 /// Whether `entry` is still the connection `serial`, and still greeting.
-fn is_greeting(connections: &[Option<Served>], entry: usize, serial: u64) -> bool {
+fn is_greeting(connections: &[Option<Connection>], entry: usize, serial: u64) -> bool {
     connections
         .get(entry)
         .and_then(Option::as_ref)

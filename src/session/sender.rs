@@ -46,7 +46,7 @@ struct Shared {
 }
 
 /// The worker handle's end of its session.
-pub(crate) struct Link {
+pub(crate) struct SessionLink {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     /// The registration's slot and generation in the reaper's table.
@@ -58,13 +58,13 @@ pub(crate) struct Link {
     listener: Hello,
 }
 
-impl Link {
+impl SessionLink {
     /// Starts the sender thread for `worker`'s private slot over `dialed`.
     pub(crate) fn start(
         hello: Hello,
         dialed: Dialed,
         worker: &crate::worker::Worker,
-    ) -> crate::error::Result<Link> {
+    ) -> crate::error::Result<SessionLink> {
         let shared = Arc::new(Shared {
             finishing: AtomicBool::new(false),
             wake: eventfd::event_nonblocking().map_err(|e| crate::error::Error::Io {
@@ -91,7 +91,7 @@ impl Link {
                 context: "start the session's sender thread".into(),
                 source: e,
             })?;
-        Ok(Link {
+        Ok(SessionLink {
             shared,
             thread: Some(thread),
             slot,
@@ -102,7 +102,7 @@ impl Link {
     }
 }
 
-impl crate::worker::Remote for Link {
+impl crate::worker::Remote for SessionLink {
     fn slot(&self) -> u32 {
         self.slot
     }

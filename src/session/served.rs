@@ -30,7 +30,7 @@ pub(crate) struct Gate<'a> {
 }
 
 /// A connection, greeting or holding.
-pub(crate) struct Served {
+pub(crate) struct Connection {
     pub stream: Stream,
     inbox: Inbox,
     /// The peer, as the listener saw it (address or credentials).
@@ -73,16 +73,16 @@ pub(crate) struct Holding {
 /// What is to become of a connection after it spoke.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Next {
-    /// Keep serving it.
-    Serve,
+    /// Keep it open.
+    KeepOpen,
     /// Close it; end what it holds for this reason first (`None`: leave
     /// the registration as it is: deregistered, ended, or never made).
     Close(Option<Reason>),
 }
 
-impl Served {
-    pub(crate) fn new(stream: Stream, peer: String, source: Source, serial: u64) -> Served {
-        Served {
+impl Connection {
+    pub(crate) fn new(stream: Stream, peer: String, source: Source, serial: u64) -> Connection {
+        Connection {
             stream,
             inbox: Inbox::default(),
             peer,
@@ -166,14 +166,14 @@ impl Served {
                     Next::Close(Some(Reason::Disconnected))
                 }
             };
-            if next != Next::Serve {
+            if next != Next::KeepOpen {
                 return next;
             }
         }
         if closed {
             Next::Close(Some(Reason::Disconnected))
         } else {
-            Next::Serve
+            Next::KeepOpen
         }
     }
 
@@ -201,7 +201,7 @@ impl Served {
                 let (slot, generation) = (holding.index, holding.generation);
                 self.holding = Some(holding);
                 // The info first: a client that reads its welcome has it.
-                if self.send_info(gate.table) != Next::Serve {
+                if self.send_info(gate.table) != Next::KeepOpen {
                     return Next::Close(Some(Reason::Disconnected));
                 }
                 let welcome = Frame::Welcome {
@@ -216,7 +216,7 @@ impl Served {
                     return Next::Close(Some(Reason::Disconnected));
                 }
                 self.told = Instant::now();
-                Next::Serve
+                Next::KeepOpen
             }
             Err(refusal) => self.refuse(&refusal),
         }
@@ -250,7 +250,7 @@ impl Served {
     }
 
     /// Asks the reaper for the clear (or reset) the client wants; the
-    /// listener answers once it is carried out ([`Served::settle`]).
+    /// listener answers once it is carried out ([`Connection::settle`]).
     fn clear(
         &mut self,
         gate: &Gate<'_>,
@@ -268,7 +268,7 @@ impl Served {
                     at: Instant::now(),
                     wait,
                 });
-                Next::Serve
+                Next::KeepOpen
             }
             Err(refusal) => self.refuse(&refusal),
         }
@@ -283,12 +283,12 @@ impl Served {
     /// past its deadline), answers `Done` or `Refused` and closes.
     pub(crate) fn settle(&mut self, table: &Table) -> Next {
         let Some(Requested { ticket, at, wait }) = self.request else {
-            return Next::Serve;
+            return Next::KeepOpen;
         };
         let outcome = match ticket.outcome(table) {
             Some(outcome) => outcome,
             None if at.elapsed() >= wait => Err(ticket.timed_out(table, wait)),
-            None => return Next::Serve,
+            None => return Next::KeepOpen,
         };
         self.request = None;
         match outcome {
@@ -492,7 +492,7 @@ impl Served {
             result = protocol::set_busy(slot, generation, busy);
         }
         match result {
-            Ok(()) => Next::Serve,
+            Ok(()) => Next::KeepOpen,
             Err(_) => self.tell_ended(table),
         }
     }
@@ -511,12 +511,12 @@ impl Served {
     /// Sends `Heard` if the client was told nothing for `every`.
     pub(crate) fn keep_told(&mut self, every: Duration) -> Next {
         if self.told.elapsed() < every {
-            return Next::Serve;
+            return Next::KeepOpen;
         }
         self.told = Instant::now();
         match send(&mut self.stream, &Frame::Heard) {
-            Ok(()) => Next::Serve,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Next::Serve,
+            Ok(()) => Next::KeepOpen,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Next::KeepOpen,
             Err(_) => Next::Close(Some(Reason::Disconnected)),
         }
     }
@@ -528,7 +528,7 @@ impl Served {
     pub(crate) fn check_ended(&mut self, gate: &Gate<'_>) -> Next {
         let table = gate.table;
         let Some(holding) = &self.holding else {
-            return Next::Serve;
+            return Next::KeepOpen;
         };
         let slot = table.memory.slot(holding.index);
         let unheard_ns = table.clock.now_ns().saturating_sub(holding.heard.last());
@@ -539,7 +539,7 @@ impl Served {
             table.memory.wake_reaper();
         }
         match protocol::still_live(slot, holding.generation) {
-            Ok(()) => Next::Serve,
+            Ok(()) => Next::KeepOpen,
             Err(_) => self.tell_ended(table),
         }
     }
@@ -560,15 +560,15 @@ impl Served {
     /// Sends the table's info area, if it holds anything.
     pub(crate) fn send_info(&mut self, table: &Table) -> Next {
         match table.info() {
-            Ok(bytes) if bytes.is_empty() => Next::Serve,
+            Ok(bytes) if bytes.is_empty() => Next::KeepOpen,
             Ok(bytes) => match send(&mut self.stream, &Frame::Info { bytes }) {
                 Ok(()) => {
                     self.told = Instant::now();
-                    Next::Serve
+                    Next::KeepOpen
                 }
                 Err(_) => Next::Close(Some(Reason::Disconnected)),
             },
-            Err(_) => Next::Serve,
+            Err(_) => Next::KeepOpen,
         }
     }
 }

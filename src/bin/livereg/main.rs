@@ -38,26 +38,20 @@ pub struct Registrant {
     token: target::SessionArgs,
 }
 
+// The subcommands, one file each.
 mod clear;
-#[cfg_attr(not(feature = "etcd"), path = "cluster_unavailable.rs")]
-mod cluster;
 mod create;
 mod demo;
-mod duration;
-mod etcd_args;
 mod info;
-mod logging;
-mod notify;
 mod probe;
 mod reap;
 mod rm;
 mod run;
-#[cfg(test)]
-mod sample_status;
-mod serve;
-mod signals;
 mod status;
-mod target;
+
+// What the subcommands share.
+mod support;
+use support::{cluster, duration, etcd_args, logging, metrics_endpoint, notify, signals, target};
 mod worker;
 
 use clap::{Parser, Subcommand};

@@ -117,7 +117,7 @@ pub fn instance_health(status: &Status, instance: u64) -> Result<String, String>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample_status::{registration, status};
+    use crate::support::sample_status::{registration, status};
     use livereg::Reason;
 
     #[test]

@@ -9,8 +9,8 @@
 
 use crate::cluster::{Ends, Publishing};
 use crate::etcd_args::PublishArgs;
+use crate::metrics_endpoint::{MetricsServer, Role};
 use crate::notify::{self, Notifier};
-use crate::serve::{MetricsServer, Role};
 use crate::target::TokenArgs;
 use crate::{duration, signals, Outcome};
 use livereg::{Address, DropEvent, Error, HandlerError, ReaperThread, Reason, Table, TlsServer};

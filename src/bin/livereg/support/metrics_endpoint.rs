@@ -146,7 +146,7 @@ fn serve(server: &tiny_http::Server, table: &Table, role: &Role) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample_status::status;
+    use crate::support::sample_status::status;
 
     #[test]
     fn healthy_only_while_holding_the_role_and_scanning() {

@@ -69,6 +69,8 @@ mod os;
 #[cfg(not(loom))]
 mod reaper;
 #[cfg(not(loom))]
+mod registration;
+#[cfg(not(loom))]
 mod requests;
 #[cfg(not(loom))]
 mod session;
@@ -97,6 +99,8 @@ pub use reaper::ReaperThread;
 #[cfg(not(loom))]
 pub use reaper::{Reaper, ReaperBuilder, ScanReport};
 #[cfg(not(loom))]
+pub use registration::{Registration, PREVIOUS_DROP_WAIT};
+#[cfg(not(loom))]
 pub use session::{
     connect, remote_clear, remote_reset, remote_status, wire, Address, ConnectOptions, TlsClient,
     TlsServer, DEFAULT_CONNECT_TIMEOUT, TLS_BUILT_IN,
@@ -105,8 +109,7 @@ pub use session::{
 pub use status::{ExitDetection, RegistrationState, RegistrationStatus, RemoteStatus, Status};
 #[cfg(not(loom))]
 pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
-#[cfg(not(loom))]
-pub use worker::{Busy, Registration, Worker, PREVIOUS_DROP_WAIT};
+pub use worker::{Busy, Worker};
 
 pub use event::{DropEvent, Reason};
 #[doc(hidden)]

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `create`, `in_memory`, `open`, `unlink`, `with_clock`, `clock`, `stamp_clock`, `stamp_resolution`, `name`, `capacity`, the timeouts, `scan_interval`, `scans` | `table.rs` |
 //! | `reaper_alive`, `reaper_stalled`, `probe`, `clear`, `reset` (requests of the reaper) | `requests.rs` |
-//! | `registration`, `register` | `worker.rs` |
+//! | `registration`, `register` | `registration.rs` |
 //! | `reaper` (the builder) | `reaper/builder.rs` |
 //! | `status` | `status.rs` |
 //! | `set_info`, `info` | `info.rs` |

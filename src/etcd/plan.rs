@@ -36,9 +36,19 @@ impl InEtcd {
 /// still deleted, without a reason).
 #[derive(Debug)]
 pub(super) struct Reasons {
-    by_key: HashMap<String, (u64, u32, u32, Reason)>,
+    by_key: HashMap<String, Ending>,
     next: u64,
     bound: usize,
+}
+
+/// Why one registration of a key ended, and when it was recorded.
+#[derive(Clone, Copy, Debug)]
+struct Ending {
+    /// The order it was recorded in (the oldest are forgotten first).
+    age: u64,
+    slot: u32,
+    generation: u32,
+    reason: Reason,
 }
 
 impl Reasons {
@@ -52,14 +62,19 @@ impl Reasons {
 
     /// Records why registration (`slot`, `generation`) of `key` ended.
     pub fn insert(&mut self, key: String, slot: u32, generation: u32, reason: Reason) {
-        self.by_key
-            .insert(key, (self.next, slot, generation, reason));
+        let ending = Ending {
+            age: self.next,
+            slot,
+            generation,
+            reason,
+        };
+        self.by_key.insert(key, ending);
         self.next += 1;
         if self.by_key.len() > self.bound {
-            let mut ages: Vec<u64> = self.by_key.values().map(|entry| entry.0).collect();
+            let mut ages: Vec<u64> = self.by_key.values().map(|entry| entry.age).collect();
             ages.sort_unstable();
             let keep_from = ages[ages.len() - self.bound];
-            self.by_key.retain(|_, entry| entry.0 >= keep_from);
+            self.by_key.retain(|_, entry| entry.age >= keep_from);
         }
     }
 
@@ -67,8 +82,8 @@ impl Reasons {
     pub fn of(&self, key: &str, slot: u32, generation: u32) -> Option<Reason> {
         self.by_key
             .get(key)
-            .filter(|entry| (entry.1, entry.2) == (slot, generation))
-            .map(|entry| entry.3)
+            .filter(|entry| (entry.slot, entry.generation) == (slot, generation))
+            .map(|entry| entry.reason)
     }
 
     #[cfg(test)]
@@ -80,8 +95,9 @@ impl Reasons {
     /// end is told by a later round.
     pub fn keep_only(&mut self, live: &BTreeMap<String, ClusterRecord>) {
         self.by_key.retain(|key, entry| {
-            live.get(key)
-                .is_some_and(|record| (record.slot, record.generation) == (entry.1, entry.2))
+            live.get(key).is_some_and(|record| {
+                (record.slot, record.generation) == (entry.slot, entry.generation)
+            })
         });
     }
 }

@@ -29,7 +29,14 @@ const LOCK_SNAPSHOT_FROM: usize = 64;
 /// namespace) and its random tag (the upper bits of the slot's flags). A
 /// process's death drops all its locks at once, so in a round one held lock
 /// speaks for every registration of its process.
-type Registrant = (u32, u64, u64, u32);
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Registrant {
+    pid: u32,
+    /// Its start time (0: unknown).
+    start: u64,
+    clock_id: u64,
+    tag: u32,
+}
 
 /// The lock tests of registrations no pidfd watches, round by round (the
 /// reaper's schedule of lock rounds): a round
@@ -109,13 +116,13 @@ impl Reaper {
     /// are always tested on their own.
     pub(super) fn lock_dropped(&mut self, index: u32, generation: u32, slot: &Slot) -> bool {
         let flags = slot.flags.load(Relaxed);
-        let registrant: Registrant = (
-            slot.pid.load(Relaxed),
-            slot.process_start.load(Relaxed),
-            slot.clock_id.load(Relaxed),
-            flags >> PROCESS_TAG_SHIFT,
-        );
-        let grouped = flags & FLAG_PROXY == 0 && registrant.1 != 0;
+        let registrant = Registrant {
+            pid: slot.pid.load(Relaxed),
+            start: slot.process_start.load(Relaxed),
+            clock_id: slot.clock_id.load(Relaxed),
+            tag: flags >> PROCESS_TAG_SHIFT,
+        };
+        let grouped = flags & FLAG_PROXY == 0 && registrant.start != 0;
         if grouped && self.locks.alive.contains(&registrant) {
             return false;
         }

@@ -343,7 +343,7 @@ impl Connection {
         let secret = crate::os::socket::random_u64()
             .map_err(|e| Error::os(table.name(), "draw a session secret", e))?;
         let label = shortened(printable(label), LABEL_MAX);
-        let (index, generation) = table
+        let crate::registration::Placed { index, generation } = table
             .registration(instance_id)
             .label(&label)
             .pid(pid)

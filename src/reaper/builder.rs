@@ -10,13 +10,12 @@ use crate::exit_watch::ExitWatcher;
 use crate::handlers::{
     ClearHandler, DropHandler, HandlerError, Handlers, Running, HANDLER_DEADLINE,
 };
-use crate::session::held::Held;
-use crate::session::listener::{ListenConfig, Listener, DEFAULT_SOCKET_MODE};
+use crate::session::listener::{ListenConfig, DEFAULT_SOCKET_MODE};
+use crate::session::Sessions;
 use crate::session::{Address, TlsServer};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::table::Table;
 use crate::wake::WakeFd;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Configures a reaper: [`Table::reaper`] makes one.
@@ -186,24 +185,19 @@ impl ReaperBuilder {
             ),
             source,
         })?;
-        let held = Arc::new(Held::default());
-        let started_ns = self.table.clock.now_ns();
         let (socket_mode, tls) = (self.socket_mode, self.tls);
-        let listeners = self
+        let configs = self
             .listens
             .into_iter()
-            .map(|config| {
-                let config = ListenConfig {
-                    socket_mode,
-                    tls: tls.clone(),
-                    ..config
-                };
-                Listener::start(self.table.clone(), config, held.clone())
+            .map(|config| ListenConfig {
+                socket_mode,
+                tls: tls.clone(),
+                ..config
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect();
+        let sessions = Sessions::start(&self.table, configs)?;
         Ok(Reaper {
-            listeners,
-            held,
+            sessions,
             seen: vec![Seen::NONE; inner.capacity as usize],
             timeout_ns: header.reap_timeout_ns.load(Relaxed),
             grace_ns: header.registration_grace_ns.load(Relaxed),
@@ -223,8 +217,6 @@ impl ReaperBuilder {
             watcher,
             wake,
             last_scan_ns: None,
-            started_ns,
-            listener_stale_scans: 0,
             locks: LockRounds::default(),
         })
     }

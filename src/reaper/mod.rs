@@ -24,9 +24,9 @@ use crate::event::DropEvent;
 use crate::exit_watch::ExitWatcher;
 use crate::handlers::{HandlerPool, Handlers};
 use crate::layout::SCANS_PER_TIMEOUT;
-use crate::session::held::Held;
-use crate::session::listener::{ListenConfig, Listener};
+use crate::session::listener::ListenConfig;
 use crate::session::Address;
+use crate::session::Sessions;
 use crate::sync::Ordering::Acquire;
 use crate::table::Table;
 use crate::table_locks::ReaperRole;
@@ -89,11 +89,9 @@ enum Dispatch {
 
 /// The one reaper of a table: holds the reaper role until dropped.
 pub struct Reaper {
-    /// Listeners serving sessions (first, so they stop before the role is
-    /// given back).
-    pub(crate) listeners: Vec<Listener>,
-    /// Which session registrations this reaper's listeners hold.
-    pub(crate) held: Arc<Held>,
+    /// Its sessions: the listeners (first, so they stop before the role
+    /// is given back) and what the reaper asks about remote registrations.
+    pub(crate) sessions: Arc<Sessions>,
     table: Table,
     role: ReaperRole,
     handlers: Dispatch,
@@ -119,15 +117,6 @@ pub struct Reaper {
     wake: WakeFd,
     /// When the last scan ran, on the table clock.
     last_scan_ns: Option<u64>,
-    /// When this reaper started, on the table clock: a session registration
-    /// no connection holds (its client is away, perhaps reconnecting after
-    /// a restart) has the reap timeout from then at least to be reclaimed.
-    started_ns: u64,
-    /// How many scans in a row found no listener going round its loop
-    /// lately: from two on, the reaper judges held sessions' silence itself
-    /// (one is not enough: after the process was stopped, the reaper may
-    /// scan before the listener has run).
-    listener_stale_scans: u32,
     /// When this reaper tests the locks of registrations no pidfd watches.
     locks: LockRounds,
 }
@@ -162,13 +151,7 @@ impl Reaper {
     ///   that Unix socket.
     /// - [`Error::Io`](crate::error::Error::Io): binding failed.
     pub fn listen(&mut self, address: Address, token: Option<Vec<u8>>) -> Result<()> {
-        let config = ListenConfig::new(address, token);
-        self.listeners.push(Listener::start(
-            self.table.clone(),
-            config,
-            self.held.clone(),
-        )?);
-        Ok(())
+        self.sessions.listen(ListenConfig::new(address, token))
     }
 
     /// The boot token this reaper wrote when it took the table.

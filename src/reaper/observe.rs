@@ -1,12 +1,12 @@
 //! What a scan makes of one `LIVE` slot: observed as plain values, decided
 //! by [`decide`] (pure), then carried out; its progress judged after.
 
-use crate::clock::{duration_ns, Clock, Stamps, STAMP_LAG_TICKS};
+use crate::clock::{Clock, Stamps, STAMP_LAG_TICKS};
 use crate::event::Reason;
 use crate::exit_watch::LockCheck;
 use crate::layout::{Slot, BUSY, FLAG_COARSE_STAMPS, FLAG_REMOTE};
 use crate::protocol::{self, Beat, Gone};
-use crate::session::timing::unheard_allowance;
+use crate::session::SlotSilence;
 use crate::sync::Ordering::{Acquire, Relaxed};
 
 use super::Reaper;
@@ -89,12 +89,20 @@ impl Reaper {
             self.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == self.clock_id;
         let last_signal = self.last_signal(index, word, own_clock.then_some(signal_ns), now_ns);
         if slot.flags.load(Relaxed) & FLAG_REMOTE != 0 {
-            let silence = Silence {
+            // A session's client: no lock or pidfd sees it exit; its
+            // sessions say how to judge its silence.
+            let silence = SlotSilence {
                 last_signal,
                 budget_ns,
                 timed_reason,
             };
-            return self.observe_session(index, generation, silence, now_ns);
+            let judged = self.sessions.judge(index, generation, silence, now_ns);
+            return Observed::Live {
+                silent_ns: now_ns.saturating_sub(judged.since_ns),
+                budget_ns: judged.budget_ns,
+                timed_reason: judged.reason,
+                exited: false,
+            };
         }
         let test = match &mut self.watcher {
             Some(watcher) => watcher.lock_check(index, generation, slot),
@@ -112,55 +120,6 @@ impl Reaper {
             budget_ns,
             timed_reason,
             exited,
-        }
-    }
-
-    /// A session's registration ([`Reaper::observe`] for a `FLAG_REMOTE`
-    /// slot): no lock or pidfd sees its client exit. Held by a connection,
-    /// its listener ends it when the connection closes, when its client
-    /// says its engine went silent, or when the client goes unheard: the
-    /// listener has the last word on silence, since only it can read what
-    /// the client sent (after this process was stopped, the beats wait in
-    /// the sockets). This scan backs it up only when no listener has run for
-    /// two scans, timing the silence from when the client was last heard
-    /// and allowing what the listener allows (its last pings may not have
-    /// left a stopped process). Held by none of this reaper's connections,
-    /// it awaits its client's reclaim, for the reap timeout from its last
-    /// beat or from this reaper's start, whichever is later; past it, its
-    /// client did not come back.
-    fn observe_session(
-        &self,
-        index: u32,
-        generation: u32,
-        silence: Silence,
-        now_ns: u64,
-    ) -> Observed {
-        let Silence {
-            last_signal,
-            budget_ns,
-            timed_reason,
-        } = silence;
-        let allowance = duration_ns(unheard_allowance(self.table.reap_timeout()));
-        let listener_runs = self.listener_stale_scans < 2;
-        let (since_ns, budget_ns, timed_reason) = match self.held.heard(index, generation) {
-            Some(_) if timed_reason == Reason::Timeout && listener_runs => {
-                (now_ns, budget_ns, timed_reason)
-            }
-            Some(heard_ns) if timed_reason == Reason::Timeout => {
-                (heard_ns, budget_ns + allowance, timed_reason)
-            }
-            Some(_) => (last_signal, budget_ns + allowance, timed_reason),
-            None => (
-                last_signal.max(self.started_ns),
-                budget_ns,
-                Reason::Disconnected,
-            ),
-        };
-        Observed::Live {
-            silent_ns: now_ns.saturating_sub(since_ns),
-            budget_ns,
-            timed_reason,
-            exited: false,
         }
     }
 
@@ -259,15 +218,6 @@ pub(super) enum Verdict {
     /// It ended for `reason` after `silent_ns` of silence (0 for explicit
     /// endings).
     Ended { reason: Reason, silent_ns: u64 },
-}
-
-/// A live registration's last signal (on the reaper's clock) and the
-/// budget it is judged by, with the reason an eviction would give.
-#[derive(Clone, Copy)]
-struct Silence {
-    last_signal: u64,
-    budget_ns: u64,
-    timed_reason: Reason,
 }
 
 /// What one scan observed of a `LIVE` slot, as plain values.

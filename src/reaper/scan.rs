@@ -59,12 +59,7 @@ impl Reaper {
         self.wake.drain();
         self.last_scan_ns = Some(now_ns);
         inner.header().reaper_heartbeat_ns.store(now_ns, Release);
-        let listener_quiet_ns = now_ns.saturating_sub(self.held.listener_last_ran());
-        if self.held.count() > 0 && listener_quiet_ns > (self.timeout_ns / 2).max(500_000_000) {
-            self.listener_stale_scans = self.listener_stale_scans.saturating_add(1);
-        } else {
-            self.listener_stale_scans = 0;
-        }
+        self.sessions.scan_started(now_ns);
         if let Some(watcher) = &mut self.watcher {
             watcher.collect_fired();
         }

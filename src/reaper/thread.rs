@@ -4,9 +4,9 @@
 use crate::error::Result;
 use crate::fork;
 use crate::reaper::{Reaper, ReaperBuilder};
-use crate::session::held::Held;
-use crate::session::listener::{ListenConfig, Listener};
+use crate::session::listener::ListenConfig;
 use crate::session::Address;
+use crate::session::Sessions;
 use crate::table::Table;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,9 +34,8 @@ use std::thread::JoinHandle;
 /// # Ok::<(), livereg::Error>(())
 /// ```
 pub struct ReaperThread {
-    /// Listeners serving sessions, stopped first.
-    listeners: Vec<Listener>,
-    held: Arc<Held>,
+    /// Its sessions (listeners stopped first).
+    sessions: Arc<Sessions>,
     table: Table,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<()>>>,
@@ -59,8 +58,7 @@ impl ReaperBuilder {
         let stop = Arc::new(AtomicBool::new(false));
         if table.reap_timeout().is_zero() {
             return Ok(ReaperThread {
-                listeners: Vec::new(),
-                held: Arc::default(),
+                sessions: Sessions::start(&table, Vec::new())?,
                 table,
                 stop,
                 thread: None,
@@ -68,8 +66,7 @@ impl ReaperBuilder {
             });
         }
         let mut reaper = self.build()?.with_handler_threads();
-        let listeners = std::mem::take(&mut reaper.listeners);
-        let held = reaper.held.clone();
+        let sessions = reaper.sessions.clone();
         let stopping = stop.clone();
         let thread = std::thread::Builder::new()
             .name("livereg-reaper".into())
@@ -79,8 +76,7 @@ impl ReaperBuilder {
                 source,
             })?;
         Ok(ReaperThread {
-            listeners,
-            held,
+            sessions,
             table,
             stop,
             thread: Some(thread),
@@ -114,13 +110,7 @@ impl ReaperThread {
     ///
     /// As [`Reaper::listen`].
     pub fn listen(&mut self, address: Address, token: Option<Vec<u8>>) -> Result<()> {
-        let config = ListenConfig::new(address, token);
-        self.listeners.push(Listener::start(
-            self.table.clone(),
-            config,
-            self.held.clone(),
-        )?);
-        Ok(())
+        self.sessions.listen(ListenConfig::new(address, token))
     }
 
     /// Whether a scanning thread runs (false when reaping is disabled).
@@ -176,7 +166,7 @@ impl ReaperThread {
 
     fn halt(&mut self) {
         // Listeners first: their clients reconnect to the next reaper.
-        self.listeners.clear();
+        self.sessions.stop();
         if self.fork_epoch != fork::epoch() {
             // A forked child's copy: the scanning thread is the parent's and
             // does not exist here; waking or joining it would disturb the

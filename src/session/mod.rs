@@ -6,13 +6,14 @@
 mod address;
 mod client;
 mod dial;
-pub(crate) mod held;
+mod held;
 pub(crate) mod listener;
 mod penalties;
 mod printable;
 pub(crate) mod records;
 mod sender;
 mod served;
+mod sessions;
 mod stream;
 pub(crate) mod timing;
 mod tls;
@@ -22,4 +23,5 @@ pub use address::Address;
 pub use client::{
     connect, remote_clear, remote_reset, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT,
 };
+pub(crate) use sessions::{Sessions, SlotSilence};
 pub use tls::{TlsClient, TlsServer, TLS_BUILT_IN};

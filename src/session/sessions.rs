@@ -1,0 +1,149 @@
+//! The one seam between a reaper and its sessions: the reaper knows only
+//! that a registration is remote, and asks this object how long it has
+//! been silent and against what budget; this object owns the listeners
+//! (started, added and stopped here) and what they share.
+
+use super::held::Held;
+use super::listener::{ListenConfig, Listener};
+use super::timing::unheard_allowance;
+use crate::clock::duration_ns;
+use crate::error::Result;
+use crate::event::Reason;
+use crate::table::Table;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A reaper's sessions: its listeners, which registrations they hold, and
+/// whether they run.
+pub(crate) struct Sessions {
+    /// Stopped first when the last holder lets go (declared first).
+    listeners: Mutex<Vec<Listener>>,
+    table: Table,
+    held: Arc<Held>,
+    /// When the reaper started, on the table clock: a registration no
+    /// connection holds (its client is away, perhaps reconnecting after a
+    /// restart) has the reap timeout from then at least to be reclaimed.
+    started_ns: u64,
+    /// How many scans in a row found no listener going round its loop
+    /// lately: from two on, the reaper judges held sessions' silence itself
+    /// (one is not enough: after the process was stopped, the reaper may
+    /// scan before the listener has run).
+    stale_scans: AtomicU32,
+}
+
+/// A remote registration's silence as its slot tells it: its last signal
+/// (on the reaper's clock), the budget it is judged by, and the reason an
+/// eviction would give.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SlotSilence {
+    pub last_signal: u64,
+    pub budget_ns: u64,
+    pub timed_reason: Reason,
+}
+
+/// A remote registration's silence as the reaper is to judge it: since
+/// when, against what budget, for what reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Judged {
+    pub since_ns: u64,
+    pub budget_ns: u64,
+    pub reason: Reason,
+}
+
+impl Sessions {
+    /// Starts a listener for each of `configs`, serving `table`'s sessions.
+    ///
+    /// # Errors
+    ///
+    /// As [`Listener::start`]; no listener is left running then.
+    pub(crate) fn start(table: &Table, configs: Vec<ListenConfig>) -> Result<Arc<Sessions>> {
+        let sessions = Arc::new(Sessions {
+            listeners: Mutex::new(Vec::new()),
+            table: table.clone(),
+            held: Arc::new(Held::default()),
+            started_ns: table.clock.now_ns(),
+            stale_scans: AtomicU32::new(0),
+        });
+        for config in configs {
+            sessions.listen(config)?;
+        }
+        Ok(sessions)
+    }
+
+    /// Also serves sessions as `config` says, until [`Sessions::stop`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Listener::start`].
+    pub(crate) fn listen(&self, config: ListenConfig) -> Result<()> {
+        let listener = Listener::start(self.table.clone(), config, self.held.clone())?;
+        self.listeners().push(listener);
+        Ok(())
+    }
+
+    /// Closes every listener and its connections; their registrations stay,
+    /// for their clients to reclaim from the next reaper.
+    pub(crate) fn stop(&self) {
+        self.listeners().clear();
+    }
+
+    /// At the start of each scan: whether the listeners run.
+    pub(crate) fn scan_started(&self, now_ns: u64) {
+        let timeout_ns = duration_ns(self.table.reap_timeout());
+        let quiet_ns = now_ns.saturating_sub(self.held.listener_last_ran());
+        if self.held.count() > 0 && quiet_ns > (timeout_ns / 2).max(500_000_000) {
+            self.stale_scans.fetch_add(1, Relaxed);
+        } else {
+            self.stale_scans.store(0, Relaxed);
+        }
+    }
+
+    /// How the reaper is to judge remote registration `(index,
+    /// generation)`'s silence. Held by a connection, its listener ends it
+    /// when the connection closes, when its client says its engine went
+    /// silent, or when the client goes unheard: the listener has the last
+    /// word on silence, since only it can read what the client sent (after
+    /// this process was stopped, the beats wait in the sockets); the reaper
+    /// backs it up only when no listener has run for two scans, timing the
+    /// silence from when the client was last heard and allowing what the
+    /// listener allows (its last pings may not have left a stopped
+    /// process). Held by none, it awaits its client's reclaim, for the reap
+    /// timeout from its last beat or from this reaper's start, whichever is
+    /// later; past it, its client did not come back (`disconnected`).
+    pub(crate) fn judge(
+        &self,
+        index: u32,
+        generation: u32,
+        slot: SlotSilence,
+        now_ns: u64,
+    ) -> Judged {
+        let allowance = duration_ns(unheard_allowance(self.table.reap_timeout()));
+        let listeners_run = self.stale_scans.load(Relaxed) < 2;
+        let timed = slot.timed_reason == Reason::Timeout;
+        let (since_ns, budget_ns, reason) = match self.held.heard(index, generation) {
+            Some(_) if timed && listeners_run => (now_ns, slot.budget_ns, slot.timed_reason),
+            Some(heard_ns) if timed => (heard_ns, slot.budget_ns + allowance, slot.timed_reason),
+            Some(_) => (
+                slot.last_signal,
+                slot.budget_ns + allowance,
+                slot.timed_reason,
+            ),
+            None => (
+                slot.last_signal.max(self.started_ns),
+                slot.budget_ns,
+                Reason::Disconnected,
+            ),
+        };
+        Judged {
+            since_ns,
+            budget_ns,
+            reason,
+        }
+    }
+
+    fn listeners(&self) -> MutexGuard<'_, Vec<Listener>> {
+        self.listeners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}

@@ -69,6 +69,8 @@ mod os;
 #[cfg(not(loom))]
 mod reaper;
 #[cfg(not(loom))]
+mod records;
+#[cfg(not(loom))]
 mod registration;
 #[cfg(not(loom))]
 mod requests;

@@ -339,7 +339,13 @@ impl<'t> Registration<'t> {
 impl Registration<'_> {
     /// The handle of a registration just published at `placed`.
     fn worker(&self, placed: Placed, lock_file: Option<LockDescriptor>) -> Worker {
-        Worker::new(self.table, placed, self.instance_id, lock_file)
+        Worker::new(
+            self.table,
+            placed.index,
+            placed.generation,
+            self.instance_id,
+            lock_file,
+        )
     }
 }
 

@@ -5,7 +5,7 @@ use crate::event::Reason;
 
 use crate::layout::{BUSY, BUSY_PERIOD, FLAG_PIDFD, FLAG_REMOTE, SCANS_PER_TIMEOUT, STALL_MARK};
 use crate::protocol::{self, Beat, LIVE};
-use crate::session::records::{Record, Records};
+use crate::records::{Record, Records};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
 use serde::{Deserialize, Serialize};

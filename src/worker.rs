@@ -4,7 +4,6 @@
 
 use crate::error::{Error, Result};
 use crate::event::Reason;
-use crate::registration::Placed;
 
 use crate::clock::Stamps;
 use crate::fork::{self, LockDescriptor};
@@ -52,20 +51,21 @@ unsafe impl Send for Worker {}
 unsafe impl Sync for Worker {}
 
 impl Worker {
-    /// The handle of a registration just published at `placed` (holding
-    /// its exit lock through `lock_file`, if local).
+    /// The handle of a registration just published in slot `index` at
+    /// `generation` (holding its exit lock through `lock_file`, if local).
     pub(crate) fn new(
         table: &Table,
-        placed: Placed,
+        index: u32,
+        generation: u32,
         instance_id: u64,
         lock_file: Option<LockDescriptor>,
     ) -> Worker {
         Worker {
-            slot: NonNull::from(table.memory.slot(placed.index)),
+            slot: NonNull::from(table.memory.slot(index)),
             stamps: table.memory.stamps,
             table: table.clone(),
-            index: placed.index,
-            generation: placed.generation,
+            index,
+            generation,
             instance_id,
             lock: Mutex::new(lock_file),
             fork_epoch: fork::epoch(),

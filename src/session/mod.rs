@@ -10,7 +10,6 @@ mod held;
 pub(crate) mod listener;
 mod penalties;
 mod printable;
-pub(crate) mod records;
 mod sender;
 mod served;
 mod sessions;

@@ -4,7 +4,6 @@
 use super::held::{Heard, Held};
 use super::penalties::{Penalties, Source};
 use super::printable::printable;
-use super::records::Record;
 use super::stream::{send, Inbox, Received, Stream};
 use super::timing::unheard_allowance;
 use super::wire::{Frame, Reclaim, ANSWER_MAX, HOST_MAX, VERSION};
@@ -14,6 +13,7 @@ use crate::layout::FLAG_REMOTE;
 use crate::layout::LABEL_MAX;
 use crate::limited_log::limited_log;
 use crate::protocol::{self, Gone, Stamp, LIVE};
+use crate::records::Record;
 use crate::requests::Ticket;
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;

@@ -35,22 +35,51 @@ pub fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     base.bind(py).setattr("code", -1)?;
     module.add("Error", base.bind(py))?;
     let mut classes = vec![base.clone_ref(py)];
+    let builtins = py.import("builtins")?;
     for code in &RESULT_CODES[1..] {
         let name = format!("{}Error", code.title);
         let doc = format!("{} (LIVEREG_{}, {})", code.meaning, code.name, code.value);
-        let class = PyErr::new_type(
-            py,
-            &c_string(format!("livereg.{name}")),
-            Some(&c_string(doc)),
-            Some(base.bind(py)),
-            None,
-        )?;
+        let class: Py<PyType> = match builtin_of(code.name) {
+            // Also the builtin that fits, so `except TimeoutError` (or
+            // `ValueError`, `FileNotFoundError`…) catches it.
+            Some(builtin) => {
+                let namespace = pyo3::types::PyDict::new(py);
+                namespace.set_item("__doc__", &doc)?;
+                namespace.set_item("__module__", "livereg")?;
+                let bases = (base.bind(py), builtins.getattr(builtin)?);
+                builtins
+                    .getattr("type")?
+                    .call1((name.as_str(), bases, namespace))?
+                    .cast_into::<PyType>()?
+                    .unbind()
+            }
+            None => PyErr::new_type(
+                py,
+                &c_string(format!("livereg.{name}")),
+                Some(&c_string(doc)),
+                Some(base.bind(py)),
+                None,
+            )?,
+        };
         class.bind(py).setattr("code", code.value)?;
         module.add(name.as_str(), class.bind(py))?;
         classes.push(class);
     }
     let _ = CLASSES.set(py, classes);
     Ok(())
+}
+
+/// The builtin exception a result code's class also derives, where one fits.
+fn builtin_of(code_name: &str) -> Option<&'static str> {
+    Some(match code_name {
+        "INVALID_ARGUMENT" => "ValueError",
+        "TIMEOUT" => "TimeoutError",
+        "PERMISSION" => "PermissionError",
+        "NOT_FOUND" => "FileNotFoundError",
+        "EXISTS" => "FileExistsError",
+        "IO" => "OSError",
+        _ => return None,
+    })
 }
 
 fn class(py: Python<'_>, code: u32) -> Bound<'_, PyType> {

@@ -137,7 +137,9 @@ impl Table {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let status = self.snapshot(py)?;
         status.cast::<PyDict>()?.del_item("registrations")?;
-        Ok(status)
+        py.import("livereg._status")?
+            .getattr("Stats")?
+            .call1((status,))
     }
 
     /// Number of slots.

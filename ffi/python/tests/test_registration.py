@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import queue
 import re
 import time
-from typing import Callable
+from typing import Any, Callable, Dict
 
 import pytest
 
@@ -149,7 +151,8 @@ def test_the_stubs_list_every_reason_and_every_error_class() -> None:
     here = pathlib.Path(livereg.__file__).parent
     stubbed = re.findall(r"^    ([A-Z_]+) = (\d+)$", (here / "_reason.pyi").read_text(), re.M)
     assert [(name, int(value)) for name, value in stubbed] == [(r.name, r.value) for r in livereg.Reason]
-    classes = re.findall(r"^class (\w+Error)\(Error\)", (here / "_native.pyi").read_text(), re.M)
+    # (an error that is also a builtin names it second: `(Error, TimeoutError)`)
+    classes = re.findall(r"^class (\w+Error)\(Error(?:, \w+)?\)", (here / "_native.pyi").read_text(), re.M)
     assert sorted(classes) == sorted(cls.__name__ for cls in livereg.Error.__subclasses__())
     assert all(getattr(livereg, name).code > 0 for name in classes)
 
@@ -167,3 +170,43 @@ def test_the_stamp_clock_is_chosen_at_creation_and_shown_in_status(make_table: M
         make_table(reap_timeout=0.01, clock="coarse")
     with pytest.raises(livereg.InvalidArgumentError, match="expected \"auto\""):
         make_table(clock="sundial")
+
+
+def test_each_error_is_also_the_builtin_it_is() -> None:
+    """``except TimeoutError`` (or ``ValueError``, ``FileNotFoundError``…)
+    catches the livereg error that is one, which stays a ``livereg.Error``."""
+    pairs = [
+        (livereg.DeadlineExceededError, TimeoutError),
+        (livereg.InvalidArgumentError, ValueError),
+        (livereg.PermissionDeniedError, PermissionError),
+        (livereg.NotFoundError, FileNotFoundError),
+        (livereg.ExistsError, FileExistsError),
+        (livereg.SystemCallError, OSError),
+    ]
+    for error, builtin in pairs:
+        assert issubclass(error, livereg.Error) and issubclass(error, builtin), error
+        assert error.__module__ == "livereg" and error.__doc__
+    with pytest.raises(FileNotFoundError) as missing:
+        livereg.open(f"livereg-never-created-{os.getpid()}")
+    assert isinstance(missing.value, livereg.NotFoundError)
+    assert missing.value.code == livereg.NotFoundError.code
+    assert "livereg-never-created" in str(missing.value)
+    with pytest.raises(ValueError):
+        livereg.create(f"livereg-bad-{os.getpid()}", capacity=0)
+    assert not issubclass(livereg.EvictedError, OSError)
+
+
+def test_star_import_leaves_the_builtin_open_alone_and_stats_are_typed(make_table: Any) -> None:
+    namespace: Dict[str, Any] = {}
+    exec("from livereg import *", namespace)
+    assert "open" not in namespace and "connect" in namespace
+    table = make_table()
+    with table.register(5, label="typed"):
+        stats = table.stats()
+        assert stats["tracked_instances"] == 1 == stats.tracked_instances
+        assert isinstance(stats, livereg.Stats)
+        assert json.loads(json.dumps(stats))["capacity"] == stats.capacity
+        assert all(isinstance(reason, livereg.Reason) for reason in stats.ended) and sum(stats.ended.values()) == 0
+        (row,) = table.status().registrations
+        assert row.state is livereg.RegistrationState.LIVE
+        assert json.dumps(row.state) == '"live"'  # a str, as the JSON says it

@@ -61,12 +61,15 @@ from livereg._native import (
     Worker,
     connect,
     create,
-    open,
     unlink,
 )
+# Public as `livereg.open`, but not in `import *` (see `__all__`).
+from livereg._native import open as open
 from livereg._reason import Reason
-from livereg._status import RegistrationStatus, Status
+from livereg._status import RegistrationState, RegistrationStatus, Stats, Status
 
+# `open` is left out of `import *` (it would shadow the builtin): call
+# `livereg.open`.
 __all__ = [
     "BEATS_PER_TIMEOUT",
     "DEFAULT_REGISTRATION_GRACE",
@@ -90,13 +93,14 @@ __all__ = [
     "PermissionDeniedError",
     "Reaper",
     "Reason",
+    "RegistrationState",
     "RegistrationStatus",
+    "Stats",
     "Status",
     "SystemCallError",
     "Table",
     "Worker",
     "connect",
     "create",
-    "open",
     "unlink",
 ]

@@ -4,17 +4,30 @@
 ``ended`` keyed by :class:`livereg.Reason` and ``registrations`` a list of
 :class:`RegistrationStatus`. Absent facts are ``None`` (a reaper that never
 ran has no heartbeat age; another time namespace's stamps have no age here).
-``Table.stats()`` stays a plain dict (what a health endpoint returns as JSON).
+``Table.stats()`` is a :class:`Stats`: the same snapshot without the
+registrations, a ``dict`` (what a health endpoint returns as JSON, as
+before) whose keys are also typed attributes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any, Dict, List, Mapping, Optional
 
 from livereg._reason import Reason
 
-__all__ = ["RegistrationStatus", "Status"]
+__all__ = ["RegistrationState", "RegistrationStatus", "Stats", "Status"]
+
+
+class RegistrationState(str, enum.Enum):
+    """Where an occupied slot's registration stands (equal to its name in
+    ``livereg status --json``)."""
+
+    #: Registered and not ended.
+    LIVE = "live"
+    #: Ended; its drop is pending.
+    ENDING = "ending"
 
 
 def _known(cls: Any, row: Mapping[str, Any]) -> Dict[str, Any]:
@@ -37,8 +50,9 @@ class RegistrationStatus:
     instance_id: int
     label: str
     pid: int
-    #: ``"live"``, or ``"ending"`` while its drop is pending.
-    state: str
+    #: Live, or ending while its drop is pending (equal to ``"live"`` and
+    #: ``"ending"``).
+    state: RegistrationState
     ended_reason: Optional[Reason]
     heartbeats: int
     busy: bool
@@ -58,6 +72,7 @@ class RegistrationStatus:
     def from_dict(cls, row: Mapping[str, Any]) -> "RegistrationStatus":
         fields = _known(cls, row)
         fields["ended_reason"] = _reason(fields.get("ended_reason"))
+        fields["state"] = RegistrationState(fields["state"])
         return cls(**fields)
 
 
@@ -98,3 +113,78 @@ class Status:
         fields["ended"] = {Reason[name.upper()]: count for name, count in snapshot["ended"].items()}
         fields["registrations"] = [RegistrationStatus.from_dict(row) for row in snapshot["registrations"]]
         return cls(**fields)
+
+
+class Stats(Dict[str, Any]):
+    """``Table.stats()``: the table's snapshot without its registrations, as
+    the dict it always was (``stats["tracked_instances"]``, JSON as it is)
+    with typed attributes (``stats.tracked_instances``; ``stats.ended`` keyed
+    by :class:`livereg.Reason`)."""
+
+    @property
+    def table(self) -> str:
+        return str(self["table"])
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self["enabled"])
+
+    @property
+    def capacity(self) -> int:
+        return int(self["capacity"])
+
+    @property
+    def tracked_instances(self) -> int:
+        return int(self["tracked_instances"])
+
+    @property
+    def reap_timeout_seconds(self) -> float:
+        return float(self["reap_timeout_seconds"])
+
+    @property
+    def registration_grace_seconds(self) -> float:
+        return float(self["registration_grace_seconds"])
+
+    @property
+    def reaper_alive(self) -> bool:
+        return bool(self["reaper_alive"])
+
+    @property
+    def reaper_stalled(self) -> bool:
+        return bool(self["reaper_stalled"])
+
+    @property
+    def reaper_pid(self) -> int:
+        return int(self["reaper_pid"])
+
+    @property
+    def boot_token(self) -> int:
+        return int(self["boot_token"])
+
+    @property
+    def scans(self) -> int:
+        return int(self["scans"])
+
+    @property
+    def ended(self) -> Dict[Reason, int]:
+        return {Reason[name.upper()]: count for name, count in self["ended"].items()}
+
+    @property
+    def ended_total(self) -> int:
+        return int(self["ended_total"])
+
+    @property
+    def handler_failures(self) -> int:
+        return int(self["handler_failures"])
+
+    @property
+    def handlers_overdue(self) -> int:
+        return int(self["handlers_overdue"])
+
+    @property
+    def clears_requested(self) -> int:
+        return int(self["clears_requested"])
+
+    @property
+    def clears_completed(self) -> int:
+        return int(self["clears_completed"])

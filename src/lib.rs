@@ -111,6 +111,7 @@ pub use session::{
 pub use status::{ExitDetection, RegistrationState, RegistrationStatus, RemoteStatus, Status};
 #[cfg(not(loom))]
 pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
+#[cfg(not(loom))]
 pub use worker::{Busy, Worker};
 
 pub use event::{DropEvent, Reason};

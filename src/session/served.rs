@@ -531,9 +531,7 @@ impl Connection {
             return Next::KeepOpen;
         };
         let slot = table.memory.slot(holding.index);
-        let unheard_ns = table.clock.now_ns().saturating_sub(holding.heard.last());
-        let budget = table.reap_timeout() + unheard_allowance(table.reap_timeout());
-        if Duration::from_nanos(unheard_ns) >= budget
+        if self.seems_unheard(gate)
             && protocol::end(slot, holding.generation, Reason::Timeout).is_ok()
         {
             table.memory.wake_reaper();

@@ -54,6 +54,9 @@ mod support;
 use support::{cluster, duration, etcd_args, logging, metrics_endpoint, notify, signals, target};
 mod worker;
 
+#[cfg(test)]
+mod deploy_lines;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 

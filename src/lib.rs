@@ -97,6 +97,8 @@ pub use error::{Error, Result, ResultCode, RESULT_CODES};
 #[cfg(not(loom))]
 pub use handlers::{HandlerError, HANDLER_DEADLINE};
 #[cfg(not(loom))]
+pub use metrics::ProcessMetrics;
+#[cfg(not(loom))]
 pub use reaper::ReaperThread;
 #[cfg(not(loom))]
 pub use reaper::{Reaper, ReaperBuilder, ScanReport};
@@ -104,8 +106,8 @@ pub use reaper::{Reaper, ReaperBuilder, ScanReport};
 pub use registration::{Registration, PREVIOUS_DROP_WAIT};
 #[cfg(not(loom))]
 pub use session::{
-    connect, remote_clear, remote_reset, remote_status, wire, Address, ConnectOptions, TlsClient,
-    TlsServer, DEFAULT_CONNECT_TIMEOUT, TLS_BUILT_IN,
+    connect, remote_clear, remote_reset, remote_status, wire, Address, ConnectOptions,
+    SessionRefusals, TlsClient, TlsServer, DEFAULT_CONNECT_TIMEOUT, TLS_BUILT_IN,
 };
 #[cfg(not(loom))]
 pub use status::{ExitDetection, RegistrationState, RegistrationStatus, RemoteStatus, Status};

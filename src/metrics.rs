@@ -4,8 +4,9 @@
 //! eviction), so that any process can render them.
 
 use crate::error::Result;
-use crate::event::Reason;
 use crate::layout::{Header, SCAN_BUCKETS, SILENCE_BUCKETS};
+use crate::session::SessionRefusals;
+use crate::status::RegistrationState;
 use crate::sync::AtomicU64;
 use crate::sync::Ordering::Relaxed;
 use crate::table::Table;
@@ -89,24 +90,44 @@ impl EncodeMetric for Histogram {
     }
 }
 
-/// Ended registrations, one counter per reason.
+/// One sample per label value (`reason`, `state`, `code`): counters or
+/// gauges.
 #[derive(Debug)]
-struct EndedByReason(Vec<(Reason, u64)>);
+struct ByLabel {
+    key: &'static str,
+    samples: Vec<(&'static str, u64)>,
+    kind: MetricType,
+}
 
-impl EncodeMetric for EndedByReason {
+impl EncodeMetric for ByLabel {
     fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
-        for (reason, count) in &self.0 {
-            let labels = [("reason", reason.as_str())];
-            encoder
-                .encode_family(&labels)?
-                .encode_counter::<NoLabelSet, _, u64>(count, None)?;
+        for (value, count) in &self.samples {
+            let labels = [(self.key, *value)];
+            let mut encoder = encoder.encode_family(&labels)?;
+            match self.kind {
+                MetricType::Counter => encoder.encode_counter::<NoLabelSet, _, u64>(count, None)?,
+                _ => encoder.encode_gauge(&i64::try_from(*count).unwrap_or(i64::MAX))?,
+            }
         }
         Ok(())
     }
 
     fn metric_type(&self) -> MetricType {
-        MetricType::Counter
+        self.kind
     }
+}
+
+/// What a process that serves a table's metrics knows beside the table:
+/// its reaper's refused sessions, its etcd publisher's connection (for
+/// [`Table::metrics_text_with`]).
+#[derive(Clone, Debug, Default)]
+pub struct ProcessMetrics {
+    /// The running reaper's refusals ([`Reaper::session_refusals`](crate::Reaper::session_refusals)):
+    /// `livereg_sessions_refused_total{code}`.
+    pub session_refusals: Option<SessionRefusals>,
+    /// Whether its etcd publisher holds a connection, when it publishes:
+    /// `livereg_etcd_connected`.
+    pub etcd_connected: Option<bool>,
 }
 
 impl Table {
@@ -120,6 +141,8 @@ impl Table {
     /// | `livereg_registrations` | gauge | live registrations |
     /// | `livereg_capacity` | gauge | slots |
     /// | `livereg_reaper_up` | gauge | 1 while a reaper holds the table |
+    /// | `livereg_reaper_heartbeat_age_seconds` | gauge | since the reaper's last scan (absent before the first) |
+    /// | `livereg_sessions{state}` | gauge | live registrations made over a session, `connected` or `away` (their client reconnecting) |
     /// | `livereg_registrations_ended_total{reason}` | counter | ended registrations by reason |
     /// | `livereg_handler_failures_total` | counter | drop and clear handlers that failed |
     /// | `livereg_handlers_overdue_total` | counter | handlers past their deadline |
@@ -145,6 +168,37 @@ impl Table {
     /// # Ok::<(), livereg::Error>(())
     /// ```
     pub fn metrics_text(&self) -> Result<String> {
+        self.metrics_text_with(&ProcessMetrics::default())
+    }
+
+    /// [`Table::metrics_text`] with what the serving process knows beside
+    /// the table (`livereg reap --metrics-addr` serves this):
+    ///
+    /// | metric | type | what |
+    /// |---|---|---|
+    /// | `livereg_sessions_refused_total{code}` | counter | handshakes its reaper's listeners refused, by the result code the client was told (`PERMISSION`: wrong token; `BUSY`: a source waiting after failed handshakes) |
+    /// | `livereg_etcd_connected` | gauge | 1 while its etcd publisher holds a connection |
+    ///
+    /// # Errors
+    ///
+    /// As [`Table::metrics_text`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use livereg::{ProcessMetrics, Table, TableOptions};
+    ///
+    /// let table = Table::in_memory(&TableOptions::default())?;
+    /// let reaper = table.reaper().spawn()?;
+    /// let process = ProcessMetrics {
+    ///     session_refusals: Some(reaper.session_refusals()),
+    ///     etcd_connected: None,
+    /// };
+    /// let text = table.metrics_text_with(&process)?;
+    /// assert!(text.contains("livereg_sessions_refused_total{table=\"(in memory)\",code=\"PERMISSION\"} 0"));
+    /// # Ok::<(), livereg::Error>(())
+    /// ```
+    pub fn metrics_text_with(&self, process: &ProcessMetrics) -> Result<String> {
         let status = self.status()?;
         let header = self.memory.header();
         let labels = [(Cow::Borrowed("table"), Cow::Owned(status.table.clone()))];
@@ -165,11 +219,66 @@ impl Table {
             "1 while a reaper holds the table",
             gauge(usize::from(status.reaper_alive)),
         );
+        if let Some(age) = status.reaper_heartbeat_age_seconds {
+            registry.register_with_unit(
+                "reaper_heartbeat_age",
+                "Since the reaper's last scan",
+                Unit::Seconds,
+                ConstGauge::new(age),
+            );
+        }
+        let sessions = |connected: bool| {
+            status
+                .registrations
+                .iter()
+                .filter(|r| r.state == RegistrationState::Live)
+                .filter(|r| {
+                    r.remote
+                        .as_ref()
+                        .is_some_and(|remote| remote.connected == connected)
+                })
+                .count() as u64
+        };
+        registry.register(
+            "sessions",
+            "Live registrations made over a session, by whether their connection is held",
+            ByLabel {
+                key: "state",
+                samples: vec![("connected", sessions(true)), ("away", sessions(false))],
+                kind: MetricType::Gauge,
+            },
+        );
         registry.register(
             "registrations_ended",
             "Ended registrations, by reason",
-            EndedByReason(status.ended.into_iter().collect()),
+            ByLabel {
+                key: "reason",
+                samples: status
+                    .ended
+                    .iter()
+                    .map(|(reason, n)| (reason.as_str(), *n))
+                    .collect(),
+                kind: MetricType::Counter,
+            },
         );
+        if let Some(refusals) = &process.session_refusals {
+            registry.register(
+                "sessions_refused",
+                "Session handshakes refused, by the result code the client was told",
+                ByLabel {
+                    key: "code",
+                    samples: refusals.by_code(),
+                    kind: MetricType::Counter,
+                },
+            );
+        }
+        if let Some(connected) = process.etcd_connected {
+            registry.register(
+                "etcd_connected",
+                "1 while this process's etcd publisher holds a connection",
+                gauge(usize::from(connected)),
+            );
+        }
         registry.register(
             "handler_failures",
             "Drop and clear handlers that failed or panicked",

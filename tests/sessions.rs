@@ -336,6 +336,44 @@ fn a_wrong_token_is_refused_and_registers_nothing() {
 }
 
 #[test]
+fn metrics_count_connected_sessions_and_the_handshakes_refused() {
+    let temp = TempTable::new("session-metrics", &long_options());
+    let socket = SocketPath::new("session-metrics");
+    let (reaper, _events) = with_events(&temp.table, &socket.address(), Some(b"right"));
+    let with = |token: &[u8]| ConnectOptions {
+        token: Some(token.to_vec()),
+        ..ConnectOptions::default()
+    };
+    let refused = connect(&socket.address(), 3, "w", &with(b"wrong")).unwrap_err();
+    assert_eq!(refused.code(), 8, "{refused}");
+    let worker = connect(&socket.address(), 4, "w", &with(b"right")).unwrap();
+    let process = livereg::ProcessMetrics {
+        session_refusals: Some(reaper.session_refusals()),
+        etcd_connected: Some(false),
+    };
+    let text = temp.table.metrics_text_with(&process).unwrap();
+    let t = format!("table=\"{}\"", temp.table.name());
+    for line in [
+        format!("livereg_sessions{{{t},state=\"connected\"}} 1"),
+        format!("livereg_sessions{{{t},state=\"away\"}} 0"),
+        format!("livereg_sessions_refused_total{{{t},code=\"PERMISSION\"}} 1"),
+        format!("livereg_sessions_refused_total{{{t},code=\"BUSY\"}} 0"),
+        format!("livereg_etcd_connected{{{t}}} 0"),
+    ] {
+        assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+    }
+    assert!(
+        text.contains("livereg_reaper_heartbeat_age_seconds{"),
+        "{text}"
+    );
+    // The table alone (any process): sessions, but not the reaper's refusals.
+    let alone = temp.table.metrics_text().unwrap();
+    assert!(alone.contains("livereg_sessions{") && !alone.contains("sessions_refused"));
+    drop(worker);
+    reaper.stop().unwrap();
+}
+
+#[test]
 fn a_tcp_listener_needs_a_token() {
     let temp = TempTable::new("session-needs-token", &long_options());
     let tcp = tcp_address();

@@ -148,7 +148,8 @@ impl Publisher {
         EndSink(self.shared.clone())
     }
 
-    /// Whether it holds a lease on a reachable etcd now.
+    /// Whether it holds a lease on a reachable etcd now (as
+    /// [`EndSink::is_connected`] tells a holder of its sink).
     pub fn is_connected(&self) -> bool {
         self.shared.connected.load(Ordering::Acquire)
     }
@@ -183,6 +184,12 @@ impl Drop for Publisher {
 }
 
 impl EndSink {
+    /// Whether the publisher it feeds holds a lease on a reachable etcd now
+    /// (for a metrics endpoint that holds only the sink).
+    pub fn is_connected(&self) -> bool {
+        self.0.connected.load(Ordering::Acquire)
+    }
+
     /// Records why a registration ended, for the last value of its key.
     pub fn ended(&self, event: &DropEvent) {
         let mut ends = self.0.ends.lock().unwrap_or_else(PoisonError::into_inner);

@@ -154,6 +154,13 @@ impl Reaper {
         self.sessions.listen(ListenConfig::new(address, token))
     }
 
+    /// The sessions its listeners refused, by result code (counted as they
+    /// refuse; the handle stays valid after the reaper stops): for
+    /// [`Table::metrics_text_with`].
+    pub fn session_refusals(&self) -> crate::SessionRefusals {
+        self.sessions.refusals()
+    }
+
     /// The boot token this reaper wrote when it took the table.
     pub fn boot_token(&self) -> u64 {
         self.table.memory.header().boot_token.load(Acquire)

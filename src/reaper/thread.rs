@@ -113,6 +113,12 @@ impl ReaperThread {
         self.sessions.listen(ListenConfig::new(address, token))
     }
 
+    /// The sessions its listeners refused, by result code (see
+    /// [`Reaper::session_refusals`]).
+    pub fn session_refusals(&self) -> crate::SessionRefusals {
+        self.sessions.refusals()
+    }
+
     /// Whether a scanning thread runs (false when reaping is disabled).
     pub fn is_running(&self) -> bool {
         self.thread.is_some()

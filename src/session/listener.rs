@@ -4,6 +4,7 @@
 use super::address::Address;
 use super::held::Held;
 use super::penalties::{Penalties, Source};
+use super::refusals::SessionRefusals;
 use super::served::{Connection, Gate, Next};
 use super::stream::Stream;
 use super::timing::heard_interval;
@@ -106,7 +107,12 @@ impl Listener {
     ///   empty token.
     /// - [`Error::Busy`]: another listener serves the Unix socket.
     /// - [`Error::Io`]: the socket could not be bound or the thread started.
-    pub(crate) fn start(table: Table, config: ListenConfig, held: Arc<Held>) -> Result<Listener> {
+    pub(crate) fn start(
+        table: Table,
+        config: ListenConfig,
+        held: Arc<Held>,
+        refusals: SessionRefusals,
+    ) -> Result<Listener> {
         let address = config.address.clone();
         if config.token.as_ref().is_some_and(Vec::is_empty) {
             return Err(Error::InvalidArgument(format!(
@@ -161,6 +167,7 @@ impl Listener {
         let mut listen_loop = ListenLoop {
             table,
             held,
+            refusals,
             token: config.token,
             acceptor,
             epoll,
@@ -345,6 +352,8 @@ fn remove_stale_socket(address: &Address, path: &std::path::Path) -> Result<()> 
 struct ListenLoop {
     table: Table,
     held: Arc<Held>,
+    /// Refused handshakes, by the code the client was told.
+    refusals: SessionRefusals,
     token: Option<Vec<u8>>,
     acceptor: Acceptor,
     epoll: Epoll,
@@ -544,6 +553,7 @@ impl ListenLoop {
         let gate = Gate {
             table: &self.table,
             held: &self.held,
+            refusals: &self.refusals,
             token: self.token.as_deref(),
             penalties: &self.penalties,
         };
@@ -655,6 +665,7 @@ impl ListenLoop {
                 let gate = Gate {
                     table: &self.table,
                     held: &self.held,
+                    refusals: &self.refusals,
                     token: self.token.as_deref(),
                     penalties: &self.penalties,
                 };

@@ -10,6 +10,7 @@ mod held;
 pub(crate) mod listener;
 mod penalties;
 mod printable;
+mod refusals;
 mod sender;
 mod served;
 mod sessions;
@@ -22,5 +23,6 @@ pub use address::Address;
 pub use client::{
     connect, remote_clear, remote_reset, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT,
 };
+pub use refusals::SessionRefusals;
 pub(crate) use sessions::{Sessions, SlotSilence};
 pub use tls::{TlsClient, TlsServer, TLS_BUILT_IN};

@@ -4,6 +4,7 @@
 use super::held::{Heard, Held};
 use super::penalties::{Penalties, Source};
 use super::printable::printable;
+use super::refusals::SessionRefusals;
 use super::stream::{send, Inbox, Received, Stream};
 use super::timing::unheard_allowance;
 use super::wire::{Frame, Reclaim, ANSWER_MAX, HOST_MAX, VERSION};
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 pub(crate) struct Gate<'a> {
     pub table: &'a Table,
     pub held: &'a Held,
+    pub refusals: &'a SessionRefusals,
     pub token: Option<&'a [u8]>,
     /// Failed handshakes by source: a source that failed often waits.
     pub penalties: &'a RefCell<Penalties>,
@@ -218,7 +220,7 @@ impl Connection {
                 self.told = Instant::now();
                 Next::KeepOpen
             }
-            Err(refusal) => self.refuse(&refusal),
+            Err(refusal) => self.refuse(gate.refusals, &refusal),
         }
     }
 
@@ -241,11 +243,14 @@ impl Connection {
                 let _ = send(&mut self.stream, &Frame::Answer { json });
                 Next::Close(None)
             }
-            Ok(json) => self.refuse(&Error::InvalidArgument(format!(
-                "the status is {} bytes, over the {ANSWER_MAX} an answer holds",
-                json.len()
-            ))),
-            Err(refusal) => self.refuse(&refusal),
+            Ok(json) => self.refuse(
+                gate.refusals,
+                &Error::InvalidArgument(format!(
+                    "the status is {} bytes, over the {ANSWER_MAX} an answer holds",
+                    json.len()
+                )),
+            ),
+            Err(refusal) => self.refuse(gate.refusals, &refusal),
         }
     }
 
@@ -270,7 +275,7 @@ impl Connection {
                 });
                 Next::KeepOpen
             }
-            Err(refusal) => self.refuse(&refusal),
+            Err(refusal) => self.refuse(gate.refusals, &refusal),
         }
     }
 
@@ -296,12 +301,20 @@ impl Connection {
                 let _ = send(&mut self.stream, &Frame::Done);
                 Next::Close(None)
             }
-            Err(refusal) => self.refuse(&refusal),
+            // (A clear that failed is no refused session: not counted.)
+            Err(failure) => self.tell_refused(&failure),
         }
     }
 
+    /// Refuses what the client asked: counts it in `refusals`, then tells
+    /// the client why.
+    fn refuse(&mut self, refusals: &SessionRefusals, refusal: &Error) -> Next {
+        refusals.refused(refusal.code());
+        self.tell_refused(refusal)
+    }
+
     /// Tells the client why not (a wrong token is logged), then closes.
-    fn refuse(&mut self, refusal: &Error) -> Next {
+    fn tell_refused(&mut self, refusal: &Error) -> Next {
         if matches!(refusal, Error::Permission(_)) {
             limited_log!(
                 log::Level::Warn,

@@ -5,6 +5,7 @@
 
 use super::held::Held;
 use super::listener::{ListenConfig, Listener};
+use super::refusals::SessionRefusals;
 use super::timing::unheard_allowance;
 use crate::clock::duration_ns;
 use crate::error::Result;
@@ -20,6 +21,8 @@ pub(crate) struct Sessions {
     listeners: Mutex<Vec<Listener>>,
     table: Table,
     held: Arc<Held>,
+    /// Handshakes its listeners refused.
+    refusals: SessionRefusals,
     /// When the reaper started, on the table clock: a registration no
     /// connection holds (its client is away, perhaps reconnecting after a
     /// restart) has the reap timeout from then at least to be reclaimed.
@@ -61,6 +64,7 @@ impl Sessions {
             listeners: Mutex::new(Vec::new()),
             table: table.clone(),
             held: Arc::new(Held::default()),
+            refusals: SessionRefusals::default(),
             started_ns: table.clock.now_ns(),
             stale_scans: AtomicU32::new(0),
         });
@@ -76,9 +80,19 @@ impl Sessions {
     ///
     /// As [`Listener::start`].
     pub(crate) fn listen(&self, config: ListenConfig) -> Result<()> {
-        let listener = Listener::start(self.table.clone(), config, self.held.clone())?;
+        let listener = Listener::start(
+            self.table.clone(),
+            config,
+            self.held.clone(),
+            self.refusals.clone(),
+        )?;
         self.listeners().push(listener);
         Ok(())
+    }
+
+    /// What its listeners refused, counted as they refuse.
+    pub(crate) fn refusals(&self) -> SessionRefusals {
+        self.refusals.clone()
     }
 
     /// Closes every listener and its connections; their registrations stay,

@@ -9,7 +9,7 @@
 
 use crate::cluster::{Ends, Publishing};
 use crate::etcd_args::PublishArgs;
-use crate::metrics_endpoint::{MetricsServer, Role};
+use crate::metrics_endpoint::{MetricsServer, Reaping, Role};
 use crate::notify::{self, Notifier};
 use crate::target::TokenArgs;
 use crate::{duration, signals, Outcome};
@@ -136,7 +136,10 @@ pub fn run(args: Args) -> Outcome {
     else {
         return Ok(ExitCode::SUCCESS);
     };
-    role.set(true);
+    role.take(Reaping {
+        refusals: reaper.session_refusals(),
+        ends: ends.clone(),
+    });
     // Only the reaper that holds the table publishes it.
     let publisher = match etcd {
         Some(publishing) => Some(publishing.start(&table, &ends)?),
@@ -157,7 +160,7 @@ pub fn run(args: Args) -> Outcome {
         std::thread::sleep(SIGNAL_POLL);
     }
     systemd.stopping();
-    role.set(false);
+    role.release();
     if let Some(metrics) = metrics {
         metrics.stop();
     }

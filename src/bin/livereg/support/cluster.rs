@@ -42,6 +42,12 @@ impl Ends {
         }
     }
 
+    /// Whether the publisher holds a lease on a reachable etcd; `None` while
+    /// none publishes.
+    pub fn etcd_connected(&self) -> Option<bool> {
+        self.0.sink.get().map(EndSink::is_connected)
+    }
+
     /// Sends every end that came before the publisher to `sink`, and every
     /// later one straight there.
     fn hand_over(&self, sink: EndSink) {

@@ -16,6 +16,11 @@ impl Ends {
     }
 
     pub fn ended(&self, _event: &DropEvent) {}
+
+    /// Never publishing in this build.
+    pub fn etcd_connected(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// Publishing options: none can exist in this build.

@@ -2,28 +2,54 @@
 //! `GET /metrics` (OpenMetrics text) and this daemon's health on
 //! `GET /healthz`, from a thread beside the reaper.
 
+use crate::cluster::Ends;
 use crate::duration;
-use livereg::{Status, Table};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use livereg::{ProcessMetrics, SessionRefusals, Status, Table};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// The content type of the OpenMetrics text format.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Whether this process holds the table's reaper role: set by the daemon
-/// once its reaper runs, cleared when it stops.
+/// Whether this process holds the table's reaper role, and what its
+/// reaper knows beside the table while it does: set by the daemon once its
+/// reaper runs, cleared when it stops.
 #[derive(Clone, Default)]
-pub struct Role(Arc<AtomicBool>);
+pub struct Role(Arc<Mutex<Option<Reaping>>>);
+
+/// What the reaper role brings to the metrics: its listeners' refusals,
+/// the ends its etcd publisher (if any) is fed.
+pub struct Reaping {
+    pub refusals: SessionRefusals,
+    pub ends: Ends,
+}
 
 impl Role {
-    pub fn set(&self, held: bool) {
-        self.0.store(held, Ordering::SeqCst);
+    pub fn take(&self, reaping: Reaping) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(reaping);
+    }
+
+    pub fn release(&self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     fn held(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// What the metrics add to the table's: nothing while standing by.
+    fn process_metrics(&self) -> ProcessMetrics {
+        match &*self.0.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(reaping) => ProcessMetrics {
+                session_refusals: Some(reaping.refusals.clone()),
+                etcd_connected: reaping.ends.etcd_connected(),
+            },
+            None => ProcessMetrics::default(),
+        }
     }
 }
 
@@ -126,7 +152,9 @@ fn serve(server: &tiny_http::Server, table: &Table, role: &Role) {
         let path = request.url().split('?').next().unwrap_or_default();
         let response = match (request.method(), path) {
             (tiny_http::Method::Get, "/healthz") => healthz(table, role),
-            (tiny_http::Method::Get, "/metrics") => match table.metrics_text() {
+            (tiny_http::Method::Get, "/metrics") => match table
+                .metrics_text_with(&role.process_metrics())
+            {
                 Ok(text) => tiny_http::Response::from_string(text).with_header(
                     tiny_http::Header::from_bytes("Content-Type", OPENMETRICS)
                         .expect("a valid header"),

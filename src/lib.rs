@@ -65,6 +65,8 @@ mod location;
 #[cfg(not(loom))]
 mod metrics;
 #[cfg(not(loom))]
+mod openmetrics;
+#[cfg(not(loom))]
 mod os;
 #[cfg(not(loom))]
 mod reaper;

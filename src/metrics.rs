@@ -1,21 +1,16 @@
 //! A table's metrics in the OpenMetrics text format (the names
-//! `docs/operations.md` lists), encoded by `prometheus-client`, and the two histograms
-//! the reaper keeps in the header for them (scan duration, silence at
-//! eviction), so that any process can render them.
+//! `docs/operations.md` lists; written by [`crate::openmetrics`]), and the
+//! two histograms the reaper keeps in the header for them (scan duration,
+//! silence at eviction), so that any process can render them.
 
 use crate::error::Result;
 use crate::layout::{Header, SCAN_BUCKETS, SILENCE_BUCKETS};
+use crate::openmetrics::{Exposition, Kind, Value};
 use crate::session::SessionRefusals;
 use crate::status::RegistrationState;
 use crate::sync::AtomicU64;
 use crate::sync::Ordering::Relaxed;
 use crate::table::Table;
-use prometheus_client::encoding::{text, EncodeMetric, MetricEncoder, NoLabelSet};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::{Registry, Unit};
-use std::borrow::Cow;
 
 /// Counts one scan of `duration_ns` in the header's histogram.
 pub(crate) fn observe_scan(header: &Header, duration_ns: u64) {
@@ -49,72 +44,18 @@ fn observe(buckets: &[AtomicU64], bounds: &[f64], sum_ns: &AtomicU64, value_ns: 
     sum_ns.fetch_add(value_ns, Relaxed);
 }
 
-/// A histogram as the header holds it, read once.
-#[derive(Debug)]
-struct Histogram {
-    /// `(upper bound, observations in this bucket alone)`, the last bound
-    /// `+Inf` (the encoder makes the counts cumulative).
-    buckets: Vec<(f64, u64)>,
-    sum_seconds: f64,
-}
-
-impl Histogram {
-    fn read(counts: &[AtomicU64], bounds: &[f64], sum_ns: &AtomicU64) -> Histogram {
-        let buckets = bounds
-            .iter()
-            .copied()
-            .chain([f64::INFINITY])
-            .zip(counts)
-            .map(|(bound, count)| (bound, count.load(Relaxed)))
-            .collect();
-        Histogram {
-            buckets,
-            sum_seconds: sum_ns.load(Relaxed) as f64 / 1e9,
-        }
-    }
-
-    fn count(&self) -> u64 {
-        self.buckets
-            .iter()
-            .fold(0u64, |total, (_, count)| total.saturating_add(*count))
-    }
-}
-
-impl EncodeMetric for Histogram {
-    fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
-        encoder.encode_histogram::<NoLabelSet>(self.sum_seconds, self.count(), &self.buckets, None)
-    }
-
-    fn metric_type(&self) -> MetricType {
-        MetricType::Histogram
-    }
-}
-
-/// One sample per label value (`reason`, `state`, `code`): counters or
-/// gauges.
-#[derive(Debug)]
-struct ByLabel {
-    key: &'static str,
-    samples: Vec<(&'static str, u64)>,
-    kind: MetricType,
-}
-
-impl EncodeMetric for ByLabel {
-    fn encode(&self, mut encoder: MetricEncoder) -> std::fmt::Result {
-        for (value, count) in &self.samples {
-            let labels = [(self.key, *value)];
-            let mut encoder = encoder.encode_family(&labels)?;
-            match self.kind {
-                MetricType::Counter => encoder.encode_counter::<NoLabelSet, _, u64>(count, None)?,
-                _ => encoder.encode_gauge(&i64::try_from(*count).unwrap_or(i64::MAX))?,
-            }
-        }
-        Ok(())
-    }
-
-    fn metric_type(&self) -> MetricType {
-        self.kind
-    }
+/// A histogram as the header holds it, read once: `(upper bound,
+/// observations in this bucket alone)` with `+Inf` last, and the sum in
+/// seconds.
+fn histogram(counts: &[AtomicU64], bounds: &[f64], sum_ns: &AtomicU64) -> (Vec<(f64, u64)>, f64) {
+    let buckets = bounds
+        .iter()
+        .copied()
+        .chain([f64::INFINITY])
+        .zip(counts)
+        .map(|(bound, count)| (bound, count.load(Relaxed)))
+        .collect();
+    (buckets, sum_ns.load(Relaxed) as f64 / 1e9)
 }
 
 /// What a process that serves a table's metrics knows beside the table:
@@ -201,34 +142,46 @@ impl Table {
     pub fn metrics_text_with(&self, process: &ProcessMetrics) -> Result<String> {
         let status = self.status()?;
         let header = self.memory.header();
-        let labels = [(Cow::Borrowed("table"), Cow::Owned(status.table.clone()))];
-        let mut registry = Registry::with_prefix_and_labels("livereg", labels.into_iter());
-        let gauge = |value: usize| ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
-        registry.register(
-            "registrations",
-            "Live registrations",
-            gauge(status.tracked_instances),
+        let mut text = Exposition::new("table", &status.table);
+        let mut one = |name: &str, kind: Kind, help: &str, value: u64| {
+            text.family(name, kind, None, help);
+            text.sample(None, Value::Integer(value));
+        };
+        one(
+            "livereg_registrations",
+            Kind::Gauge,
+            "Live registrations.",
+            status.tracked_instances as u64,
         );
-        registry.register(
-            "capacity",
-            "Slots of the table",
-            gauge(status.capacity as usize),
+        one(
+            "livereg_capacity",
+            Kind::Gauge,
+            "Slots of the table.",
+            u64::from(status.capacity),
         );
-        registry.register(
-            "reaper_up",
-            "1 while a reaper holds the table",
-            gauge(usize::from(status.reaper_alive)),
+        one(
+            "livereg_reaper_up",
+            Kind::Gauge,
+            "1 while a reaper holds the table.",
+            u64::from(status.reaper_alive),
         );
         if let Some(age) = status.reaper_heartbeat_age_seconds {
-            registry.register_with_unit(
-                "reaper_heartbeat_age",
-                "Since the reaper's last scan",
-                Unit::Seconds,
-                ConstGauge::new(age),
+            text.family(
+                "livereg_reaper_heartbeat_age_seconds",
+                Kind::Gauge,
+                Some("seconds"),
+                "Since the reaper's last scan.",
             );
+            text.sample(None, Value::Float(age));
         }
-        let sessions = |connected: bool| {
-            status
+        text.family(
+            "livereg_sessions",
+            Kind::Gauge,
+            None,
+            "Live registrations made over a session, by whether their connection is held.",
+        );
+        for (state, connected) in [("connected", true), ("away", false)] {
+            let count = status
                 .registrations
                 .iter()
                 .filter(|r| r.state == RegistrationState::Live)
@@ -237,81 +190,77 @@ impl Table {
                         .as_ref()
                         .is_some_and(|remote| remote.connected == connected)
                 })
-                .count() as u64
-        };
-        registry.register(
-            "sessions",
-            "Live registrations made over a session, by whether their connection is held",
-            ByLabel {
-                key: "state",
-                samples: vec![("connected", sessions(true)), ("away", sessions(false))],
-                kind: MetricType::Gauge,
-            },
+                .count();
+            text.sample(Some(("state", state)), Value::Integer(count as u64));
+        }
+        text.family(
+            "livereg_registrations_ended",
+            Kind::Counter,
+            None,
+            "Ended registrations, by reason.",
         );
-        registry.register(
-            "registrations_ended",
-            "Ended registrations, by reason",
-            ByLabel {
-                key: "reason",
-                samples: status
-                    .ended
-                    .iter()
-                    .map(|(reason, n)| (reason.as_str(), *n))
-                    .collect(),
-                kind: MetricType::Counter,
-            },
-        );
+        for (reason, count) in &status.ended {
+            text.sample(Some(("reason", reason.as_str())), Value::Integer(*count));
+        }
         if let Some(refusals) = &process.session_refusals {
-            registry.register(
-                "sessions_refused",
-                "Session handshakes refused, by the result code the client was told",
-                ByLabel {
-                    key: "code",
-                    samples: refusals.by_code(),
-                    kind: MetricType::Counter,
-                },
+            text.family(
+                "livereg_sessions_refused",
+                Kind::Counter,
+                None,
+                "Session handshakes refused, by the result code the client was told.",
             );
+            for (code, count) in refusals.by_code() {
+                text.sample(Some(("code", code)), Value::Integer(count));
+            }
         }
         if let Some(connected) = process.etcd_connected {
-            registry.register(
-                "etcd_connected",
-                "1 while this process's etcd publisher holds a connection",
-                gauge(usize::from(connected)),
+            text.family(
+                "livereg_etcd_connected",
+                Kind::Gauge,
+                None,
+                "1 while this process's etcd publisher holds a connection.",
             );
+            text.sample(None, Value::Integer(u64::from(connected)));
         }
-        registry.register(
-            "handler_failures",
-            "Drop and clear handlers that failed or panicked",
-            ConstCounter::new(status.handler_failures),
+        let mut one = |name: &str, help: &str, value: u64| {
+            text.family(name, Kind::Counter, None, help);
+            text.sample(None, Value::Integer(value));
+        };
+        one(
+            "livereg_handler_failures",
+            "Drop and clear handlers that failed or panicked.",
+            status.handler_failures,
         );
-        registry.register(
-            "handlers_overdue",
-            "Handlers that ran past their deadline",
-            ConstCounter::new(status.handlers_overdue),
+        one(
+            "livereg_handlers_overdue",
+            "Handlers that ran past their deadline.",
+            status.handlers_overdue,
         );
-        registry.register(
-            "scans",
-            "Scans by every reaper of the table",
-            ConstCounter::new(status.scans),
+        one(
+            "livereg_scans",
+            "Scans by every reaper of the table.",
+            status.scans,
         );
-        registry.register_with_unit(
-            "scan_duration",
-            "How long reaper scans took",
-            Unit::Seconds,
-            Histogram::read(&header.scan_histogram, &SCAN_BUCKETS, &header.scan_sum_ns),
+        let (buckets, sum) = histogram(&header.scan_histogram, &SCAN_BUCKETS, &header.scan_sum_ns);
+        text.family(
+            "livereg_scan_duration_seconds",
+            Kind::Histogram,
+            Some("seconds"),
+            "How long reaper scans took.",
         );
-        registry.register_with_unit(
-            "eviction_silence",
-            "Silence of registrations when evicted (timeout, grace, process exit, stall)",
-            Unit::Seconds,
-            Histogram::read(
-                &header.silence_histogram,
-                &SILENCE_BUCKETS,
-                &header.silence_sum_ns,
-            ),
+        text.histogram(&buckets, sum);
+        let (buckets, sum) = histogram(
+            &header.silence_histogram,
+            &SILENCE_BUCKETS,
+            &header.silence_sum_ns,
         );
-        let mut out = String::new();
-        text::encode(&mut out, &registry).expect("writing to a String cannot fail");
-        Ok(out)
+        text.family(
+            "livereg_eviction_silence_seconds",
+            Kind::Histogram,
+            Some("seconds"),
+            "Silence of registrations when evicted (timeout, grace, process exit, stall).",
+        );
+        text.histogram(&buckets, sum);
+        Ok(text.finish())
     }
 }

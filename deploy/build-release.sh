@@ -7,7 +7,7 @@
 set -euo pipefail
 out=${1:?usage: deploy/build-release.sh OUT}
 root=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release --locked --quiet --manifest-path "$root/Cargo.toml" --features tls --bin livereg
+cargo build --release --locked --quiet --manifest-path "$root/Cargo.toml" -p livereg-cli --features tls --bin livereg
 target=${CARGO_TARGET_DIR:-$root/target}
 mkdir -p "$out"
 install -m 755 "$target/release/livereg" "$out/livereg"

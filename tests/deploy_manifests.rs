@@ -1,6 +1,6 @@
 //! The deployment recipe and the manifests agree on what they build and
 //! run. (Every `livereg` command line in `deploy/` is parsed by the CLI's
-//! own parser in the binary's tests, `src/bin/livereg/deploy_lines.rs`;
+//! own parser in the binary's tests, `cli/src/deploy_lines.rs`;
 //! the manifests' schema is validated offline by `.ci/manifests`.)
 
 use std::path::Path;

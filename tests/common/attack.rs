@@ -1,7 +1,7 @@
 //! A `livereg reap --listen` daemon as its attackers meet it, and the
 //! attacks: floods of bytes that are no frame, idle connections held open
 //! by the hundred, wrong tokens as fast as they are answered. Shared by the
-//! tests that bound what an attack costs and by `benches/session_attacks.rs`
+//! tests that bound what an attack costs and by `cli/benches/session_attacks.rs`
 //! that measures it.
 #![allow(dead_code)]
 

@@ -16,7 +16,7 @@ pub(crate) enum ClientConfig {}
 
 fn not_built_in() -> Error {
     Error::InvalidArgument(
-        "tls:// needs TLS, which this livereg was built without: build it with the cargo feature `tls` (`cargo install livereg --features tls`, `cargo build -p livereg-ffi --features tls`); the Python wheel and the deploy image have it".into(),
+        "tls:// needs TLS, which this livereg was built without: build it with the cargo feature `tls` (`cargo install --path cli --features tls` from a livereg checkout, `cargo build -p livereg-ffi --features tls`); the Python wheel and the deploy image have it".into(),
     )
 }
 

@@ -4,8 +4,9 @@
 //! table's reaper replaced. Nobody alive is lost; whoever is cut off hears
 //! so within a few timeouts.
 
-#[path = "common/attack.rs"]
+#[path = "../../tests/common/attack.rs"]
 mod attack;
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use attack::{Daemon, TOKEN};

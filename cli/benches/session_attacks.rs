@@ -6,7 +6,7 @@
 //! as closed. `cargo bench --bench session_attacks` (`-- --quick` or
 //! `LIVEREG_BENCH_QUICK=1`: fewer kills).
 
-#[path = "../tests/common/attack.rs"]
+#[path = "../../tests/common/attack.rs"]
 mod attack;
 
 use attack::{flood, slowloris, victim, Attack, Daemon, TOKEN};

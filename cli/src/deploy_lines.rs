@@ -148,7 +148,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn every_livereg_command_line_in_deploy_parses() {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
     let mut parsed = Vec::new();
     for path in files(&deploy) {
         let Ok(text) = std::fs::read_to_string(&path) else {

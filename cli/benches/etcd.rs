@@ -5,8 +5,9 @@
 //! the rate). Prints a markdown table. `LIVEREG_BENCH_QUICK=1`: 3 runs and
 //! 2 s windows.
 
-#[path = "../tests/common/etcd_server.rs"]
+#[path = "../../tests/common/etcd_server.rs"]
 mod etcd_server;
+#[path = "../../benches/support/mod.rs"]
 mod support;
 
 use etcd_client::EventType;

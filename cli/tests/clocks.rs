@@ -3,6 +3,7 @@
 //! registration by when its beat word changed, never early. First on injected
 //! clocks, then with workers in real Linux time namespaces.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use common::{options, reaper_with_channel, Recorder, TempTable, SECOND};

@@ -9,10 +9,11 @@
 //! 1,000 local registrations; a reaper SIGKILLed and restarted under 100
 //! sessions. Prints markdown. `LIVEREG_BENCH_QUICK=1` runs small counts.
 
-#[path = "../tests/common/certs.rs"]
+#[path = "../../tests/common/certs.rs"]
 mod certs;
-#[path = "../tests/common/container.rs"]
+#[path = "../../tests/common/container.rs"]
 mod container;
+#[path = "../../benches/support/mod.rs"]
 mod support;
 
 use container::contained;

@@ -59,5 +59,5 @@ pub struct PublishArgs {
 /// What a `livereg` built without the `etcd` feature answers to `--etcd`.
 #[cfg_attr(feature = "etcd", allow(dead_code))]
 pub const MISSING: &str = "this livereg was built without etcd support (cargo feature `etcd`); \
-build it in with `cargo install --path . --features etcd` from a livereg checkout \
+build it in with `cargo install --path cli --features etcd` from a livereg checkout \
 (the etcd client's build needs protoc: `apt-get install protobuf-compiler`)";

@@ -2,6 +2,7 @@
 //! registering processes, not with registrations, and running short of them
 //! degrades exit detection to the next scan, never to an error.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use common::TempTable;

@@ -1,9 +1,9 @@
 //! The `livereg` command, run as a real binary: every subcommand and exit
 //! code, one file per subcommand (or per side of `reap`).
 
-#[path = "../common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
-#[path = "../common/container.rs"]
+#[path = "../../../tests/common/container.rs"]
 mod container;
 
 mod create;

@@ -4,6 +4,7 @@
 //! (the kernel closes their descriptors on the table, and the reaper hears
 //! it), and live ones must never be dropped.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use common::TempTable;

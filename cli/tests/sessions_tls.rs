@@ -4,10 +4,11 @@
 //! each fail in one line; with a client CA, a client without a certificate
 //! is refused.
 
-#[path = "common/certs.rs"]
+#[path = "../../tests/common/certs.rs"]
 mod certs;
+#[path = "../../tests/common/mod.rs"]
 mod common;
-#[path = "common/container.rs"]
+#[path = "../../tests/common/container.rs"]
 mod container;
 
 use certs::TestCerts;

@@ -4,8 +4,9 @@
 //! runs against a real `livereg reap --listen` daemon for a few seconds;
 //! the bounds asserted are far from what the attack costs without them.
 
-#[path = "common/attack.rs"]
+#[path = "../../tests/common/attack.rs"]
 mod attack;
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use attack::{flood, open, open_from, slowloris, victim, Daemon, TOKEN};
@@ -168,7 +169,7 @@ fn idle_connections_by_the_hundred_never_keep_a_hello_out() {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        // The goal is 2 s (benches/session_attacks.rs measures it); a test
+        // The goal is 2 s (cli/benches/session_attacks.rs measures it); a test
         // on a loaded machine allows 5.
         let patient = ConnectOptions {
             connect_timeout: Some(Duration::from_secs(5)),

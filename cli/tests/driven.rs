@@ -2,6 +2,7 @@
 //! for its whole life, a descriptor that wakes the loop when a scan is due
 //! early, and `next_scan_in` as the loop's timeout.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use common::{unique_name, TempTable, UnlinkOnDrop};
@@ -195,7 +196,9 @@ fn a_hung_worker_whose_clock_runs_ahead_is_evicted_within_its_bound() {
     {
         Ok(child) => child,
         Err(e) => {
-            eprintln!("no unshare here ({e}); tests/clocks.rs carries the rule on injected clocks");
+            eprintln!(
+                "no unshare here ({e}); cli/tests/clocks.rs carries the rule on injected clocks"
+            );
             return;
         }
     };
@@ -206,7 +209,7 @@ fn a_hung_worker_whose_clock_runs_ahead_is_evicted_within_its_bound() {
         .is_some_and(|l| l.starts_with("registered"))
     {
         eprintln!(
-            "time namespaces refused here; tests/clocks.rs carries the rule on injected clocks"
+            "time namespaces refused here; cli/tests/clocks.rs carries the rule on injected clocks"
         );
         return;
     }

@@ -4,6 +4,7 @@
 //! deregistration and reset to handler with an idle reaper; and memory.
 //! Prints a markdown table. `LIVEREG_BENCH_QUICK=1` runs 3 of each.
 
+#[path = "../../benches/support/mod.rs"]
 mod support;
 
 use livereg::{DropEvent, ExitDetection, Table, TableOptions};

@@ -5,6 +5,7 @@
 //! round can test the locks; and one process in another PID namespace holding
 //! every registration, as an engine in a sibling container does.
 
+#[path = "../../benches/support/mod.rs"]
 mod support;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};

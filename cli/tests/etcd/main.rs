@@ -5,11 +5,11 @@
 //! local reaping.
 #![cfg(feature = "etcd")]
 
-#[path = "../common/certs.rs"]
+#[path = "../../../tests/common/certs.rs"]
 mod certs;
-#[path = "../common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 mod common;
-#[path = "../common/etcd_server.rs"]
+#[path = "../../../tests/common/etcd_server.rs"]
 mod etcd_server;
 
 mod faults;

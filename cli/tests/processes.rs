@@ -1,6 +1,7 @@
 //! The real thing across processes: workers killed with SIGKILL, stopped with
 //! SIGSTOP, racing for one id, and a reaper killed mid-drop and restarted.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use common::{long_options, reaper_with_channel, Recorder, TempTable};

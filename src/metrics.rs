@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::layout::{Header, SCAN_BUCKETS, SILENCE_BUCKETS};
 use crate::openmetrics::{Exposition, Kind, Value};
 use crate::session::SessionRefusals;
-use crate::status::RegistrationState;
+use crate::status::{RegistrationState, Status};
 use crate::sync::AtomicU64;
 use crate::sync::Ordering::Relaxed;
 use crate::table::Table;
@@ -143,65 +143,7 @@ impl Table {
         let status = self.status()?;
         let header = self.memory.header();
         let mut text = Exposition::new("table", &status.table);
-        let mut one = |name: &str, kind: Kind, help: &str, value: u64| {
-            text.family(name, kind, None, help);
-            text.sample(None, Value::Integer(value));
-        };
-        one(
-            "livereg_registrations",
-            Kind::Gauge,
-            "Live registrations.",
-            status.tracked_instances as u64,
-        );
-        one(
-            "livereg_capacity",
-            Kind::Gauge,
-            "Slots of the table.",
-            u64::from(status.capacity),
-        );
-        one(
-            "livereg_reaper_up",
-            Kind::Gauge,
-            "1 while a reaper holds the table.",
-            u64::from(status.reaper_alive),
-        );
-        if let Some(age) = status.reaper_heartbeat_age_seconds {
-            text.family(
-                "livereg_reaper_heartbeat_age_seconds",
-                Kind::Gauge,
-                Some("seconds"),
-                "Since the reaper's last scan.",
-            );
-            text.sample(None, Value::Float(age));
-        }
-        text.family(
-            "livereg_sessions",
-            Kind::Gauge,
-            None,
-            "Live registrations made over a session, by whether their connection is held.",
-        );
-        for (state, connected) in [("connected", true), ("away", false)] {
-            let count = status
-                .registrations
-                .iter()
-                .filter(|r| r.state == RegistrationState::Live)
-                .filter(|r| {
-                    r.remote
-                        .as_ref()
-                        .is_some_and(|remote| remote.connected == connected)
-                })
-                .count();
-            text.sample(Some(("state", state)), Value::Integer(count as u64));
-        }
-        text.family(
-            "livereg_registrations_ended",
-            Kind::Counter,
-            None,
-            "Ended registrations, by reason.",
-        );
-        for (reason, count) in &status.ended {
-            text.sample(Some(("reason", reason.as_str())), Value::Integer(*count));
-        }
+        registrations(&mut text, &status);
         if let Some(refusals) = &process.session_refusals {
             text.family(
                 "livereg_sessions_refused",
@@ -222,45 +164,112 @@ impl Table {
             );
             text.sample(None, Value::Integer(u64::from(connected)));
         }
-        let mut one = |name: &str, help: &str, value: u64| {
-            text.family(name, Kind::Counter, None, help);
-            text.sample(None, Value::Integer(value));
-        };
-        one(
-            "livereg_handler_failures",
-            "Drop and clear handlers that failed or panicked.",
-            status.handler_failures,
-        );
-        one(
-            "livereg_handlers_overdue",
-            "Handlers that ran past their deadline.",
-            status.handlers_overdue,
-        );
-        one(
-            "livereg_scans",
-            "Scans by every reaper of the table.",
-            status.scans,
-        );
-        let (buckets, sum) = histogram(&header.scan_histogram, &SCAN_BUCKETS, &header.scan_sum_ns);
-        text.family(
-            "livereg_scan_duration_seconds",
-            Kind::Histogram,
-            Some("seconds"),
-            "How long reaper scans took.",
-        );
-        text.histogram(&buckets, sum);
-        let (buckets, sum) = histogram(
-            &header.silence_histogram,
-            &SILENCE_BUCKETS,
-            &header.silence_sum_ns,
-        );
-        text.family(
-            "livereg_eviction_silence_seconds",
-            Kind::Histogram,
-            Some("seconds"),
-            "Silence of registrations when evicted (timeout, grace, process exit, stall).",
-        );
-        text.histogram(&buckets, sum);
+        reaper(&mut text, &status, header);
         Ok(text.finish())
     }
+}
+
+/// The registrations: live, slots, the reaper's presence and heartbeat age,
+/// sessions, ended by reason.
+fn registrations(text: &mut Exposition, status: &Status) {
+    let mut gauge = |name: &str, help: &str, value: u64| {
+        text.family(name, Kind::Gauge, None, help);
+        text.sample(None, Value::Integer(value));
+    };
+    gauge(
+        "livereg_registrations",
+        "Live registrations.",
+        status.tracked_instances as u64,
+    );
+    gauge(
+        "livereg_capacity",
+        "Slots of the table.",
+        u64::from(status.capacity),
+    );
+    gauge(
+        "livereg_reaper_up",
+        "1 while a reaper holds the table.",
+        u64::from(status.reaper_alive),
+    );
+    if let Some(age) = status.reaper_heartbeat_age_seconds {
+        text.family(
+            "livereg_reaper_heartbeat_age_seconds",
+            Kind::Gauge,
+            Some("seconds"),
+            "Since the reaper's last scan.",
+        );
+        text.sample(None, Value::Float(age));
+    }
+    text.family(
+        "livereg_sessions",
+        Kind::Gauge,
+        None,
+        "Live registrations made over a session, by whether their connection is held.",
+    );
+    for (state, connected) in [("connected", true), ("away", false)] {
+        let count = status
+            .registrations
+            .iter()
+            .filter(|r| r.state == RegistrationState::Live)
+            .filter(|r| {
+                r.remote
+                    .as_ref()
+                    .is_some_and(|remote| remote.connected == connected)
+            })
+            .count();
+        text.sample(Some(("state", state)), Value::Integer(count as u64));
+    }
+    text.family(
+        "livereg_registrations_ended",
+        Kind::Counter,
+        None,
+        "Ended registrations, by reason.",
+    );
+    for (reason, count) in &status.ended {
+        text.sample(Some(("reason", reason.as_str())), Value::Integer(*count));
+    }
+}
+
+/// The reaper's work: handler failures, overdue handlers, scans, and the
+/// two histograms of the header.
+fn reaper(text: &mut Exposition, status: &Status, header: &Header) {
+    let mut counter = |name: &str, help: &str, value: u64| {
+        text.family(name, Kind::Counter, None, help);
+        text.sample(None, Value::Integer(value));
+    };
+    counter(
+        "livereg_handler_failures",
+        "Drop and clear handlers that failed or panicked.",
+        status.handler_failures,
+    );
+    counter(
+        "livereg_handlers_overdue",
+        "Handlers that ran past their deadline.",
+        status.handlers_overdue,
+    );
+    counter(
+        "livereg_scans",
+        "Scans by every reaper of the table.",
+        status.scans,
+    );
+    let (buckets, sum) = histogram(&header.scan_histogram, &SCAN_BUCKETS, &header.scan_sum_ns);
+    text.family(
+        "livereg_scan_duration_seconds",
+        Kind::Histogram,
+        Some("seconds"),
+        "How long reaper scans took.",
+    );
+    text.histogram(&buckets, sum);
+    let (buckets, sum) = histogram(
+        &header.silence_histogram,
+        &SILENCE_BUCKETS,
+        &header.silence_sum_ns,
+    );
+    text.family(
+        "livereg_eviction_silence_seconds",
+        Kind::Histogram,
+        Some("seconds"),
+        "Silence of registrations when evicted (timeout, grace, process exit, stall).",
+    );
+    text.histogram(&buckets, sum);
 }

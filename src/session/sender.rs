@@ -197,6 +197,13 @@ impl Sender {
                 return self.goodbye();
             }
             if Instant::now() >= next_forward {
+                // What the listener sent comes first: after this process
+                // was stopped, an `Ended` (or a `Heard`) may wait in the
+                // socket, and is read before a beat is written to a closed
+                // connection or the listener is judged unheard.
+                if let Some(outcome) = self.receive() {
+                    return outcome;
+                }
                 if self.forward().is_err() {
                     return Outcome::Broken;
                 }
@@ -343,14 +350,7 @@ impl Sender {
                     "session {}: the listener was not heard for {silent:?}; reclaim refused: {refusal}",
                     self.hello.address
                 );
-                let reason = match refusal {
-                    Error::Evicted {
-                        reason: Some(reason),
-                        ..
-                    } => reason,
-                    _ => Reason::Disconnected,
-                };
-                self.end_here(reason);
+                self.end_here(ended_for(&refusal));
                 Some(Outcome::Done)
             }
         }
@@ -418,10 +418,22 @@ impl Sender {
                 }
                 Err(refusal) => {
                     log::warn!("session {}: reclaim refused: {refusal}", self.hello.address);
-                    self.end_here(Reason::Disconnected);
+                    self.end_here(ended_for(&refusal));
                     return false;
                 }
             }
         }
+    }
+}
+
+/// Why a registration whose reclaim was refused ended: the reason the
+/// listener gave for an ended one, else `Disconnected` (the client lost it).
+fn ended_for(refusal: &Error) -> Reason {
+    match refusal {
+        Error::Evicted {
+            reason: Some(reason),
+            ..
+        } => *reason,
+        _ => Reason::Disconnected,
     }
 }

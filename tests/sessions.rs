@@ -10,8 +10,8 @@ mod container;
 use common::{long_options, unique_name, TempTable};
 use container::contained;
 use livereg::{connect, Address, ConnectOptions, DropEvent, Error, Reason, TableOptions};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,8 @@ fn with_events(
 struct Isolated {
     child: Child,
     lines: BufReader<ChildStdout>,
+    /// A line here lets a client that waits for the test go on.
+    go: ChildStdin,
 }
 
 impl Isolated {
@@ -77,6 +79,7 @@ impl Isolated {
             .env("LIVEREG_HELPER_ADDRESS", address)
             .env("LIVEREG_HELPER_INSTANCE", instance.to_string())
             .env("LIVEREG_HELPER_MODE", mode)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         if let Some(token) = token {
@@ -84,7 +87,13 @@ impl Isolated {
         }
         let mut child = command.spawn().expect("spawn unshare");
         let lines = BufReader::new(child.stdout.take().unwrap());
-        Isolated { child, lines }
+        let go = child.stdin.take().unwrap();
+        Isolated { child, lines, go }
+    }
+
+    /// Lets a client waiting for the test go on.
+    fn go(&mut self) {
+        writeln!(self.go, "go").unwrap();
     }
 
     /// The next line the client prints that starts with `prefix`.
@@ -140,7 +149,8 @@ impl Drop for Isolated {
 /// `ping` (every 10 ms, `evicted REASON` when told), `hang` (the engine
 /// loop stops after `hanging`, the sender thread lives), `exit` (deregister
 /// after a few pings, `done`), `clear` (a clear, `cleared`, a ping,
-/// `beating`, a reset, `reset`, then pings until evicted).
+/// `beating`, then, once the test says go, a reset, `reset`, then pings
+/// until evicted).
 #[test]
 #[ignore = "a helper, run by the tests of this file in a container"]
 fn client_helper() {
@@ -167,6 +177,8 @@ fn client_helper() {
         println!("cleared");
         worker.heartbeat().unwrap();
         println!("beating");
+        // The test looks at what the clear did before the reset runs.
+        std::io::stdin().read_line(&mut String::new()).unwrap();
         worker.reset(Duration::from_secs(10)).unwrap();
         println!("reset");
     }
@@ -470,6 +482,7 @@ fn an_isolated_engine_clears_and_resets_the_table_through_its_session() {
     assert!(events.try_recv().is_err(), "a clear evicts nobody");
 
     // Its reset ends every registration, its own too, then clears.
+    engine.go();
     engine.line("reset");
     assert_eq!(clears.load(Ordering::SeqCst), 2);
     let mut ended: Vec<(u64, Reason)> = (0..2)

@@ -23,11 +23,38 @@ Both sides find the table by name: :data:`DEFAULT_TABLE`, or
 ``$LIVEREG_LMCACHE_TABLE`` (a name, or a listener's address).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from livereg.lmcache._common import DEFAULT_TABLE, TABLE_ENV, default_table
 from livereg.lmcache._engine import install
-from livereg.lmcache._management import PING_LABEL, LiveregManagement
-from livereg.lmcache._server_module import LiveregServerModule, build_server_modules
 from livereg.lmcache._worker import WorkerLiveness
+
+if TYPE_CHECKING:
+    from livereg.lmcache._management import PING_LABEL, LiveregManagement
+    from livereg.lmcache._server_module import LiveregServerModule, build_server_modules
+
+#: The server side's names, imported when first asked for: the engine plugin
+#: loads this package in every engine process, where LMCache (and torch)
+#: must not be imported before the engine itself imports them.
+_SERVER_SIDE = {
+    "PING_LABEL": "livereg.lmcache._management",
+    "LiveregManagement": "livereg.lmcache._management",
+    "LiveregServerModule": "livereg.lmcache._server_module",
+    "build_server_modules": "livereg.lmcache._server_module",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SERVER_SIDE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'livereg.lmcache' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_TABLE",

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import os
 import threading
+from types import ModuleType
 from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import livereg
 from livereg.lmcache._common import default_table, is_address, logger
+from livereg.lmcache._on_import import when_imported
 from livereg.lmcache._worker import WorkerLiveness
 
 #: The file holding a listener's token, for a ``tcp://``/``tls://`` address.
@@ -210,29 +212,44 @@ def _subclasses(cls: type) -> Iterator[type]:
         yield from _subclasses(sub)
 
 
+#: The package that holds LMCache's transfer contexts; its import brings in
+#: every transfer-context class.
+TRANSFER_CONTEXTS = "lmcache.v1.multiprocess.transfer_context"
+
+
 def install() -> None:
     """Holds a livereg registration for every LMCache engine of this process
     from its KV caches' registration to their unregistration. Declared as a
     ``vllm.general_plugins`` entry point (vLLM calls it in every process);
     callable directly. The table or listener is ``$LIVEREG_LMCACHE_TABLE``
     (default ``lmcache-workers``), with ``$LIVEREG_LMCACHE_TOKEN_FILE`` and
-    ``$LIVEREG_LMCACHE_TLS_CA`` for an address. Idempotent; never raises."""
+    ``$LIVEREG_LMCACHE_TLS_CA`` for an address.
+
+    Imports nothing of LMCache: the transfer contexts are wrapped when the
+    process itself imports them (at once if it already has), so a process
+    that never uses LMCache pays microseconds and logs nothing. Idempotent;
+    never raises."""
     global _installed
     try:
         with _lock:
             if _installed:
                 return
             _installed = True
-        try:
-            from lmcache.v1.multiprocess.transfer_context import worker_transfer  # type: ignore
-        except ImportError as error:
-            _log_once("import", "livereg: LMCache's transfer contexts are not importable (%s); nothing installed", error)
-            return
-        for cls in _subclasses(worker_transfer.TransferContext):
-            for name, wrap in (("register", _wrap_register), ("unregister", _wrap_end), ("close", _wrap_end)):
-                method = cls.__dict__.get(name)
-                if callable(method) and not hasattr(method, _WRAPPED) and not getattr(method, "__isabstractmethod__", False):
-                    setattr(cls, name, wrap(method))
-        logger.info("livereg: LMCache engines of this process register in '%s'", default_table())
+        when_imported(TRANSFER_CONTEXTS, _wrap_transfer_contexts)
     except Exception:
         logger.exception("livereg: install() failed; engines run without livereg")
+
+
+def _wrap_transfer_contexts(package: ModuleType) -> None:
+    """Wraps ``register``, ``unregister`` and ``close`` of every transfer
+    context class the package defined (each once)."""
+    base = getattr(package, "TransferContext", None)
+    if not isinstance(base, type):
+        _log_once("import", "livereg: %s has no TransferContext class; nothing installed", package.__name__)
+        return
+    for cls in _subclasses(base):
+        for name, wrap in (("register", _wrap_register), ("unregister", _wrap_end), ("close", _wrap_end)):
+            method = cls.__dict__.get(name)
+            if callable(method) and not hasattr(method, _WRAPPED) and not getattr(method, "__isabstractmethod__", False):
+                setattr(cls, name, wrap(method))
+    logger.debug("livereg: LMCache engines of this process register in '%s'", default_table())

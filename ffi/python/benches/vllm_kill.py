@@ -1,0 +1,125 @@
+"""SIGKILL of a real vLLM engine's worker (``VLLM::Worker``, PyPI's CPU
+build, with LMCache's connector) → LMCache's real 0.5.6 server lets go of
+the engine: with livereg's server module, beside the kernel's own word that
+the process ended and beside stock LMCache, in the same run.
+
+Each run starts one engine (``tests_lmcache/vllm_engine.py``: vLLM's
+three-process layout, livereg's plugin loaded by vLLM from its entry point),
+opens a pidfd on its worker, SIGKILLs the worker and records when the pidfd
+became readable (the kernel's floor: nothing can see the death earlier) and
+when the server's transfer module stopped holding the engine (read from its
+``report_status()`` every 10 ms). The livereg server runs the server module
+with livereg's timeout at 1 s; the stock one runs LMCache's own reap timeout
+at its 30 s floor, with the engine's livereg pointed at a table that does
+not exist (the plugin then does nothing).
+
+Usage (in the environment ``ffi/python/vllm-env`` makes, with this
+package's wheel installed, as ``ffi/python/test-lmcache`` leaves it):
+``python benches/vllm_kill.py [--runs N] [--stock-runs M] [--quick]``;
+``--quick``: one livereg run, no stock. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import select
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Set
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests_lmcache"))
+from conftest import Server, free_port, unique  # noqa: E402
+from vllm_engines import Engine, make_model  # noqa: E402
+
+import livereg  # noqa: E402
+
+LMCACHE_TIMEOUT = 30.0
+LIVEREG_TIMEOUT = 1.0
+
+
+def held(server: Server) -> Set[int]:
+    with server.changed:
+        return set(server.changes[-1]["ids"]) if server.changes else set()
+
+
+def kill_once(server: Server, model: Path, table: str, wait: float) -> Dict[str, float]:
+    """One engine started, its worker SIGKILLed: seconds from the kill to
+    the pidfd readable and to the server letting go."""
+    before = held(server)
+    engine = Engine(model, server.port, table)
+    try:
+        server.wait_for(lambda: bool(held(server) - before), 30, "the engine to be held")
+        [instance_id] = held(server) - before
+        pidfd = os.pidfd_open(engine.worker)
+        try:
+            killed_at = time.monotonic()
+            os.kill(engine.worker, signal.SIGKILL)
+            select.select([pidfd], [], [], 30)
+            exited_at = time.monotonic()
+        finally:
+            os.close(pidfd)
+        gone_at = server.wait_gone(instance_id, wait)
+        return {"exited": exited_at - killed_at, "gone": gone_at - killed_at}
+    finally:
+        engine.close()
+
+
+def row(what: str, seconds: List[float]) -> str:
+    ms = [s * 1000 for s in seconds]
+    return (f"| {what} | {len(ms)} | {statistics.median(ms):,.1f} | {max(ms):,.1f} | {min(ms):,.1f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--stock-runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    options = parser.parse_args()
+    runs, stock_runs = (1, 0) if options.quick else (options.runs, options.stock_runs)
+    with tempfile.TemporaryDirectory(prefix="livereg-bench-model-") as folder:
+        measure(make_model(Path(folder)), runs, stock_runs)
+
+
+def measure(model: Path, runs: int, stock_runs: int) -> None:
+    table = unique("bench")
+    server = Server(free_port(), table, module={"table": table, "reap_timeout_seconds": LIVEREG_TIMEOUT},
+                    timeout=LMCACHE_TIMEOUT)
+    try:
+        ours = [kill_once(server, model, table, 10) for _ in range(runs)]
+    finally:
+        server.kill()
+        try:
+            livereg.unlink(table)
+        except livereg.NotFoundError:
+            pass
+    stock: List[Dict[str, float]] = []
+    if stock_runs:
+        nowhere = unique("nowhere")
+        server = Server(free_port(), nowhere, timeout=LMCACHE_TIMEOUT)
+        try:
+            stock = [kill_once(server, model, nowhere, 3 * LMCACHE_TIMEOUT) for _ in range(stock_runs)]
+        finally:
+            server.kill()
+
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, Python {platform.python_version()}")
+    print("| SIGKILL of VLLM::Worker → | runs | median ms | max ms | min ms |")
+    print("|---|---:|---:|---:|---:|")
+    floor = [r["exited"] for r in ours]
+    print(row("its pidfd readable (the kernel's word: the floor)", floor))
+    print(row(f"livereg server module lets go (timeout {LIVEREG_TIMEOUT:g} s)", [r["gone"] for r in ours]))
+    if stock:
+        print(row(f"stock LMCache 0.5.6 lets go (timeout {LMCACHE_TIMEOUT:g} s)", [r["gone"] for r in stock]))
+    livereg_median = statistics.median(r["gone"] for r in ours)
+    print(f"\nlivereg / floor (medians): {livereg_median / statistics.median(floor):.2f}x")
+    if stock:
+        print(f"stock / livereg (medians): {statistics.median(r['gone'] for r in stock) / livereg_median:,.0f}x")
+
+
+if __name__ == "__main__":
+    main()

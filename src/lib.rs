@@ -47,6 +47,8 @@ mod sync;
 // Items that need the OS (files, threads, clocks): left out of the loom
 // build, which model-checks the slot protocol in ordinary memory.
 #[cfg(not(loom))]
+mod absence;
+#[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]
 mod error;

@@ -88,6 +88,7 @@ impl Reaper {
         let own_clock =
             self.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == self.clock_id;
         let last_signal = self.last_signal(index, word, own_clock.then_some(signal_ns), now_ns);
+        let last_signal = self.sessions.absence().silent_since(last_signal);
         if slot.flags.load(Relaxed) & FLAG_REMOTE != 0 {
             // A session's client: no lock or pidfd sees it exit; its
             // sessions say how to judge its silence.
@@ -170,7 +171,7 @@ impl Reaper {
                 observed.store(now_ns.max(1), Relaxed);
             }
         }
-        let quiet_ns = now_ns.saturating_sub(seen.progress_since);
+        let quiet_ns = now_ns.saturating_sub(self.sessions.absence().silent_since(seen.progress_since));
         if word & BUSY == 0 || quiet_ns < self.progress_timeout_ns {
             return Verdict::Keep;
         }

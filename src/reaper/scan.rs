@@ -4,6 +4,7 @@
 
 use super::observe::Verdict;
 use super::{Dispatch, Reaper, ScanReport};
+use crate::absence::absence_threshold;
 use crate::clock::monotonic_ns;
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
@@ -177,13 +178,28 @@ impl Reaper {
         metrics::observe_scan(header, duration_ns);
     }
 
-    /// One scan now, on the table's clock.
+    /// One scan now, on the table's clock. A scan due more than `T/2`
+    /// ago (this reaper did not run: stopped, starved, its host frozen)
+    /// judges no silence before now: every live registration has the reap
+    /// timeout from now (a busy one its progress timeout), while a process
+    /// gone is still seen at once.
     ///
     /// # Errors
     ///
     /// As [`Reaper::scan_once`].
     pub fn scan(&mut self) -> Result<ScanReport> {
-        self.scan_once(self.table.clock.now_ns())
+        let now_ns = self.table.clock.now_ns();
+        let threshold = absence_threshold(Duration::from_nanos(self.timeout_ns));
+        let last_ns = self.last_scan_ns.unwrap_or(0);
+        if let Some(gap) = self.sessions.absence().note_gap(last_ns, now_ns, threshold) {
+            log::warn!(
+                "table '{}': the reaper did not run for {:.3}s (stopped or starved, or its host paused): silence before now is not counted; every live registration has {:?} from now",
+                self.table.memory.name,
+                gap.as_secs_f64(),
+                Duration::from_nanos(self.timeout_ns)
+            );
+        }
+        self.scan_once(now_ns)
     }
 }
 

@@ -3,11 +3,13 @@
 //! are waiting for their client to come back, and time out
 //! `Disconnected`), and the records beside the table.
 
+use crate::absence::Absence;
 use crate::records::Records;
 use crate::table::Table;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
 /// Shared by a reaper and its listeners.
 #[derive(Default)]
@@ -20,6 +22,8 @@ pub(crate) struct Held {
     /// the table's clock: the reaper leaves a held session's silence to its
     /// listener while the listener runs.
     listener_ran_ns: AtomicU64,
+    /// When the reaper or a listener came back from not running.
+    absence: Absence,
 }
 
 /// When a held registration's client was last heard (a frame), on the
@@ -73,9 +77,16 @@ impl Held {
         self.lock().remove(&(index, generation));
     }
 
-    /// A listener went round its loop at `now_ns`.
-    pub(crate) fn listener_ran(&self, now_ns: u64) {
-        self.listener_ran_ns.fetch_max(now_ns, Relaxed);
+    /// A listener went round its loop at `now_ns`; a gap since the last
+    /// round of any listener past `threshold` is an absence (returned).
+    pub(crate) fn listener_ran(&self, now_ns: u64, threshold: Duration) -> Option<Duration> {
+        let last = self.listener_ran_ns.fetch_max(now_ns, Relaxed);
+        self.absence.note_gap(last, now_ns, threshold)
+    }
+
+    /// What the reaper and its listeners know of their own absences.
+    pub(crate) fn absence(&self) -> &Absence {
+        &self.absence
     }
 
     /// When a listener last went round its loop (0: never).

@@ -1,6 +1,7 @@
 //! A reaper's listener: one thread that accepts sessions on one address and
 //! serves every connection through one epoll set (no thread per session).
 
+use crate::absence::absence_threshold;
 use super::address::Address;
 use super::held::Held;
 use super::penalties::{Penalties, Source};
@@ -390,7 +391,14 @@ impl ListenLoop {
             .clamp(Duration::from_millis(5), Duration::from_millis(250));
         let mut next_tick = Instant::now() + tick;
         loop {
-            self.held.listener_ran(self.table.clock.now_ns());
+            let threshold = absence_threshold(self.table.reap_timeout());
+            if let Some(gap) = self.held.listener_ran(self.table.clock.now_ns(), threshold) {
+                log::warn!(
+                    "table '{}': the listener did not run for {:.3}s (its process stopped or starved, or its host paused): sessions' silence counts from now",
+                    self.table.name(),
+                    gap.as_secs_f64()
+                );
+            }
             let mut wait = next_tick.saturating_duration_since(Instant::now());
             if self.clears_waited {
                 wait = wait.min(CLEAR_POLL);

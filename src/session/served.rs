@@ -515,7 +515,8 @@ impl Connection {
     pub(crate) fn seems_unheard(&self, gate: &Gate<'_>) -> bool {
         let table = gate.table;
         self.holding.as_ref().is_some_and(|holding| {
-            let unheard_ns = table.clock.now_ns().saturating_sub(holding.heard.last());
+            let heard = gate.held.absence().silent_since(holding.heard.last());
+            let unheard_ns = table.clock.now_ns().saturating_sub(heard);
             let budget = table.reap_timeout() + unheard_allowance(table.reap_timeout());
             Duration::from_nanos(unheard_ns) >= budget
         })

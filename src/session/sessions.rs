@@ -7,6 +7,7 @@ use super::held::Held;
 use super::listener::{ListenConfig, Listener};
 use super::refusals::SessionRefusals;
 use super::timing::unheard_allowance;
+use crate::absence::Absence;
 use crate::clock::duration_ns;
 use crate::error::Result;
 use crate::event::Reason;
@@ -90,6 +91,11 @@ impl Sessions {
         Ok(())
     }
 
+    /// What the reaper and its listeners know of their own absences.
+    pub(crate) fn absence(&self) -> &Absence {
+        self.held.absence()
+    }
+
     /// What its listeners refused, counted as they refuse.
     pub(crate) fn refusals(&self) -> SessionRefusals {
         self.refusals.clone()
@@ -132,18 +138,23 @@ impl Sessions {
         now_ns: u64,
     ) -> Judged {
         let allowance = duration_ns(unheard_allowance(self.table.reap_timeout()));
+        let absence = self.held.absence();
         let listeners_run = self.stale_scans.load(Relaxed) < 2;
         let timed = slot.timed_reason == Reason::Timeout;
         let (since_ns, budget_ns, reason) = match self.held.heard(index, generation) {
             Some(_) if timed && listeners_run => (now_ns, slot.budget_ns, slot.timed_reason),
-            Some(heard_ns) if timed => (heard_ns, slot.budget_ns + allowance, slot.timed_reason),
+            Some(heard_ns) if timed => (
+                absence.silent_since(heard_ns),
+                slot.budget_ns + allowance,
+                slot.timed_reason,
+            ),
             Some(_) => (
                 slot.last_signal,
                 slot.budget_ns + allowance,
                 slot.timed_reason,
             ),
             None => (
-                slot.last_signal.max(self.started_ns),
+                absence.silent_since(slot.last_signal.max(self.started_ns)),
                 slot.budget_ns,
                 Reason::Disconnected,
             ),

@@ -8,6 +8,7 @@ mod container;
 
 mod create;
 mod demo;
+mod frozen;
 mod hooks;
 mod info;
 mod listen;

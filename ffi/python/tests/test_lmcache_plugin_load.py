@@ -46,7 +46,7 @@ def wrapped(cls, name):
         method, depth = method.__livereg_wrapped__, depth + 1
     return depth
 report = {"lmcache": sorted(m for m in sys.modules if m.split(".")[0] == "lmcache"),
-          "torch": "torch" in sys.modules}
+          "torch": "torch" in sys.modules, "native": "livereg._native" in sys.modules}
 tc = sys.modules.get("lmcache.v1.multiprocess.transfer_context")
 if tc is not None:
     report["wrapped"] = {cls.__name__: {n: wrapped(cls, n) for n in ("register", "unregister", "close")}
@@ -81,13 +81,13 @@ def run(snippet: str, path: str = "") -> Dict[str, Any]:
     return report
 
 
-def test_loading_the_plugin_imports_no_lmcache_nor_torch_and_logs_nothing(stand_in: Path) -> None:
+def test_loading_the_plugin_imports_no_lmcache_nor_torch_nor_the_native_module_and_logs_nothing(stand_in: Path) -> None:
     report = run("""
         import livereg.lmcache
         livereg.lmcache.install()
         livereg.lmcache.install()
     """, str(stand_in))
-    assert report["lmcache"] == [] and not report["torch"]
+    assert report["lmcache"] == [] and not report["torch"] and not report["native"]
     assert report["stderr"] == ""
 
 

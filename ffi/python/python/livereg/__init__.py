@@ -34,39 +34,97 @@ the GIL; callbacks take it only while they run. The library's log records go
 to ``logging.getLogger("livereg")``.
 """
 
-from livereg._native import (
-    BEATS_PER_TIMEOUT,
-    DEFAULT_REGISTRATION_GRACE,
-    INFO_MAX,
-    LABEL_MAX,
-    BusyError,
-    BusyScope,
-    CorruptError,
-    DeadlineExceededError,
-    DrivenReaper,
-    DropEvent,
-    Error,
-    EvictedError,
-    ExistsError,
-    FullError,
-    IncompatibleError,
-    InvalidArgumentError,
-    NoReaperError,
-    NotFoundError,
-    PanicError,
-    PermissionDeniedError,
-    Reaper,
-    SystemCallError,
-    Table,
-    Worker,
-    connect,
-    create,
-    unlink,
-)
-# Public as `livereg.open`, but not in `import *` (see `__all__`).
-from livereg._native import open as open
-from livereg._reason import Reason
-from livereg._status import RegistrationState, RegistrationStatus, Stats, Status
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from livereg._native import (
+        BEATS_PER_TIMEOUT,
+        DEFAULT_REGISTRATION_GRACE,
+        INFO_MAX,
+        LABEL_MAX,
+        BusyError,
+        BusyScope,
+        CorruptError,
+        DeadlineExceededError,
+        DrivenReaper,
+        DropEvent,
+        Error,
+        EvictedError,
+        ExistsError,
+        FullError,
+        IncompatibleError,
+        InvalidArgumentError,
+        NoReaperError,
+        NotFoundError,
+        PanicError,
+        PermissionDeniedError,
+        Reaper,
+        SystemCallError,
+        Table,
+        Worker,
+        connect,
+        create,
+        unlink,
+    )
+    from livereg._native import open as open
+    from livereg._reason import Reason
+    from livereg._status import RegistrationState, RegistrationStatus, Stats, Status
+else:
+    # Each name is loaded with its module on first use (``import livereg``
+    # itself loads nothing): the engine plugin is imported into every
+    # process of an engine, most of which never register.
+    _HOMES = {
+        **dict.fromkeys(
+            [
+                "BEATS_PER_TIMEOUT",
+                "DEFAULT_REGISTRATION_GRACE",
+                "INFO_MAX",
+                "LABEL_MAX",
+                "BusyError",
+                "BusyScope",
+                "CorruptError",
+                "DeadlineExceededError",
+                "DrivenReaper",
+                "DropEvent",
+                "Error",
+                "EvictedError",
+                "ExistsError",
+                "FullError",
+                "IncompatibleError",
+                "InvalidArgumentError",
+                "NoReaperError",
+                "NotFoundError",
+                "PanicError",
+                "PermissionDeniedError",
+                "Reaper",
+                "SystemCallError",
+                "Table",
+                "Worker",
+                "connect",
+                "create",
+                "unlink",
+                "open",
+            ],
+            "livereg._native",
+        ),
+        "Reason": "livereg._reason",
+        **dict.fromkeys(["RegistrationState", "RegistrationStatus", "Stats", "Status"], "livereg._status"),
+    }
+
+    def __getattr__(name: str) -> object:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'livereg' has no attribute '{name}'")
+        import importlib
+
+        module = importlib.import_module(home)
+        for each, where in _HOMES.items():
+            if where == home:
+                globals()[each] = getattr(module, each)
+        return globals()[name]
+
+    def __dir__() -> list:
+        return sorted({*globals(), *_HOMES})
 
 # `open` is left out of `import *` (it would shadow the builtin): call
 # `livereg.open`.

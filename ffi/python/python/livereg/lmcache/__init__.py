@@ -25,35 +25,43 @@ Both sides find the table by name: :data:`DEFAULT_TABLE`, or
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from livereg.lmcache._common import DEFAULT_TABLE, TABLE_ENV, default_table
-from livereg.lmcache._engine import install
-from livereg.lmcache._worker import WorkerLiveness
+from livereg.lmcache._plugin import install
 
 if TYPE_CHECKING:
+    from livereg.lmcache._common import DEFAULT_TABLE, TABLE_ENV, default_table
     from livereg.lmcache._management import PING_LABEL, LiveregManagement
     from livereg.lmcache._server_module import LiveregServerModule, build_server_modules
+    from livereg.lmcache._worker import WorkerLiveness
+else:
+    # Every name but ``install`` is imported with its module when first
+    # asked for: the engine plugin loads this package in every process of
+    # an engine, where neither LMCache (torch, numba) nor livereg's native
+    # module is to be imported before the process uses them.
+    _HOMES = {
+        "DEFAULT_TABLE": "livereg.lmcache._common",
+        "TABLE_ENV": "livereg.lmcache._common",
+        "default_table": "livereg.lmcache._common",
+        "PING_LABEL": "livereg.lmcache._management",
+        "LiveregManagement": "livereg.lmcache._management",
+        "LiveregServerModule": "livereg.lmcache._server_module",
+        "build_server_modules": "livereg.lmcache._server_module",
+        "WorkerLiveness": "livereg.lmcache._worker",
+    }
 
-#: The server side's names, imported when first asked for: the engine plugin
-#: loads this package in every engine process, where LMCache (and torch)
-#: must not be imported before the engine itself imports them.
-_SERVER_SIDE = {
-    "PING_LABEL": "livereg.lmcache._management",
-    "LiveregManagement": "livereg.lmcache._management",
-    "LiveregServerModule": "livereg.lmcache._server_module",
-    "build_server_modules": "livereg.lmcache._server_module",
-}
+    def __getattr__(name: str) -> object:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'livereg.lmcache' has no attribute '{name}'")
+        import importlib
 
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value
+        return value
 
-def __getattr__(name: str) -> Any:
-    module = _SERVER_SIDE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'livereg.lmcache' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    def __dir__() -> list:
+        return sorted({*globals(), *_HOMES})
 
 
 __all__ = [

@@ -1,10 +1,11 @@
-"""The engine side, by configuration alone: :func:`install`.
+"""The engine side: what :func:`livereg.lmcache.install` does once the
+process imports LMCache's transfer contexts.
 
 Every LMCache adapter (vLLM, SGLang, ATOM) and LMCache's SDK hand their KV
 caches to the server through a transfer context: ``create_transfer_context(
 kv_caches, instance_id=..., req_client=..., mode=...)``, then the context's
 ``register(...)``, and at the end its ``unregister()`` / ``close()``.
-:func:`install` wraps those three methods on every transfer-context class, so
+:func:`wrap_transfer_contexts` wraps those three methods on every transfer-context class, so
 that from the moment an engine's KV caches register, the engine holds a
 livereg registration for its ``instance_id`` (taken just before the
 server is asked, so a crash in between is covered too), beaten from a daemon
@@ -30,7 +31,6 @@ from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import livereg
 from livereg.lmcache._common import default_table, is_address, logger
-from livereg.lmcache._on_import import when_imported
 from livereg.lmcache._worker import WorkerLiveness
 
 #: The file holding a listener's token, for a ``tcp://``/``tls://`` address.
@@ -45,11 +45,10 @@ _REGISTER_WAIT = 2.0
 #: How often, and how far apart in seconds, a replay is tried.
 _REPLAY_ATTEMPTS = 30
 _REPLAY_PAUSE = 1.0
-#: Marks a method this module wrapped (so :func:`install` is idempotent).
+#: Marks a method this module wrapped (each is wrapped once).
 _WRAPPED = "__livereg_wrapped__"
 
 _lock = threading.Lock()
-_installed = False
 _logged: Set[str] = set()
 #: The engines of this process, by instance id.
 _engines: Dict[int, "_Engine"] = {}
@@ -212,35 +211,7 @@ def _subclasses(cls: type) -> Iterator[type]:
         yield from _subclasses(sub)
 
 
-#: The package that holds LMCache's transfer contexts; its import brings in
-#: every transfer-context class.
-TRANSFER_CONTEXTS = "lmcache.v1.multiprocess.transfer_context"
-
-
-def install() -> None:
-    """Holds a livereg registration for every LMCache engine of this process
-    from its KV caches' registration to their unregistration. Declared as a
-    ``vllm.general_plugins`` entry point (vLLM calls it in every process);
-    callable directly. The table or listener is ``$LIVEREG_LMCACHE_TABLE``
-    (default ``lmcache-workers``), with ``$LIVEREG_LMCACHE_TOKEN_FILE`` and
-    ``$LIVEREG_LMCACHE_TLS_CA`` for an address.
-
-    Imports nothing of LMCache: the transfer contexts are wrapped when the
-    process itself imports them (at once if it already has), so a process
-    that never uses LMCache pays microseconds and logs nothing. Idempotent;
-    never raises."""
-    global _installed
-    try:
-        with _lock:
-            if _installed:
-                return
-            _installed = True
-        when_imported(TRANSFER_CONTEXTS, _wrap_transfer_contexts)
-    except Exception:
-        logger.exception("livereg: install() failed; engines run without livereg")
-
-
-def _wrap_transfer_contexts(package: ModuleType) -> None:
+def wrap_transfer_contexts(package: ModuleType) -> None:
     """Wraps ``register``, ``unregister`` and ``close`` of every transfer
     context class the package defined (each once)."""
     base = getattr(package, "TransferContext", None)

@@ -11,15 +11,17 @@ the function.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
+import logging
 import sys
 import threading
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
-from livereg.lmcache._common import logger
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
 
+
+logger = logging.getLogger("livereg.lmcache")
 _lock = threading.Lock()
 #: The functions waiting for each module name.
 _waiting: Dict[str, List[Callable[[ModuleType], None]]] = {}
@@ -57,13 +59,14 @@ def _imported(module: ModuleType) -> None:
         _call(then, module)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: for a waited-for name it asks the finders after
-    it and wraps the loader they found."""
+class _Finder:
+    """A meta path finder (the protocol, without importing
+    ``importlib.abc``) that finds nothing itself: for a waited-for name it
+    asks the other finders and wraps the loader they found."""
 
     def find_spec(
         self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
-    ) -> Optional[importlib.machinery.ModuleSpec]:
+    ) -> Optional[ModuleSpec]:
         with _lock:
             if fullname not in _waiting:
                 return None
@@ -73,23 +76,24 @@ class _Finder(importlib.abc.MetaPathFinder):
             find = getattr(finder, "find_spec", None)
             if find is None:
                 continue
-            spec: Optional[importlib.machinery.ModuleSpec] = find(fullname, path, target)
+            spec: Optional[ModuleSpec] = find(fullname, path, target)
             if spec is None:
                 continue
             if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _ThenLoader(spec.loader)
+                # A loader by protocol, not by inheritance (importlib.abc stays unimported).
+                spec.loader = _ThenLoader(spec.loader)  # type: ignore[assignment]
             return spec
         return None
 
 
-class _ThenLoader(importlib.abc.Loader):
+class _ThenLoader:
     """The real loader, then :func:`_imported`; the module keeps the real
     loader as its own."""
 
     def __init__(self, loader: Any) -> None:
         self._loader = loader
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Optional[ModuleType]:
+    def create_module(self, spec: ModuleSpec) -> Optional[ModuleType]:
         module: Optional[ModuleType] = self._loader.create_module(spec)
         return module
 

@@ -30,7 +30,12 @@ impl Absence {
     /// An observer ran at `now_ns`, and before that at `last_ns` (0: never):
     /// a gap over `threshold` is an absence, and silence before `now_ns`
     /// no longer counts. Returns the gap when it was one.
-    pub(crate) fn note_gap(&self, last_ns: u64, now_ns: u64, threshold: Duration) -> Option<Duration> {
+    pub(crate) fn note_gap(
+        &self,
+        last_ns: u64,
+        now_ns: u64,
+        threshold: Duration,
+    ) -> Option<Duration> {
         let gap = Duration::from_nanos(now_ns.saturating_sub(last_ns));
         if last_ns == 0 || gap <= threshold {
             return None;
@@ -57,7 +62,10 @@ mod tests {
     fn a_gap_past_the_threshold_restarts_every_silence_at_the_return() {
         let absence = Absence::default();
         let threshold = absence_threshold(Duration::from_secs(1));
-        assert_eq!(absence.note_gap(10 * SECOND, 10 * SECOND + SECOND / 2, threshold), None);
+        assert_eq!(
+            absence.note_gap(10 * SECOND, 10 * SECOND + SECOND / 2, threshold),
+            None
+        );
         assert_eq!(absence.silent_since(7 * SECOND), 7 * SECOND);
         assert_eq!(
             absence.note_gap(10 * SECOND, 13 * SECOND, threshold),
@@ -70,7 +78,10 @@ mod tests {
     #[test]
     fn the_first_run_is_no_gap_and_an_earlier_return_never_replaces_a_later_one() {
         let absence = Absence::default();
-        assert_eq!(absence.note_gap(0, 50 * SECOND, Duration::from_millis(500)), None);
+        assert_eq!(
+            absence.note_gap(0, 50 * SECOND, Duration::from_millis(500)),
+            None
+        );
         assert_eq!(absence.silent_since(1), 1);
         absence.note_gap(10 * SECOND, 20 * SECOND, Duration::from_millis(500));
         absence.note_gap(5 * SECOND, 15 * SECOND, Duration::from_millis(500));

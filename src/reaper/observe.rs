@@ -171,7 +171,8 @@ impl Reaper {
                 observed.store(now_ns.max(1), Relaxed);
             }
         }
-        let quiet_ns = now_ns.saturating_sub(self.sessions.absence().silent_since(seen.progress_since));
+        let quiet_ns =
+            now_ns.saturating_sub(self.sessions.absence().silent_since(seen.progress_since));
         if word & BUSY == 0 || quiet_ns < self.progress_timeout_ns {
             return Verdict::Keep;
         }

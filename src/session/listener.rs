@@ -1,7 +1,6 @@
 //! A reaper's listener: one thread that accepts sessions on one address and
 //! serves every connection through one epoll set (no thread per session).
 
-use crate::absence::absence_threshold;
 use super::address::Address;
 use super::held::Held;
 use super::penalties::{Penalties, Source};
@@ -10,6 +9,7 @@ use super::served::{Connection, Gate, Next};
 use super::stream::Stream;
 use super::timing::heard_interval;
 use super::tls::{self, TlsServer};
+use crate::absence::absence_threshold;
 use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::limited_log::limited_log;

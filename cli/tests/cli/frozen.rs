@@ -58,7 +58,10 @@ fn a_host_frozen_for_three_timeouts_ends_nobody_who_beats_after_the_thaw() {
     resume(&[&reaper, &first]);
     let thawed = Instant::now();
     while ended_total(&name) == 0 {
-        assert!(thawed.elapsed() < 4 * T, "the stopped worker was never ended");
+        assert!(
+            thawed.elapsed() < 4 * T,
+            "the stopped worker was never ended"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let ended_after = thawed.elapsed();

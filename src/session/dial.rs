@@ -6,7 +6,7 @@
 use super::address::Address;
 use super::stream::{send, Inbox, Received, Stream};
 use super::tls::{self, TlsClient};
-use super::wire::{Frame, Reclaim, VERSION};
+use super::wire::{Frame, Reclaim, OLDEST_SERVED, VERSION};
 use crate::error::{Error, Result};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
@@ -19,6 +19,8 @@ pub(crate) struct Dialed {
     pub reclaim: Reclaim,
     pub reap_timeout: Duration,
     pub info: Option<Vec<u8>>,
+    /// The protocol version the listener welcomed this client in.
+    pub version: u16,
 }
 
 /// Everything needed to say hello again after a reconnect (or to ask the
@@ -55,12 +57,35 @@ impl Hello {
     }
 
     /// [`Hello::dial`], giving up after `timeout` rather than the
-    /// client's connect timeout.
+    /// client's connect timeout. A listener of the previous protocol
+    /// refuses today's version as incompatible: the client then says hello
+    /// again in the previous one; a listener that refuses both fails in one
+    /// line naming the versions.
     pub(crate) fn dial_within(
         &self,
         reclaim: Option<Reclaim>,
         timeout: Duration,
     ) -> Result<Dialed> {
+        let deadline = Instant::now() + timeout;
+        match self.dial_in(VERSION, reclaim, timeout) {
+            // Every listener's version refusal has said "session protocol
+            // version N, ..." since version 1.
+            Err(Error::Incompatible(refusal)) if refusal.contains("session protocol version") => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                self.dial_in(OLDEST_SERVED, reclaim, left).map_err(|e| match e {
+                    Error::Incompatible(again) => Error::Incompatible(format!(
+                        "session {}: this client speaks session protocol {OLDEST_SERVED} to {VERSION}, and the listener refused both ({refusal}; {again}): upgrade the older side",
+                        self.address
+                    )),
+                    other => other,
+                })
+            }
+            other => other,
+        }
+    }
+
+    /// One hello in protocol `version`, and its answer.
+    fn dial_in(&self, version: u16, reclaim: Option<Reclaim>, timeout: Duration) -> Result<Dialed> {
         let deadline = Instant::now() + timeout;
         let mut stream = open(&self.address, timeout, self.tls.as_ref())?;
         let io = |step: &str, e: std::io::Error| Error::Io {
@@ -71,7 +96,7 @@ impl Hello {
             .set_write_timeout(Some(timeout))
             .map_err(|e| io("set a write timeout", e))?;
         let frame = Frame::Hello {
-            version: VERSION,
+            version,
             instance_id: self.instance_id,
             pid: std::process::id(),
             token: self.token.clone(),
@@ -124,6 +149,7 @@ impl Hello {
                     // The info area comes first, so a welcomed client has it.
                     Frame::Info { bytes } => info = Some(bytes),
                     Frame::Welcome {
+                        version,
                         slot,
                         generation,
                         secret,
@@ -140,6 +166,7 @@ impl Hello {
                             },
                             reap_timeout: Duration::from_millis(reap_timeout_ms.max(1)),
                             info,
+                            version,
                         });
                     }
                     Frame::Refused { code, message } => {
@@ -309,6 +336,44 @@ pub(crate) fn unexpected(address: &Address, expected: &str, found: &Frame) -> Er
 /// one answer (a `Refused` as its error), waiting `timeout` to connect and
 /// `timeout` plus `longer` for the answer.
 pub(crate) fn exchange(
+    address: &Address,
+    tls: Option<&tls::ClientConfig>,
+    timeout: Duration,
+    frame: &Frame,
+    longer: Duration,
+) -> Result<Frame> {
+    match exchange_once(address, tls, timeout, frame, longer) {
+        // A listener of the previous protocol: asked again in its version.
+        Err(Error::Incompatible(refusal)) if refusal.contains("session protocol version") => {
+            let previous = match frame.clone() {
+                Frame::Ask {
+                    token, instance_id, ..
+                } => Frame::Ask {
+                    version: OLDEST_SERVED,
+                    token,
+                    instance_id,
+                },
+                Frame::Clear {
+                    token,
+                    reset,
+                    wait_ms,
+                    ..
+                } => Frame::Clear {
+                    version: OLDEST_SERVED,
+                    token,
+                    reset,
+                    wait_ms,
+                },
+                _ => return Err(Error::Incompatible(refusal)),
+            };
+            exchange_once(address, tls, timeout, &previous, longer)
+        }
+        other => other,
+    }
+}
+
+/// [`exchange`] in the frame's own version.
+fn exchange_once(
     address: &Address,
     tls: Option<&tls::ClientConfig>,
     timeout: Duration,

@@ -6,7 +6,7 @@
 use super::dial::{Dialed, Hello};
 use super::stream::{send, Received};
 use super::timing::forward_interval;
-use super::wire::Frame;
+use super::wire::{Frame, HEARD_SINCE};
 use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::error::Error;
 use crate::event::Reason;
@@ -317,8 +317,8 @@ impl Sender {
     fn unheard(&mut self) -> Option<Outcome> {
         let timeout = self.dialed.reap_timeout;
         let silent = self.heard.elapsed();
-        if silent < timeout {
-            return None;
+        if silent < timeout || self.dialed.version < HEARD_SINCE {
+            return None; // a listener of protocol 1 sends no `Heard`
         }
         if silent >= timeout * SILENT_TIMEOUTS_MAX {
             log::warn!(

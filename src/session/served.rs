@@ -7,7 +7,9 @@ use super::printable::printable;
 use super::refusals::SessionRefusals;
 use super::stream::{send, Inbox, Received, Stream};
 use super::timing::unheard_allowance;
-use super::wire::{Frame, Reclaim, ANSWER_MAX, HOST_MAX, VERSION};
+use super::wire::{
+    is_served, Frame, Reclaim, ANSWER_MAX, HEARD_SINCE, HOST_MAX, OLDEST_SERVED, VERSION,
+};
 use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::layout::FLAG_REMOTE;
@@ -47,6 +49,8 @@ pub(crate) struct Connection {
     request: Option<Requested>,
     /// When the listener last sent the client anything.
     told: Instant,
+    /// The protocol version its client speaks (once it said hello).
+    version: u16,
 }
 
 /// A clear a client waits for.
@@ -94,6 +98,7 @@ impl Connection {
             holding: None,
             request: None,
             told: Instant::now(),
+            version: VERSION,
         }
     }
 
@@ -206,8 +211,9 @@ impl Connection {
                 if self.send_info(gate.table) != Next::KeepOpen {
                     return Next::Close(Some(Reason::Disconnected));
                 }
+                self.version = version;
                 let welcome = Frame::Welcome {
-                    version: VERSION,
+                    version,
                     slot,
                     generation,
                     secret,
@@ -522,9 +528,10 @@ impl Connection {
         })
     }
 
-    /// Sends `Heard` if the client was told nothing for `every`.
+    /// Sends `Heard` if the client was told nothing for `every` (a client
+    /// of protocol 1 knows no `Heard`: it is sent none).
     pub(crate) fn keep_told(&mut self, every: Duration) -> Next {
-        if self.told.elapsed() < every {
+        if self.version < HEARD_SINCE || self.told.elapsed() < every {
             return Next::KeepOpen;
         }
         self.told = Instant::now();
@@ -595,9 +602,10 @@ fn admit(gate: &Gate<'_>, source: Source, version: u16, token: &[u8]) -> Result<
             wait.as_millis().max(1)
         )));
     }
-    if version != VERSION {
+    if !is_served(version) {
         return Err(Error::Incompatible(format!(
-            "session protocol version {version}, this reaper speaks {VERSION}"
+            "session protocol version {version}, this reaper speaks {OLDEST_SERVED} to {VERSION}: upgrade the {}",
+            if version > VERSION { "reaper" } else { "client" }
         )));
     }
     if gate

@@ -32,6 +32,20 @@ use crate::layout::{INFO_MAX, LABEL_MAX};
 /// The protocol version a `Hello` and a `Welcome` carry.
 pub const VERSION: u16 = 2;
 
+/// The oldest version a listener serves (and a client falls back to): the
+/// previous one. What version 2 added, a version-1 peer does without: a
+/// listener sends it no `Heard`, and a client of a version-1 listener
+/// expects none.
+pub const OLDEST_SERVED: u16 = VERSION - 1;
+
+/// The version that added `Heard`.
+pub const HEARD_SINCE: u16 = 2;
+
+/// Whether a peer speaking `version` is served.
+pub fn is_served(version: u16) -> bool {
+    (OLDEST_SERVED..=VERSION).contains(&version)
+}
+
 /// The largest frame, length prefix excluded.
 pub const MAX_FRAME: usize = 4096;
 

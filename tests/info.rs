@@ -115,3 +115,31 @@ fn tables_of_layouts_1_0_and_1_1_open_and_say_they_have_no_info() {
         worker.deregister().unwrap();
     }
 }
+
+/// Rewrites a table's layout minor in place (its size unchanged).
+fn with_minor(temp: &TempTable, minor: u32) {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/dev/shm/{}", temp.name))
+        .unwrap();
+    file.write_all_at(&minor.to_le_bytes(), 12).unwrap();
+}
+
+#[test]
+fn tables_of_the_previous_and_the_next_layout_minor_open_and_keep_their_registrations() {
+    for minor in [livereg::VERSION_MINOR - 1, livereg::VERSION_MINOR + 1] {
+        let temp = TempTable::new("minor-skew", &options());
+        temp.table.set_info(b"kept").unwrap();
+        let held = temp.table.register(1, "before").unwrap();
+        held.heartbeat().unwrap();
+        with_minor(&temp, minor);
+        let table = Table::open(&temp.name).unwrap_or_else(|e| panic!("layout 1.{minor}: {e}"));
+        assert_eq!(table.info().unwrap(), b"kept", "layout 1.{minor}");
+        let status = table.status().unwrap();
+        assert_eq!(status.registrations.len(), 1, "layout 1.{minor}");
+        let worker = table.register(2, "after").unwrap();
+        worker.heartbeat().unwrap();
+        worker.deregister().unwrap();
+        held.deregister().unwrap();
+    }
+}

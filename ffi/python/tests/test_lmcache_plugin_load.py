@@ -7,9 +7,12 @@ itself imports them. Each case runs in a fresh interpreter, with a stand-in
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any, Dict
 
@@ -142,3 +145,59 @@ def test_the_server_side_names_are_imported_only_when_asked_for() -> None:
             raise AssertionError("no AttributeError")
     """.replace("import livereg.lmcache", "import sys, livereg.lmcache", 1))
     assert report["lmcache"] == []
+
+
+def refuse_every_version(listener: socket.socket, stop: threading.Event) -> None:
+    """A listener of a protocol nobody here speaks: answers every hello with
+    an incompatible-version refusal, as a livereg listener words it."""
+    listener.settimeout(0.1)
+    while not stop.is_set():
+        try:
+            connection, _ = listener.accept()
+        except socket.timeout:
+            continue
+        with connection:
+            connection.settimeout(5)
+            try:
+                length = struct.unpack(">I", connection.recv(4, socket.MSG_WAITALL))[0]
+                body = connection.recv(length, socket.MSG_WAITALL)
+            except (OSError, struct.error):
+                continue
+            version = struct.unpack(">H", body[1:3])[0]
+            message = f"session protocol version {version}, this reaper speaks 9 to 9: upgrade the client".encode()
+            refusal = bytes([130, 6]) + struct.pack(">H", len(message)) + message
+            connection.sendall(struct.pack(">I", len(refusal)) + refusal)
+
+
+def test_an_engine_whose_listener_speaks_no_version_of_ours_warns_once_and_runs(
+    stand_in: Path, tmp_path: Path
+) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stop = threading.Event()
+    serving = threading.Thread(target=refuse_every_version, args=(listener, stop), daemon=True)
+    serving.start()
+    token = tmp_path / "token"
+    token.write_text("secret")
+    token.chmod(0o600)
+    address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        code = f"""
+            import os
+            os.environ["LIVEREG_LMCACHE_TABLE"] = "{address}"
+            os.environ["LIVEREG_LMCACHE_TOKEN_FILE"] = "{token}"
+            import livereg.lmcache
+            livereg.lmcache.install()
+            from lmcache.v1.multiprocess.transfer_context import EngineDrivenTransferContext
+            assert EngineDrivenTransferContext(5).register() == "engine:base"
+            assert EngineDrivenTransferContext(6).register() == "engine:base"
+        """
+        report = run(code, str(stand_in))
+    finally:
+        stop.set()
+        serving.join()
+        listener.close()
+    warned = [line for line in report["stderr"].splitlines() if line.startswith("WARNING")]
+    assert len(warned) == 1, report["stderr"]
+    assert "speaks a version this livereg cannot" in warned[0] and "upgrade" in warned[0], warned

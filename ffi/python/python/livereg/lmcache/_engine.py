@@ -131,6 +131,15 @@ def _start(instance_id: int) -> Optional[_Engine]:
         return engine
     try:
         engine = _Engine(instance_id)
+    except livereg.IncompatibleError as error:
+        target = _target()
+        _log_once(
+            f"incompatible:{target}",
+            "livereg: engine %d runs without livereg: %s speaks a version this livereg cannot (%s); upgrade the "
+            "older of the two",
+            instance_id, "listener" if is_address(target) else f"table '{target}'", error,
+        )
+        return None
     except (livereg.Error, OSError, ValueError) as error:
         target = _target()
         _log_once(

@@ -459,8 +459,9 @@ impl Connection {
 
     /// Applies a client's beat to the registration: a heartbeat dated back
     /// to when the client beat, busy or idle, the steps made since. A beat
-    /// that says the engine has not beaten for the reap timeout ends it
-    /// `timeout` (its sender lives, its engine loop hung).
+    /// that says the engine has not beaten for the reap timeout (since the
+    /// listener's return, if it was away) ends it `timeout` (its sender
+    /// lives, its engine loop hung).
     fn beat(
         &mut self,
         gate: &Gate<'_>,
@@ -475,8 +476,13 @@ impl Connection {
         };
         let slot = table.memory.slot(holding.index);
         let generation = holding.generation;
-        holding.heard.at(table.clock.now_ns());
-        if heartbeats > 0 && Duration::from_micros(since_ping_us) >= table.reap_timeout() {
+        let now_ns = table.clock.now_ns();
+        holding.heard.at(now_ns);
+        // The engine's silence as the client reports it, from no earlier
+        // than the listener's return from an absence (frozen with it).
+        let pinged_ns = now_ns.saturating_sub(since_ping_us.saturating_mul(1_000));
+        let silent_ns = now_ns.saturating_sub(gate.held.absence().silent_since(pinged_ns));
+        if heartbeats > 0 && Duration::from_nanos(silent_ns) >= table.reap_timeout() {
             if protocol::end(slot, generation, Reason::Timeout).is_ok() {
                 table.memory.wake_reaper();
             }
@@ -488,7 +494,7 @@ impl Connection {
             // A client cannot date a beat older than one timeout (it would
             // only evict itself) nor later than now.
             let age_us = since_ping_us.min(table.reap_timeout().as_micros() as u64);
-            let now_us = table.clock.now_ns().div_ceil(1_000);
+            let now_us = now_ns.div_ceil(1_000);
             result = protocol::beat_at(
                 slot,
                 generation,

@@ -73,3 +73,32 @@ fn a_host_frozen_for_three_timeouts_ends_nobody_who_beats_after_the_thaw() {
     assert_eq!(json["ended"]["timeout"], 1, "{json}");
     resume(&[&second]);
 }
+
+#[test]
+fn a_host_frozen_whole_ends_none_of_its_sessions_that_beat_after_the_thaw() {
+    let (name, _guard) = created("frozen-sessions", &["--timeout", "1s", "--grace", "2s"]);
+    let unix = format!("unix:/tmp/{name}.sock");
+    let reaper = Background::spawn(&["reap", &name, "--listen", &unix]);
+    wait_until("the listener", || {
+        std::path::Path::new(&format!("/tmp/{name}.sock")).exists()
+    });
+    let first = Background::spawn(&["run", &unix, "--instance", "1", "--", "sleep", "600"]);
+    let second = Background::spawn(&["run", &unix, "--instance", "2", "--", "sleep", "600"]);
+    wait_until("both sessions", || {
+        status_json(&name)["tracked_instances"] == 2
+    });
+    for clients_later in [Duration::from_millis(50), Duration::ZERO] {
+        stop(&[&reaper, &first, &second]);
+        std::thread::sleep(3 * T);
+        resume(&[&reaper]);
+        std::thread::sleep(clients_later);
+        resume(&[&first, &second]);
+        std::thread::sleep(2 * T);
+        let json = status_json(&name);
+        assert_eq!(
+            json["ended_total"], 0,
+            "clients resumed {clients_later:?} after the reaper: {json}"
+        );
+        assert_eq!(json["tracked_instances"], 2, "{json}");
+    }
+}

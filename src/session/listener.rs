@@ -391,14 +391,7 @@ impl ListenLoop {
             .clamp(Duration::from_millis(5), Duration::from_millis(250));
         let mut next_tick = Instant::now() + tick;
         loop {
-            let threshold = absence_threshold(self.table.reap_timeout());
-            if let Some(gap) = self.held.listener_ran(self.table.clock.now_ns(), threshold) {
-                log::warn!(
-                    "table '{}': the listener did not run for {:.3}s (its process stopped or starved, or its host paused): sessions' silence counts from now",
-                    self.table.name(),
-                    gap.as_secs_f64()
-                );
-            }
+            self.note_running();
             let mut wait = next_tick.saturating_duration_since(Instant::now());
             if self.clears_waited {
                 wait = wait.min(CLEAR_POLL);
@@ -421,6 +414,9 @@ impl ListenLoop {
                     Vec::new()
                 }
             };
+            // Before anything read or judged: the wait is where a frozen
+            // listener resumes.
+            self.note_running();
             let beats_only = !keys.is_empty() && self.unread.is_empty();
             self.urgent = false;
             for entry in std::mem::take(&mut self.unread) {
@@ -639,6 +635,21 @@ impl ListenLoop {
             .memory
             .info_area()
             .map(|area| area.sequence.load(Acquire))
+    }
+
+    /// The listener runs now: tells the reaper so, and notes an absence (a
+    /// gap past [`absence_threshold`] since it last ran: its process was
+    /// stopped or starved, its host frozen), from whose end sessions'
+    /// silence counts.
+    fn note_running(&mut self) {
+        let threshold = absence_threshold(self.table.reap_timeout());
+        if let Some(gap) = self.held.listener_ran(self.table.clock.now_ns(), threshold) {
+            log::warn!(
+                "table '{}': the listener did not run for {:.3}s (its process stopped or starved, or its host paused): sessions' silence counts from now",
+                self.table.name(),
+                gap.as_secs_f64()
+            );
+        }
     }
 
     /// Every tick: greetings past their deadline are closed; a session

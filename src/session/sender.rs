@@ -7,6 +7,7 @@ use super::dial::{Dialed, Hello};
 use super::stream::{send, Received};
 use super::timing::forward_interval;
 use super::wire::{Frame, HEARD_SINCE};
+use crate::absence::absence_threshold;
 use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::error::Error;
 use crate::event::Reason;
@@ -192,7 +193,15 @@ impl Sender {
         let interval = self.interval();
         let mut next_forward = Instant::now();
         self.heard = Instant::now();
+        let away = absence_threshold(self.dialed.reap_timeout);
+        let mut ran = Instant::now();
         loop {
+            // A gap in this thread's own running (its process stopped, its
+            // host frozen) is no silence of the listener's: it counts anew.
+            if ran.elapsed() > away {
+                self.heard = Instant::now();
+            }
+            ran = Instant::now();
             if self.shared.finishing.load(Relaxed) || self.ended_here().is_some() {
                 return self.goodbye();
             }

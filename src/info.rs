@@ -112,7 +112,8 @@ mod table {
                 })?)),
                 None => None,
             };
-            let _writer = inner.lock_registrations(own.as_deref())?;
+            let _writer = inner
+                .lock_registrations(own.as_deref(), crate::table_locks::REGISTRATION_LOCK_WAIT)?;
             write(&area.sequence, &area.len, &area.data, bytes);
             Ok(())
         }

@@ -11,6 +11,7 @@ use crate::os::{lock, process};
 use crate::protocol::{self, Beat, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
+use crate::table_locks::REGISTRATION_LOCK_WAIT;
 use crate::worker::Worker;
 use std::fs::File;
 use std::time::Duration;
@@ -178,22 +179,19 @@ impl<'t> Registration<'t> {
                 "instance id 0 is reserved, expected 1 or more".into(),
             ));
         }
-        if self.label.contains('\0') {
-            return Err(Error::InvalidArgument(format!(
-                "label {:?} contains a NUL byte, expected text without NUL (it reaches C strings and hook environments)",
-                self.label
-            )));
-        }
-        if self.label.len() > LABEL_MAX {
-            return Err(Error::InvalidArgument(format!(
-                "label is {} bytes of UTF-8, expected at most {LABEL_MAX}",
-                self.label.len()
-            )));
-        }
+        check_label(&self.label)?;
         inner.check_size()?;
         let deadline = crate::clock::deadline_after(self.drop_wait);
         loop {
-            let guard = inner.lock_registrations(lock_file)?;
+            // A listener registering a session's client never waits on a
+            // lock another process holds: its client is told `BUSY` and
+            // tries again.
+            let lock_wait = if self.remote {
+                Duration::ZERO
+            } else {
+                REGISTRATION_LOCK_WAIT
+            };
+            let guard = inner.lock_registrations(lock_file, lock_wait)?;
             let Placed { index, generation } = match self.find_current() {
                 None => {
                     let claimed = self.claim(lock_file.filter(|_| !self.remote))?;
@@ -355,4 +353,26 @@ impl Registration<'_> {
 /// its pid.
 fn process_tag() -> u32 {
     crate::layout::namespace_tag(crate::os::process::pid_namespace())
+}
+
+/// Whether `label` can be a registration's: no NUL (it reaches C strings
+/// and hook environments), at most [`LABEL_MAX`] bytes. The one rule for
+/// every way in, a listener's greetings included.
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] naming what was found.
+pub(crate) fn check_label(label: &str) -> Result<()> {
+    if label.contains('\0') {
+        return Err(Error::InvalidArgument(format!(
+            "label {label:?} contains a NUL byte, expected text without NUL (it reaches C strings and hook environments)"
+        )));
+    }
+    if label.len() > LABEL_MAX {
+        return Err(Error::InvalidArgument(format!(
+            "label is {} bytes of UTF-8, expected at most {LABEL_MAX}",
+            label.len()
+        )));
+    }
+    Ok(())
 }

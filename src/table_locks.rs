@@ -15,7 +15,7 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// How long a registrant waits for the registration lock.
-const REGISTRATION_LOCK_WAIT: Duration = Duration::from_secs(5);
+pub(crate) const REGISTRATION_LOCK_WAIT: Duration = Duration::from_secs(5);
 /// How often a registrant tries the registration lock again (a kernel lock
 /// cannot be waited on with a timeout): held for microseconds per claim.
 const REGISTRATION_LOCK_POLL: Duration = Duration::from_micros(200);
@@ -89,11 +89,14 @@ impl TableMemory {
 
     /// Takes the registration lock: this process's mutex, then (on a shared
     /// table) the kernel lock through the registrant's own descriptor `file`,
-    /// polling for up to five seconds. (Its own: a forked child shares the
-    /// table's descriptor, and with it any lock taken through it.)
+    /// polling for up to `wait` ([`REGISTRATION_LOCK_WAIT`] for a
+    /// registrant; zero for a listener, which must never wait on a lock
+    /// another process holds). (Its own descriptor: a forked child shares
+    /// the table's, and with it any lock taken through it.)
     pub fn lock_registrations<'a>(
         &'a self,
         file: Option<&'a File>,
+        wait: Duration,
     ) -> Result<RegistrationGuard<'a>> {
         let local = self
             .local_registrations()
@@ -108,14 +111,19 @@ impl TableMemory {
         let started = Instant::now();
         loop {
             match lock::try_lock(file, lock::REGISTRATION_LOCK) {
-                Ok(true) => return Ok(RegistrationGuard { _local: local, file: Some(file) }),
-                Ok(false) if started.elapsed() < REGISTRATION_LOCK_WAIT => {
+                Ok(true) => {
+                    return Ok(RegistrationGuard {
+                        _local: local,
+                        file: Some(file),
+                    })
+                }
+                Ok(false) if started.elapsed() < wait => {
                     std::thread::sleep(REGISTRATION_LOCK_POLL);
                 }
                 Ok(false) => {
                     return Err(Error::Busy(format!(
-                        "table '{}': another process has held the registration lock for {REGISTRATION_LOCK_WAIT:?} \
-                         (stopped in the middle of registering?)",
+                        "table '{}': another process holds the registration lock (waited {wait:?}; \
+                         stopped in the middle of registering?): try again",
                         self.name
                     )))
                 }

@@ -356,3 +356,58 @@ fn a_unix_socket_is_never_reachable_with_a_wider_mode_than_its_own() {
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![0o660]);
 }
+
+/// The refusal code the listener answers `hello` with, from `source`.
+fn answer_to(address: &str, source: &str, hello: &[u8]) -> Option<u8> {
+    let mut conn = open_from(address, source)?;
+    conn.set_timeouts(Duration::from_secs(2));
+    conn.write(hello).ok()?;
+    let mut answer = vec![0u8; 2048];
+    let n = conn.read(&mut answer).unwrap_or(0);
+    match Frame::decode(&answer[..n]) {
+        Ok(Some((Frame::Refused { code, .. }, _))) => Some(code),
+        Ok(Some((Frame::Info { .. } | Frame::Welcome { .. }, _))) => Some(0),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_source_is_held_back_from_its_fourth_greeting_after_three_failed_ones() {
+    let temp = table("third-failure", 8);
+    let address = tcp_address();
+    let _daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let permission = Error::Permission(String::new()).code() as u8;
+    let busy = Error::Busy(String::new()).code() as u8;
+    let answers: Vec<u8> = (0..4)
+        .map(|_| answer_to(&address, "127.0.0.3", &guess()).unwrap())
+        .collect();
+    assert_eq!(
+        answers,
+        [permission, permission, permission, busy],
+        "docs/sessions.md: three"
+    );
+}
+
+#[test]
+fn a_session_is_validated_as_a_local_registration_is() {
+    let temp = table("nul-label", 8);
+    let address = tcp_address();
+    let _daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let hello = Frame::Hello {
+        version: VERSION,
+        instance_id: 5,
+        pid: 1,
+        token: TOKEN.as_bytes().to_vec(),
+        label: "a\0b".into(),
+        host: String::new(),
+        reclaim: None,
+    };
+    let local = temp.table.register(5, "a\0b").map(drop).unwrap_err();
+    let invalid = local.code() as u8;
+    assert!(matches!(local, Error::InvalidArgument(_)), "{local}");
+    assert_eq!(
+        answer_to(&address, "127.0.0.4", &hello.encode()),
+        Some(invalid)
+    );
+    assert!(temp.table.status().unwrap().registrations.is_empty());
+}

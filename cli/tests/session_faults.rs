@@ -280,3 +280,123 @@ fn a_heap_tables_next_reaper_takes_the_sessions_back() {
     reaper.stop().unwrap();
     let _ = std::fs::remove_file(path);
 }
+
+/// Takes the table's registration lock through a descriptor of this test's
+/// own, as a registrant stopped in the middle of registering holds it;
+/// released when the file is dropped.
+fn hold_registration_lock(table: &str) -> std::fs::File {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/dev/shm/{table}"))
+        .unwrap();
+    // SAFETY: a zeroed `flock` is valid; the fields F_OFD_SETLK reads are set below.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as i16;
+    lock.l_whence = libc::SEEK_SET as i16;
+    lock.l_start = (1i64 << 40) - 2; // the registration lock's byte
+    lock.l_len = 1;
+    // SAFETY: `file` is open; `lock` is a valid flock with l_pid 0.
+    let taken = unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            libc::F_OFD_SETLK,
+            &mut lock,
+        )
+    };
+    assert_eq!(taken, 0, "{}", std::io::Error::last_os_error());
+    file
+}
+
+#[test]
+fn a_registration_lock_held_elsewhere_never_freezes_the_listener() {
+    let temp = TempTable::new("lock-held", &one_second());
+    let (address, path) = socket_address("lock-held");
+    let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let beating = connect(&address, 1, "w", &with_token()).unwrap();
+    let held = hold_registration_lock(&temp.name);
+    let started = Instant::now();
+    let refused = connect(&address, 2, "w", &with_token())
+        .map(drop)
+        .unwrap_err();
+    assert!(matches!(refused, Error::Busy(_)), "{refused}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    // The listener goes on serving the held session for three timeouts.
+    keep_pinging(&beating, Duration::from_millis(50), Duration::from_secs(3));
+    assert_eq!(daemon.drops(), Vec::<String>::new(), "{}", daemon.log());
+    drop(held);
+    let admitted = connect(&address, 2, "w", &with_token()).unwrap();
+    admitted.deregister().unwrap();
+    beating.deregister().unwrap();
+    drop(daemon);
+    let _ = std::fs::remove_file(path);
+}
+
+/// The metrics the daemon serves (its `--metrics-addr`, read off its log).
+fn scrape(daemon: &Daemon) -> String {
+    let log = daemon.log();
+    let address = log
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in: {log}"))
+        .to_owned();
+    let mut stream = TcpStream::connect(&address).unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+fn refused_busy(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|line| {
+            line.starts_with("livereg_sessions_refused_total{") && line.contains("code=\"BUSY\"")
+        })
+        .and_then(|line| line.rsplit(' ').next())
+        .map_or(0.0, |value| value.parse().unwrap())
+}
+
+/// Reclaims queued while the daemon was stopped (the old connections still
+/// hold their registrations) are no source held back: BUSY refusals count
+/// failed-handshake penalties only.
+#[test]
+fn sessions_reclaiming_after_a_pause_raise_no_busy_refusal() {
+    let temp = TempTable::new("busy-count", &one_second());
+    let (address, path) = socket_address("busy-count");
+    let daemon = Daemon::start_full(
+        BIN,
+        &temp.name,
+        &[&address],
+        "",
+        "--metrics-addr 127.0.0.1:0",
+    );
+    let workers: Vec<_> = (1..=4)
+        .map(|id| connect(&address, id, "w", &with_token()).unwrap())
+        .collect();
+    let pinger = |how_long: u64| {
+        for _ in 0..(how_long / 50) {
+            for worker in &workers {
+                let _ = worker.heartbeat();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    pinger(500);
+    daemon.signal(libc::SIGSTOP);
+    pinger(2500);
+    daemon.signal(libc::SIGCONT);
+    pinger(2500);
+    assert_eq!(refused_busy(&scrape(&daemon)), 0.0, "{}", daemon.log());
+    drop(daemon);
+    let _ = std::fs::remove_file(path);
+}

@@ -195,3 +195,38 @@ fn with_a_client_ca_a_client_without_a_certificate_is_refused_and_one_with_it_ne
     worker.deregister().unwrap();
     reaper.stop().unwrap();
 }
+
+/// A listener that accepts and never answers, as a stopped reaper looks
+/// (the kernel completes the connection from the backlog): a `tls://`
+/// connect gives up within its timeout, as a `tcp://` one does, saying it
+/// timed out (not a permission problem).
+#[test]
+fn a_tls_connect_to_a_listener_that_never_answers_gives_up_within_its_timeout() {
+    let certs = TestCerts::new("silent-tls");
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let mut options = client(&certs, "ca.pem", false);
+    options.token = Some(b"t".to_vec());
+    options.connect_timeout = Some(Duration::from_secs(1));
+    for scheme in ["tls", "tcp"] {
+        let mut options = options.clone();
+        if scheme == "tcp" {
+            options.tls = None;
+        }
+        let started = Instant::now();
+        let error = connect(&format!("{scheme}://127.0.0.1:{port}"), 1, "w", &options)
+            .map(drop)
+            .unwrap_err();
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(5),
+            "{scheme}:// gave up after {took:?}"
+        );
+        assert!(
+            matches!(error, Error::Timeout(_)),
+            "{scheme}://: {}",
+            one_line(&error)
+        );
+    }
+    drop(silent);
+}

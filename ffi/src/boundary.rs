@@ -47,6 +47,17 @@ pub(crate) fn guard(body: impl FnOnce() -> Result<(), Error>) -> livereg_result 
     }
 }
 
+/// Runs a function that returns a plain value behind the boundary: a panic
+/// returns `fallback` (and says so in `livereg_last_error`).
+pub(crate) fn guard_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    let mut value = None;
+    let _ = guard(|| {
+        value = Some(body());
+        Ok(())
+    });
+    value.unwrap_or(fallback)
+}
+
 /// Runs a function that returns nothing behind the boundary.
 pub(crate) fn guard_void(body: impl FnOnce()) {
     let _ = guard(|| {

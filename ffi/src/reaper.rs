@@ -2,7 +2,7 @@
 //! driven by the caller's event loop (`acquire`, `scan`, `fd`,
 //! `next_scan_ms`) or scanning on library threads (`start`).
 
-use crate::boundary::{guard, guard_void, null};
+use crate::boundary::{guard, guard_value, guard_void, null};
 use crate::boundary::{hand_out, output};
 use crate::table::{borrow, livereg_table};
 use crate::types::{livereg_callbacks, livereg_drop_event, livereg_result};
@@ -22,7 +22,7 @@ thread_local! {
 /// Whether this thread is inside a scan of `reaper`: called from one of its
 /// own callbacks, where waiting on it would hang and freeing it would pull
 /// it from under the scan.
-fn inside_own_scan(reaper: *const livereg_reaper) -> bool {
+pub(crate) fn inside_own_scan(reaper: *const livereg_reaper) -> bool {
     !reaper.is_null() && SCANNING.with(|scanning| scanning.get() == reaper as usize)
 }
 
@@ -44,7 +44,7 @@ impl Drop for Scanning {
 
 /// The refusal of a call that would wait on, or free, the reaper whose
 /// callback makes it.
-fn reentered(call: &str) -> livereg::Error {
+pub(crate) fn reentered(call: &str) -> livereg::Error {
     livereg::Error::Busy(format!(
         "{call}: called from this reaper's own callback, inside its scan; \
          call it after livereg_reaper_scan returns"
@@ -258,12 +258,14 @@ pub unsafe extern "C" fn livereg_reaper_scan(
 /// `reaper` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn livereg_reaper_fd(reaper: *const livereg_reaper) -> c_int {
-    // SAFETY: `reaper` is NULL (`as_ref` gives `None`) or a handle not yet stopped (this function's
-    // `# Safety`).
-    match unsafe { reaper.as_ref() } {
-        Some(livereg_reaper::Driven { fd, .. }) => *fd,
-        _ => -1,
-    }
+    guard_value(-1, || {
+        // SAFETY: `reaper` is NULL (`as_ref` gives `None`) or a handle not yet stopped (this
+        // function's `# Safety`).
+        match unsafe { reaper.as_ref() } {
+            Some(livereg_reaper::Driven { fd, .. }) => *fd,
+            _ => -1,
+        }
+    })
 }
 
 /// `livereg_reaper_next_scan_ms(reaper)`: milliseconds (rounded up) until
@@ -278,18 +280,20 @@ pub unsafe extern "C" fn livereg_reaper_next_scan_ms(reaper: *const livereg_reap
     if inside_own_scan(reaper) {
         return 0;
     }
-    // SAFETY: `reaper` is NULL or a handle not yet stopped (this function's `# Safety`), as
-    // `driven` requires.
-    match unsafe { driven(reaper) } {
-        Ok(reaper) => {
-            let due = reaper
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .next_scan_in();
-            u64::try_from(due.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+    guard_value(0, || {
+        // SAFETY: `reaper` is NULL or a handle not yet stopped (this function's `# Safety`), as
+        // `driven` requires.
+        match unsafe { driven(reaper) } {
+            Ok(reaper) => {
+                let due = reaper
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .next_scan_in();
+                u64::try_from(due.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+            }
+            Err(_) => 0,
         }
-        Err(_) => 0,
-    }
+    })
 }
 
 /// `livereg_reaper_stop(reaper)`: stops the thread after its scan, gives up

@@ -160,8 +160,9 @@ pub unsafe extern "C" fn livereg_worker_get_info(
 ///
 /// # Safety
 ///
-/// `reaper` is a live handle not used by another thread during the call;
-/// `address` is NUL-terminated; `token` is NULL or NUL-terminated.
+/// `reaper` is NULL or a live handle; `address` is NUL-terminated; `token`
+/// is NULL or NUL-terminated. From the reaper's own callback it is refused
+/// (`LIVEREG_BUSY`).
 #[no_mangle]
 pub unsafe extern "C" fn livereg_reaper_listen(
     reaper: *mut livereg_reaper,
@@ -178,11 +179,16 @@ pub unsafe extern "C" fn livereg_reaper_listen(
             // SAFETY: as `address`.
             Some(unsafe { text(token, "token") }?.as_bytes().to_vec())
         };
-        // SAFETY: `reaper` is NULL (`as_mut` gives `None`) or a live handle
-        // no other thread uses during the call (this function's `# Safety`).
-        match unsafe { reaper.as_mut() }.ok_or_else(|| null("reaper"))? {
+        if crate::reaper::inside_own_scan(reaper) {
+            // Its scan holds the reaper: from its own callback, refused.
+            return Err(crate::reaper::reentered("livereg_reaper_listen"));
+        }
+        // SAFETY: `reaper` is NULL (`as_ref` gives `None`) or a live handle
+        // (this function's `# Safety`); only shared references are made of
+        // it (a driven reaper's own callback may be scanning it).
+        match unsafe { reaper.as_ref() }.ok_or_else(|| null("reaper"))? {
             livereg_reaper::Driven { reaper, .. } => reaper
-                .get_mut()
+                .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .listen(address, token),
             livereg_reaper::Thread(thread) => thread.listen(address, token),

@@ -23,7 +23,16 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Installs the library once per test run under target/ffi-test-prefix.
+/// The build's target folder, wherever `CARGO_TARGET_DIR` puts it: the
+/// test binary runs from `<target>/<profile>/deps/`.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let target = exe.ancestors().nth(3).unwrap().to_path_buf();
+    std::fs::create_dir_all(&target).unwrap();
+    target
+}
+
+/// Installs the library once per test run under `<target>/ffi-test-prefix`.
 fn prefix() -> &'static Path {
     static PREFIX: OnceLock<PathBuf> = OnceLock::new();
     PREFIX.get_or_init(|| {
@@ -33,10 +42,9 @@ fn prefix() -> &'static Path {
         } else {
             ("ffi-test-prefix", "")
         };
-        let prefix = root().join("target").join(name);
+        let prefix = target_dir().join(name);
         // Test processes run side by side (nextest): one installs at a time.
-        let lock =
-            std::fs::File::create(root().join("target").join(format!("{name}.lock"))).unwrap();
+        let lock = std::fs::File::create(target_dir().join(format!("{name}.lock"))).unwrap();
         // SAFETY: flock on a descriptor this function owns; released when
         // `lock` is dropped at the end of the initialisation.
         assert_eq!(
@@ -99,7 +107,7 @@ fn check(output: &Output, what: &str) {
 
 /// Compiles `source` with `compiler` and `flags` against the installed library.
 fn compile(compiler: &str, flags: &[&str], source: &Path, out: &str, link: &[String]) -> PathBuf {
-    let binary = root().join("target").join(out);
+    let binary = target_dir().join(out);
     let output = Command::new(compiler)
         .args(flags)
         .args(["-Wall", "-Wextra", "-Werror", "-pedantic"])

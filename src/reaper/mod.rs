@@ -150,7 +150,7 @@ impl Reaper {
     /// - [`Error::Busy`](crate::error::Error::Busy): another listener serves
     ///   that Unix socket.
     /// - [`Error::Io`](crate::error::Error::Io): binding failed.
-    pub fn listen(&mut self, address: Address, token: Option<Vec<u8>>) -> Result<()> {
+    pub fn listen(&self, address: Address, token: Option<Vec<u8>>) -> Result<()> {
         self.sessions.listen(ListenConfig::new(address, token))
     }
 

@@ -171,8 +171,16 @@ impl Reaper {
                 observed.store(now_ns.max(1), Relaxed);
             }
         }
-        let quiet_ns =
-            now_ns.saturating_sub(self.sessions.absence().silent_since(seen.progress_since));
+        // A held session's beats may still wait in its socket: judged up to
+        // what its listener has applied.
+        let known_until = if slot.flags.load(Relaxed) & FLAG_REMOTE != 0 {
+            self.sessions
+                .progress_known_until(index, generation, now_ns)
+        } else {
+            now_ns
+        };
+        let since = self.sessions.absence().silent_since(seen.progress_since);
+        let quiet_ns = known_until.saturating_sub(since);
         if word & BUSY == 0 || quiet_ns < self.progress_timeout_ns {
             return Verdict::Keep;
         }

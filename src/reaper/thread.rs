@@ -109,7 +109,7 @@ impl ReaperThread {
     /// # Errors
     ///
     /// As [`Reaper::listen`].
-    pub fn listen(&mut self, address: Address, token: Option<Vec<u8>>) -> Result<()> {
+    pub fn listen(&self, address: Address, token: Option<Vec<u8>>) -> Result<()> {
         self.sessions.listen(ListenConfig::new(address, token))
     }
 

@@ -66,7 +66,7 @@ impl Hello {
         reclaim: Option<Reclaim>,
         timeout: Duration,
     ) -> Result<Dialed> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         match self.dial_in(VERSION, reclaim, timeout) {
             // Every listener's version refusal has said "session protocol
             // version N, ..." since version 1.
@@ -86,15 +86,22 @@ impl Hello {
 
     /// One hello in protocol `version`, and its answer.
     fn dial_in(&self, version: u16, reclaim: Option<Reclaim>, timeout: Duration) -> Result<Dialed> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut stream = open(&self.address, timeout, self.tls.as_ref())?;
         let io = |step: &str, e: std::io::Error| Error::Io {
             context: format!("session {}: {step}", self.address),
             source: e,
         };
+        // Both ways bounded before the first byte: a TLS handshake (run by
+        // the first write) reads the listener's answer, and a listener
+        // that accepts and never answers (a stopped one: the kernel
+        // completes the connection) must not hold it forever.
         stream
             .set_write_timeout(Some(timeout))
             .map_err(|e| io("set a write timeout", e))?;
+        stream
+            .set_read_timeout(Some(timeout))
+            .map_err(|e| io("set a read timeout", e))?;
         let frame = Frame::Hello {
             version,
             instance_id: self.instance_id,
@@ -104,12 +111,19 @@ impl Hello {
             host: host_name(),
             reclaim,
         };
-        send(&mut stream, &frame).map_err(|e| match self.address {
-            // The TLS handshake runs with the first write.
-            Address::Tls(_) => Error::Permission(format!(
-                "session {}: TLS handshake failed: {e} (is it a tls:// listener whose certificate chains to the CA given?)",
+        send(&mut stream, &frame).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Timeout(format!(
+                "session {}: no answer to hello within {timeout:?} (a listener that accepted and says nothing: stopped?)",
                 self.address
             )),
+            // The TLS handshake runs with the first write; what TLS itself
+            // refused comes back as invalid data.
+            std::io::ErrorKind::InvalidData if matches!(self.address, Address::Tls(_)) => {
+                Error::Permission(format!(
+                    "session {}: TLS handshake failed: {e} (is it a tls:// listener whose certificate chains to the CA given?)",
+                    self.address
+                ))
+            }
             _ => io("send hello", e),
         })?;
         let mut inbox = Inbox::default();
@@ -134,13 +148,27 @@ impl Hello {
                         self.address
                     )))
                 }
-                Err(e) if matches!(self.address, Address::Tls(_)) => {
+                Err(e)
+                    if matches!(self.address, Address::Tls(_))
+                        && e.kind() == std::io::ErrorKind::InvalidData =>
+                {
                     // TLS: an alert from the listener (a client
                     // certificate it refused), or a record that is not TLS.
                     return Err(Error::Permission(format!(
                         "session {}: TLS handshake failed: {e}",
                         self.address
                     )));
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(Error::Timeout(format!(
+                        "session {}: no answer to hello within {timeout:?}",
+                        self.address
+                    )))
                 }
                 Err(e) => return Err(io("read the answer", e)),
             };
@@ -191,6 +219,14 @@ impl Hello {
             }
         }
     }
+}
+
+/// `timeout` from now, or as far ahead as an `Instant` reaches (a timeout
+/// of centuries is a caller's "no limit", never a panic).
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }
 
 /// Whether a read failed because the bytes were not a frame (rather than

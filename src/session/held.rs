@@ -24,6 +24,9 @@ pub(crate) struct Held {
     listener_ran_ns: AtomicU64,
     /// When the reaper or a listener came back from not running.
     absence: Absence,
+    /// Up to when the listeners have applied what their clients sent (the
+    /// latest of them): a held session's progress is judged up to there.
+    caught_up_ns: AtomicU64,
 }
 
 /// When a held registration's client was last heard (a frame), on the
@@ -82,6 +85,17 @@ impl Held {
     pub(crate) fn listener_ran(&self, now_ns: u64, threshold: Duration) -> Option<Duration> {
         let last = self.listener_ran_ns.fetch_max(now_ns, Relaxed);
         self.absence.note_gap(last, now_ns, threshold)
+    }
+
+    /// A listener has applied everything its clients sent before `now_ns`.
+    pub(crate) fn caught_up(&self, now_ns: u64) {
+        self.caught_up_ns.fetch_max(now_ns, Relaxed);
+    }
+
+    /// Up to when a held registration's beats are surely applied: the
+    /// listeners' latest catch-up, never later than `now_ns`.
+    pub(crate) fn applied_until(&self, now_ns: u64) -> u64 {
+        self.caught_up_ns.load(Relaxed).min(now_ns)
     }
 
     /// What the reaper and its listeners know of their own absences.

@@ -416,7 +416,7 @@ impl ListenLoop {
             };
             // Before anything read or judged: the wait is where a frozen
             // listener resumes.
-            self.note_running();
+            let resumed_ns = self.note_running();
             let beats_only = !keys.is_empty() && self.unread.is_empty();
             self.urgent = false;
             for entry in std::mem::take(&mut self.unread) {
@@ -436,6 +436,10 @@ impl ListenLoop {
             if Instant::now() >= next_tick {
                 self.tick();
                 next_tick = Instant::now() + tick;
+            }
+            if self.unread.is_empty() {
+                // Everything its clients sent before `resumed_ns` is applied.
+                self.held.caught_up(resumed_ns);
             }
             if beats_only && !self.urgent {
                 std::thread::sleep(GATHER);
@@ -641,15 +645,17 @@ impl ListenLoop {
     /// gap past [`absence_threshold`] since it last ran: its process was
     /// stopped or starved, its host frozen), from whose end sessions'
     /// silence counts.
-    fn note_running(&mut self) {
+    fn note_running(&mut self) -> u64 {
         let threshold = absence_threshold(self.table.reap_timeout());
-        if let Some(gap) = self.held.listener_ran(self.table.clock.now_ns(), threshold) {
+        let now_ns = self.table.clock.now_ns();
+        if let Some(gap) = self.held.listener_ran(now_ns, threshold) {
             log::warn!(
                 "table '{}': the listener did not run for {:.3}s (its process stopped or starved, or its host paused): sessions' silence counts from now",
                 self.table.name(),
                 gap.as_secs_f64()
             );
         }
+        now_ns
     }
 
     /// Every tick: greetings past their deadline are closed; a session

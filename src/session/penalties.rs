@@ -27,8 +27,9 @@ impl fmt::Display for Source {
     }
 }
 
-/// Failures a source may make before it waits: a client with a stale
-/// token retried by hand is not slowed down.
+/// Failures after which a source waits: a client with a stale token
+/// retried by hand once or twice is not slowed down; from its third failed
+/// handshake on, its next greeting waits.
 const FREE_FAILURES: u32 = 3;
 /// The wait after the first failure past the free ones; doubled after each
 /// further one, up to [`LONGEST_WAIT`].
@@ -78,7 +79,7 @@ impl Penalties {
         }
         penalty.failures = penalty.failures.saturating_add(1);
         penalty.last_failure = now;
-        if let Some(beyond) = penalty.failures.checked_sub(FREE_FAILURES + 1) {
+        if let Some(beyond) = penalty.failures.checked_sub(FREE_FAILURES) {
             let wait = FIRST_WAIT.saturating_mul(1 << beyond.min(16));
             penalty.until = now + wait.min(LONGEST_WAIT);
         }
@@ -103,11 +104,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_source_waits_after_its_free_failures_longer_each_time_up_to_a_second() {
+    fn a_source_waits_after_its_third_failure_longer_each_time_up_to_a_second() {
         let mut penalties = Penalties::default();
         let source = Source::Uid(1000);
         let now = Instant::now();
-        for _ in 0..FREE_FAILURES {
+        assert_eq!(FREE_FAILURES, 3, "docs/sessions.md says three");
+        for _ in 1..FREE_FAILURES {
             penalties.failed(source, now);
             assert_eq!(penalties.wait(source, now), None);
         }

@@ -199,10 +199,13 @@ impl Connection {
         else {
             return Next::Close(None);
         };
-        let outcome = admit(gate, self.source, version, &token).and_then(|()| match reclaim {
+        if let Err(refusal) = admit(gate, self.source, version, &token) {
+            return self.refuse(gate.refusals, &refusal);
+        }
+        let outcome = match reclaim {
             Some(reclaim) => self.reclaim(gate, instance_id, reclaim),
             None => self.register(gate, instance_id, pid, &label, &host),
-        });
+        };
         match outcome {
             Ok((holding, secret)) => {
                 let (slot, generation) = (holding.index, holding.generation);
@@ -226,6 +229,11 @@ impl Connection {
                 self.told = Instant::now();
                 Next::KeepOpen
             }
+            // Busy past admission is no peer held back: the registration is
+            // still held by the client's previous connection (it reconnected
+            // first, as after a pause) or the table's registration lock is
+            // taken; the client tries again. Not counted as a refusal.
+            Err(refusal @ Error::Busy(_)) => self.tell_refused(&refusal),
             Err(refusal) => self.refuse(gate.refusals, &refusal),
         }
     }
@@ -348,6 +356,7 @@ impl Connection {
         host: &str,
     ) -> Result<(Holding, u64)> {
         let table = gate.table;
+        crate::registration::check_label(label)?;
         if gate.held.count() >= table.capacity() as usize {
             return Err(Error::Full(format!(
                 "table '{}': this listener already holds {} sessions, the table's capacity",

@@ -91,6 +91,17 @@ impl Sessions {
         Ok(())
     }
 
+    /// Up to when remote registration `(index, generation)`'s progress can
+    /// be judged at `now_ns`: held by a connection, only up to what its
+    /// listener has applied (after this process was stopped, the beats
+    /// wait in the sockets until the listener reads them); else `now_ns`.
+    pub(crate) fn progress_known_until(&self, index: u32, generation: u32, now_ns: u64) -> u64 {
+        match self.held.heard(index, generation) {
+            Some(_) => self.held.applied_until(now_ns),
+            None => now_ns,
+        }
+    }
+
     /// What the reaper and its listeners know of their own absences.
     pub(crate) fn absence(&self) -> &Absence {
         self.held.absence()

@@ -38,6 +38,12 @@ impl Daemon {
     /// As [`Daemon::start`], the command line run by `sh` after `prefix`
     /// (`ulimit -n 64;`, `umask 000;`).
     pub fn start_with(bin: &str, name: &str, listen: &[&str], prefix: &str) -> Daemon {
+        Daemon::start_full(bin, name, listen, prefix, "")
+    }
+
+    /// As [`Daemon::start_with`], with `more` options on the daemon's
+    /// command line (`--metrics-addr 127.0.0.1:0`).
+    pub fn start_full(bin: &str, name: &str, listen: &[&str], prefix: &str, more: &str) -> Daemon {
         let dir = std::env::temp_dir();
         let token_file = dir.join(format!("{name}.token"));
         std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
@@ -48,7 +54,7 @@ impl Daemon {
         let _ = std::fs::remove_file(&hook_log);
         let listens: String = listen.iter().map(|a| format!(" --listen {a}")).collect();
         let script = format!(
-            "{prefix} exec {bin} reap {name}{listens} --token-file {} --on-drop 'echo \"$LIVEREG_INSTANCE_ID $LIVEREG_REASON pid=$LIVEREG_PID claimed=$LIVEREG_CLAIMED_PID\" >> {}'",
+            "{prefix} exec {bin} reap {name}{listens} {more} --token-file {} --on-drop 'echo \"$LIVEREG_INSTANCE_ID $LIVEREG_REASON pid=$LIVEREG_PID claimed=$LIVEREG_CLAIMED_PID\" >> {}'",
             token_file.display(),
             hook_log.display()
         );

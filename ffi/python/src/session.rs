@@ -2,12 +2,12 @@
 //! listener; reapers take `listen=` addresses.
 
 use crate::errors::{self, OrRaise, INVALID_ARGUMENT};
+use crate::seconds::seconds;
 use crate::worker::Worker;
 use livereg::{Address, ConnectOptions, ReaperBuilder, TlsClient, TlsServer};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Registers `instance_id` through the reaper listening at `address`
 /// (`"unix:/PATH"` or `"tcp://HOST:PORT"`) and returns a `Worker` that pings
@@ -31,7 +31,8 @@ pub fn connect(
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
 ) -> PyResult<Worker> {
-    if !(timeout.is_finite() && timeout > 0.0) {
+    let connect_timeout = seconds(timeout, "timeout")?;
+    if connect_timeout.is_zero() {
         return Err(errors::new(
             INVALID_ARGUMENT,
             format!("timeout {timeout}, expected a positive number of seconds"),
@@ -39,7 +40,7 @@ pub fn connect(
     }
     let options = ConnectOptions {
         token: token.map(token_bytes).transpose()?,
-        connect_timeout: Some(Duration::from_secs_f64(timeout)),
+        connect_timeout: Some(connect_timeout),
         tls: tls_ca.map(|ca| TlsClient {
             ca,
             cert: tls_cert,

@@ -236,3 +236,60 @@ def test_an_engine_asks_for_a_clear_and_a_reset_through_its_session(make_table: 
         with pytest.raises(livereg.EvictedError):
             local.ping()
         until_reset_heard(worker)
+
+
+def test_busy_sessions_are_not_ended_stalled_after_their_reaper_was_paused(
+    make_table: MakeTable, socket_address: str
+) -> None:
+    """32 sessions busy, a step every 10 ms; the reaper's daemon stopped for
+    less and for more than half its timeout, then resumed: the queued steps
+    are applied before any is judged stalled."""
+    livereg_bin = os.environ.get("LIVEREG_BIN", "")
+    assert os.access(livereg_bin, os.X_OK), f"LIVEREG_BIN={livereg_bin!r} (ffi/python/test builds it)"
+    table = make_table(capacity=64, reap_timeout=2.0, registration_grace=4.0, progress_timeout=0.5)
+    name = table.status().table
+    daemon = subprocess.Popen([livereg_bin, "reap", name, "--listen", socket_address], stderr=subprocess.DEVNULL)
+    stop = threading.Event()
+    stepper: Optional[threading.Thread] = None
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(socket_address[len("unix:"):]):
+            assert time.monotonic() < deadline, "the listener never came up"
+            time.sleep(0.02)
+        workers = [livereg.connect(socket_address, 100 + i) for i in range(32)]
+        for worker in workers:
+            worker.set_busy(True)
+
+        def step() -> None:
+            while not stop.wait(0.01):
+                for worker in workers:
+                    worker.ping()
+                    worker.progress()
+
+        stepper = threading.Thread(target=step, daemon=True)
+        stepper.start()
+        time.sleep(1.0)
+        for pause in (0.8, 1.5):
+            daemon.send_signal(signal.SIGSTOP)
+            time.sleep(pause)
+            daemon.send_signal(signal.SIGCONT)
+            time.sleep(1.5)
+        ended = table.stats()["ended"]
+        assert ended.get("stalled", 0) == 0 and sum(ended.values()) == 0, ended
+    finally:
+        stop.set()
+        if stepper is not None:
+            stepper.join()
+        daemon.send_signal(signal.SIGCONT)
+        daemon.kill()
+        daemon.wait()
+
+
+def test_a_connect_timeout_no_duration_holds_is_refused_and_a_huge_one_never_panics(socket_address: str) -> None:
+    with pytest.raises(livereg.InvalidArgumentError, match="timeout"):
+        livereg.connect(socket_address, 1, timeout=1e300)
+    with pytest.raises(livereg.InvalidArgumentError, match="timeout"):
+        livereg.connect(socket_address, 1, timeout=float("nan"))
+    # Nothing listens there: it fails as an error, never a panic.
+    with pytest.raises(livereg.Error):
+        livereg.connect(socket_address, 1, timeout=1e19)

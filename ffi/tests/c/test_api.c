@@ -452,6 +452,8 @@ typedef struct driven_reentry {
     int calls;
     livereg_result scan;
     uint64_t next_ms;
+    livereg_result listen;
+    char address[160];
 } driven_reentry;
 
 static void reenter_driven(void *userdata, const livereg_drop_event *event) {
@@ -460,6 +462,7 @@ static void reenter_driven(void *userdata, const livereg_drop_event *event) {
     r->calls++;
     r->scan = livereg_reaper_scan(r->reaper, NULL);   /* would hang on its own lock */
     r->next_ms = livereg_reaper_next_scan_ms(r->reaper); /* likewise */
+    r->listen = livereg_reaper_listen(r->reaper, r->address, NULL); /* would alias the scanning reaper */
     livereg_reaper_stop(r->reaper);                     /* would free the reaper mid-scan */
 }
 
@@ -475,6 +478,7 @@ static void test_driven_reaper_reentered_from_its_callback(void) {
     memset(&callbacks, 0, sizeof callbacks);
     memset(&r, 0, sizeof r);
     name_for(name, sizeof name, "reenter-driven");
+    snprintf(r.address, sizeof r.address, "unix:/tmp/%s.sock", name);
     table = create(name, 1000, 2000, 4);
     callbacks.userdata = &r;
     callbacks.on_drop = reenter_driven;
@@ -486,6 +490,7 @@ static void test_driven_reaper_reentered_from_its_callback(void) {
     CHECK(ended == 1 && r.calls == 1);
     CHECK(r.scan == LIVEREG_BUSY);
     CHECK(r.next_ms == 0);
+    CHECK(r.listen == LIVEREG_BUSY);
     CHECK(strstr(livereg_last_error(), "livereg_reaper_stop") != NULL);
     /* The handle survived its callback's stop: it still scans, then stops. */
     CHECK(livereg_reaper_fd(r.reaper) >= 0);

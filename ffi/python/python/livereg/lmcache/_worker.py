@@ -10,6 +10,10 @@ import livereg
 from livereg.lmcache._common import Unaccepted, default_table, is_address, logger, read_info
 
 
+#: The longest one connection attempt to a listener may take.
+_CONNECT_TIMEOUT = 2.0
+
+
 class WorkerLiveness:
     """Keeps worker ``instance_id`` registered in ``table`` (a name, an open
     :class:`livereg.Table`, ``None`` for :func:`default_table`, or the
@@ -89,9 +93,11 @@ class WorkerLiveness:
                 if self._address is not None:
                     # A session: the sender thread reconnects and takes the
                     # registration back after a server restart by itself.
+                    left = _CONNECT_TIMEOUT if deadline is None else deadline - time.monotonic()
                     worker = livereg.connect(
                         self._address,
                         self.instance_id,
+                        timeout=min(_CONNECT_TIMEOUT, max(0.05, left)),
                         label=self._label or "",
                         token=self._session_token,
                         tls_ca=self._tls_ca,
@@ -195,7 +201,10 @@ class WorkerLiveness:
             return
         self._stopping.set()
         if self._thread is not threading.current_thread():
-            self._thread.join()
+            # The beat thread notices within one connect attempt at most.
+            self._thread.join(_CONNECT_TIMEOUT + self.interval + 1.0)
+            if self._thread.is_alive():
+                logger.warning("instance %d: the beat thread did not stop; deregistering anyway", self.instance_id)
         try:
             self._worker.deregister()
         except livereg.EvictedError:

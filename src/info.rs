@@ -151,6 +151,17 @@ mod table {
             }
         }
 
+        /// The info area as it is now, read once: `None` while a writer is
+        /// at work in it (a listener never waits on another process).
+        ///
+        /// # Errors
+        ///
+        /// As [`Table::info`], but never `Busy`.
+        pub(crate) fn info_now(&self) -> Result<Option<Vec<u8>>> {
+            let area = self.info_area()?;
+            Ok(try_read(&area.sequence, &area.len, &area.data).ok())
+        }
+
         fn info_area(&self) -> Result<&InfoArea> {
             self.memory.check_size()?;
             self.memory.info_area().ok_or_else(|| {

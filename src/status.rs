@@ -50,7 +50,8 @@ pub struct Status {
     /// Changes whenever a reaper (re)starts.
     pub boot_token: u64,
     /// Time since the reaper's last scan, on this handle's clock; `None`
-    /// (`null`) if no reaper ever ran on the table.
+    /// (`null`) if no reaper ever ran on the table, or if its clock is not
+    /// this handle's (another time namespace: the readings don't compare).
     pub reaper_heartbeat_age_seconds: Option<f64>,
     /// Scans done by all reapers of this table.
     pub scans: u64,
@@ -246,8 +247,11 @@ impl Table {
             reaper_stalled: self.reaper_stalled(),
             reaper_pid: header.reaper_pid.load(Relaxed),
             boot_token: header.boot_token.load(Acquire),
-            // Every reaper writes a non-zero boot token when it starts.
-            reaper_heartbeat_age_seconds: (header.boot_token.load(Acquire) != 0)
+            // Every reaper writes a non-zero boot token when it starts; its
+            // heartbeat is a reading of its own clock, comparable only on
+            // the same one (another time namespace reads another clock).
+            reaper_heartbeat_age_seconds: (header.boot_token.load(Acquire) != 0
+                && view.reaper_clock)
                 .then(|| age(header.reaper_heartbeat_ns.load(Acquire))),
             scans: header.scans.load(Relaxed),
             last_scan_seconds: seconds(header.last_scan_duration_ns.load(Relaxed)),

@@ -294,3 +294,32 @@ fn a_pid_recorded_in_another_namespace_is_never_watched_through_a_pidfd() {
     );
     drop((mine, theirs));
 }
+
+/// A reaper in its own time namespace (its monotonic clock 100,000 s ahead):
+/// its heartbeat is a reading of another clock, so the status of a process
+/// on this clock says nothing of its age rather than a wrong one.
+#[test]
+fn a_reaper_on_another_clock_has_no_heartbeat_age_here() {
+    let temp = TempTable::new("timens-age", &TableOptions::default());
+    let mut reaper = Command::new("unshare")
+        .args(["--time", "--monotonic", "100000", "--fork", "--kill-child"])
+        .arg(env!("CARGO_BIN_EXE_livereg"))
+        .args(["reap", &temp.name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn unshare --time");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while temp.table.status().unwrap().scans == 0 {
+        assert!(Instant::now() < deadline, "the reaper never scanned");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = temp.table.status().unwrap();
+    let _ = reaper.kill();
+    let _ = reaper.wait();
+    assert!(status.reaper_alive);
+    assert_eq!(
+        status.reaper_heartbeat_age_seconds, None,
+        "an age read across clocks"
+    );
+}

@@ -400,3 +400,125 @@ fn sessions_reclaiming_after_a_pause_raise_no_busy_refusal() {
     drop(daemon);
     let _ = std::fs::remove_file(path);
 }
+
+/// A writer of the info area that died mid-write leaves its sequence odd:
+/// the listener reads the area once and never waits on it, so greetings
+/// are answered at once, and the sessions beat on.
+#[test]
+fn an_info_area_left_mid_write_never_holds_the_listener() {
+    let temp = TempTable::new("info-mid-write", &one_second());
+    temp.table.set_info(b"published").unwrap();
+    let sequence_at =
+        (livereg::HEADER_SIZE + temp.table.capacity() as usize * livereg::SLOT_SIZE) as u64;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/dev/shm/{}", temp.name))
+        .unwrap();
+    let mut word = [0u8; 8];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut word, sequence_at).unwrap();
+    let odd = u64::from_le_bytes(word) | 1;
+    std::os::unix::fs::FileExt::write_all_at(&file, &odd.to_le_bytes(), sequence_at).unwrap();
+    let (address, path) = socket_address("info-mid-write");
+    let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let started = Instant::now();
+    let workers: Vec<_> = (1..=4)
+        .map(|id| connect(&address, id, "w", &with_token()).unwrap())
+        .collect();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "four greetings took {:?}",
+        started.elapsed()
+    );
+    for worker in &workers {
+        keep_pinging(
+            worker,
+            Duration::from_millis(50),
+            Duration::from_millis(300),
+        );
+    }
+    assert_eq!(daemon.drops(), Vec::<String>::new(), "{}", daemon.log());
+    drop(daemon);
+    let _ = std::fs::remove_file(path);
+}
+
+/// A session registered and never beaten, whose client is gone when its
+/// reaper restarts: unheld, it waits the reap timeout for a reclaim, not
+/// the (much longer) grace before a first beat.
+#[test]
+fn an_unheld_session_that_never_beat_is_given_the_timeout_not_the_grace() {
+    let options = TableOptions {
+        capacity: 8,
+        reap_timeout: Duration::from_secs(1),
+        registration_grace: Duration::from_secs(10),
+        ..TableOptions::default()
+    };
+    let temp = TempTable::new("unheld-unbeaten", &options);
+    let (address, path) = socket_address("unheld-unbeaten");
+    let first = Daemon::start(BIN, &temp.name, &[&address]);
+    let mut conn = attack::open(&address).unwrap();
+    conn.set_timeouts(Duration::from_secs(2));
+    let hello = livereg::wire::Frame::Hello {
+        version: livereg::wire::VERSION,
+        instance_id: 9,
+        pid: 1,
+        token: attack::TOKEN.as_bytes().to_vec(),
+        label: String::new(),
+        host: String::new(),
+        reclaim: None,
+    };
+    conn.write(&hello.encode()).unwrap();
+    let mut answer = [0u8; 256];
+    assert!(conn.read(&mut answer).unwrap() > 0, "no welcome");
+    first.signal(libc::SIGKILL); // gone with its connection: nothing said
+    drop(first);
+    drop(conn);
+    let restarted = Instant::now();
+    let second = Daemon::start(BIN, &temp.name, &[&address]);
+    while second.drops().is_empty() {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(5),
+            "an unheld, unbeaten session waited for the grace: {}",
+            second.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        second.drops()[0].starts_with("9 disconnected"),
+        "{:?}",
+        second.drops()
+    );
+    drop(second);
+    let _ = std::fs::remove_file(path);
+}
+
+/// A `unix:` listener whose backlog is full (it accepts nothing): a connect
+/// gives up within its timeout instead of blocking for as long as it stays
+/// full.
+#[test]
+fn a_unix_connect_to_a_full_backlog_gives_up_within_its_timeout() {
+    let (address, path) = socket_address("full-backlog");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    // SAFETY: `listen` on a socket this test owns; a backlog of 0 (one).
+    unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 0) };
+    for _ in 0..4 {
+        let path = path.clone();
+        // Those past the backlog block until the listener closes.
+        std::thread::spawn(move || std::os::unix::net::UnixStream::connect(path));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let options = ConnectOptions {
+        connect_timeout: Some(Duration::from_secs(1)),
+        ..ConnectOptions::default()
+    };
+    let started = Instant::now();
+    let error = connect(&address, 1, "w", &options).map(drop).unwrap_err();
+    assert!(matches!(error, Error::Timeout(_)), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "gave up after {:?}",
+        started.elapsed()
+    );
+    drop(listener);
+    let _ = std::fs::remove_file(path);
+}

@@ -8,6 +8,7 @@ pub(crate) mod lock;
 pub(crate) mod pidfd;
 pub(crate) mod process;
 pub(crate) mod socket;
+pub(crate) mod unix_connect;
 
 /// A raw system call's result: the error of `errno` when negative.
 fn check(rc: libc::c_long) -> std::io::Result<libc::c_long> {

@@ -9,7 +9,6 @@ use super::tls::{self, TlsClient};
 use super::wire::{Frame, Reclaim, OLDEST_SERVED, VERSION};
 use crate::error::{Error, Result};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 /// A connection that said hello and was welcomed.
@@ -265,7 +264,15 @@ pub(crate) fn open(
         source: e,
     };
     match address {
-        Address::Unix(path) => Ok(Stream::Unix(UnixStream::connect(path).map_err(io)?)),
+        Address::Unix(path) => {
+            match crate::os::unix_connect::connect_unix(path.as_ref(), deadline_after(timeout)) {
+                Ok(stream) => Ok(Stream::Unix(stream)),
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(Error::Timeout(format!(
+                    "session {address}: connect: not accepted within {timeout:?} ({e})"
+                ))),
+                Err(e) => Err(io(e)),
+            }
+        }
         Address::Tcp(endpoint) => Ok(Stream::Tcp(dial_tcp(endpoint, timeout).map_err(io)?)),
         Address::Tls(endpoint) => {
             let config = tls.ok_or_else(|| {

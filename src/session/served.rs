@@ -591,18 +591,20 @@ impl Connection {
         Next::Close(None)
     }
 
-    /// Sends the table's info area, if it holds anything.
+    /// Sends the table's info area, if it holds anything. Read once: while
+    /// a writer is at work in it, nothing is sent now (its finishing
+    /// changes the sequence, and every session gets it at the next tick).
     pub(crate) fn send_info(&mut self, table: &Table) -> Next {
-        match table.info() {
-            Ok(bytes) if bytes.is_empty() => Next::KeepOpen,
-            Ok(bytes) => match send(&mut self.stream, &Frame::Info { bytes }) {
+        match table.info_now() {
+            Ok(Some(bytes)) if bytes.is_empty() => Next::KeepOpen,
+            Ok(Some(bytes)) => match send(&mut self.stream, &Frame::Info { bytes }) {
                 Ok(()) => {
                     self.told = Instant::now();
                     Next::KeepOpen
                 }
                 Err(_) => Next::Close(Some(Reason::Disconnected)),
             },
-            Err(_) => Next::KeepOpen,
+            Ok(None) | Err(_) => Next::KeepOpen,
         }
     }
 }

@@ -139,8 +139,9 @@ impl Sessions {
     /// silence from when the client was last heard and allowing what the
     /// listener allows (its last pings may not have left a stopped
     /// process). Held by none, it awaits its client's reclaim, for the reap
-    /// timeout from its last beat or from this reaper's start, whichever is
-    /// later; past it, its client did not come back (`disconnected`).
+    /// timeout (never the grace, even unbeaten) from its last beat or from
+    /// this reaper's start, whichever is later; past it, its client did not
+    /// come back (`disconnected`).
     pub(crate) fn judge(
         &self,
         index: u32,
@@ -164,9 +165,12 @@ impl Sessions {
                 slot.budget_ns + allowance,
                 slot.timed_reason,
             ),
+            // Its client's reclaim is awaited for the reap timeout, beaten
+            // or not (the grace is for a first beat that a live connection
+            // will bring; an unheld registration has none).
             None => (
                 absence.silent_since(slot.last_signal.max(self.started_ns)),
-                slot.budget_ns,
+                duration_ns(self.table.reap_timeout()),
                 Reason::Disconnected,
             ),
         };

@@ -30,6 +30,10 @@ pub struct DropEvent {
     /// How long it had been silent when it ended.
     #[pyo3(get)]
     silent_ns: u64,
+    /// Whether a session's client held it (registered through a listener):
+    /// its pid is in the client's own PID namespace.
+    #[pyo3(get)]
+    remote: bool,
     reason: u8,
 }
 
@@ -44,6 +48,7 @@ impl From<&livereg::DropEvent> for DropEvent {
             registered_ns: event.registered_ns,
             last_heartbeat_ns: event.last_heartbeat_ns,
             silent_ns: u64::try_from(event.silent_for.as_nanos()).unwrap_or(u64::MAX),
+            remote: event.remote,
             reason: event.reason as u8,
         }
     }

@@ -7,6 +7,7 @@ itself imports them. Each case runs in a fresh interpreter, with a stand-in
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import subprocess
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+
+import livereg
 
 #: A stand-in for LMCache's transfer-context package: a base class and two
 #: subclasses, one of them calling its base's ``register``.
@@ -201,3 +204,31 @@ def test_an_engine_whose_listener_speaks_no_version_of_ours_warns_once_and_runs(
     warned = [line for line in report["stderr"].splitlines() if line.startswith("WARNING")]
     assert len(warned) == 1, report["stderr"]
     assert "speaks a version this livereg cannot" in warned[0] and "upgrade" in warned[0], warned
+
+
+def test_a_forked_engine_registers_as_itself_not_as_its_parents_engine(stand_in: Path) -> None:
+    name = f"livereg-plugin-fork-{os.getpid()}"
+    table = livereg.create(name, capacity=8, reap_timeout=5.0)
+    try:
+        code = f"""
+            import os, time
+            os.environ["LIVEREG_LMCACHE_TABLE"] = "{name}"
+            import livereg, livereg.lmcache
+            livereg.lmcache.install()
+            from lmcache.v1.multiprocess.transfer_context import EngineDrivenTransferContext
+            EngineDrivenTransferContext(5).register()
+            child = os.fork()
+            if child == 0:
+                from livereg.lmcache import _engine
+                inherited = dict(_engine._engines)
+                EngineDrivenTransferContext(6).register()
+                with livereg.open("{name}") as table:
+                    mine = [r.instance_id for r in table.status().registrations if r.pid == os.getpid()]
+                os._exit(0 if not inherited and mine == [6] else 1)
+            _, status = os.waitpid(child, 0)
+            assert os.waitstatus_to_exitcode(status) == 0, status
+        """
+        run(code, str(stand_in))
+    finally:
+        table.close()
+        livereg.unlink(name)

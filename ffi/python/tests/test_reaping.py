@@ -256,6 +256,7 @@ def test_a_worker_killed_with_sigkill_is_dropped(make_table: MakeTable) -> None:
         child.send_signal(signal.SIGKILL)
         event = drops.get(timeout=5)
         assert (event.instance_id, event.reason, event.pid) == (42, livereg.Reason.PROCESS_EXITED, child.pid)
+        assert not event.remote
 
 
 def test_deregistration_is_seen_promptly_by_an_idle_reaper(make_table: MakeTable) -> None:

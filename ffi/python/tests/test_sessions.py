@@ -96,6 +96,7 @@ def test_an_isolated_python_engine_killed_is_dropped_disconnected_at_once(
         event = drops.get(timeout=10)
         assert (event.instance_id, event.reason) == (21, livereg.Reason.DISCONNECTED)
         assert time.monotonic() - killed < 2.0
+        assert event.remote, "a session's end says it was remote"
 
 
 def test_an_isolated_python_engine_that_deregisters_ends_deregistered(

@@ -169,6 +169,17 @@ def _stop(context: Any) -> None:
     engine.close()
 
 
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's engines are not the child's (their
+    beat threads did not cross the fork, their registrations hold the
+    parent's pid); the child registers its own."""
+    global _lock
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    _engines.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
 _inside = threading.local()
 
 

@@ -230,3 +230,77 @@ fn a_tls_connect_to_a_listener_that_never_answers_gives_up_within_its_timeout() 
     }
     drop(silent);
 }
+
+/// A `tls://` client whose reaper is stopped (it accepts new connections
+/// from the backlog and answers nothing) gives its registration up within a
+/// few timeouts, as a `tcp://` one does: its reclaims time out instead of
+/// waiting on a TLS handshake forever.
+#[test]
+fn a_tls_client_whose_reaper_is_stopped_gives_its_registration_up() {
+    let certs = TestCerts::new("stopped-tls");
+    let options = livereg::TableOptions {
+        capacity: 8,
+        reap_timeout: Duration::from_secs(1),
+        registration_grace: Duration::from_secs(3),
+        ..livereg::TableOptions::default()
+    };
+    let temp = TempTable::new("stopped-tls", &options);
+    let address = format!("tls://127.0.0.1:{}", free_port());
+    let token_file = std::env::temp_dir().join(format!("{}.token", temp.name));
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_livereg"))
+        .args(["reap", &temp.name, "--listen", &address])
+        .args([
+            "--tls-cert",
+            &certs.path("server.pem"),
+            "--tls-key",
+            &certs.path("server.key"),
+        ])
+        .arg("--token-file")
+        .arg(&token_file)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let worker = loop {
+        match connect(&address, 1, "w", &client(&certs, "ca.pem", false)) {
+            Ok(worker) => break worker,
+            Err(e) => assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "never connected: {e}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    worker.heartbeat().unwrap();
+    // SAFETY: `kill` has no memory effects; the daemon is not yet waited for.
+    unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGSTOP) };
+    let stopped = Instant::now();
+    let outcome = loop {
+        match worker.heartbeat() {
+            Ok(()) if stopped.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            other => break other,
+        }
+    };
+    let gave_up_after = stopped.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGCONT) };
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let _ = std::fs::remove_file(&token_file);
+    assert!(
+        matches!(outcome, Err(Error::Evicted { .. })),
+        "still {outcome:?} {gave_up_after:?} after the reaper stopped"
+    );
+    assert!(
+        gave_up_after >= Duration::from_secs(1),
+        "gave up after {gave_up_after:?}"
+    );
+}

@@ -123,6 +123,8 @@ typedef struct livereg_drop_event {
     uint64_t last_heartbeat_ns;     /* 0 if it never pinged */
     uint64_t silent_ns;             /* silence the reaper judged (0 for explicit endings) */
     char label[48];                 /* NUL-terminated UTF-8 */
+    uint32_t remote;                /* 1: a session's client (registered through a listener;
+                                       its pid is in the client's own PID namespace), else 0 */
 } livereg_drop_event;
 
 /* Reaper callbacks; either may be NULL. They must return (no longjmp, no C++

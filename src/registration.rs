@@ -179,7 +179,7 @@ impl<'t> Registration<'t> {
                 "instance id 0 is reserved, expected 1 or more".into(),
             ));
         }
-        check_label(&self.label)?;
+        check_label(self.label)?;
         inner.check_size()?;
         let deadline = crate::clock::deadline_after(self.drop_wait);
         loop {

@@ -91,6 +91,7 @@ impl Callbacks {
                 last_heartbeat_ns: event.last_heartbeat_ns.unwrap_or(0),
                 silent_ns: event.silent_for.as_nanos() as u64,
                 label,
+                remote: u32::from(event.remote),
             };
             // SAFETY:
             // - `on_drop` is a C function pointer supplied for this purpose;

@@ -123,6 +123,8 @@ pub struct livereg_drop_event {
     pub silent_ns: u64,
     /// The label, NUL-terminated.
     pub label: [c_char; livereg::LABEL_MAX + 1],
+    /// 1 if a session's client held it (through a listener), else 0.
+    pub remote: u32,
 }
 
 /// Callbacks of a reaper; either may be NULL.

@@ -123,6 +123,13 @@ impl Hello {
                     self.address
                 ))
             }
+            // A connection closed or reset during the handshake: an I/O
+            // error (retried by a reconnecting client), named as the
+            // handshake's.
+            _ if matches!(self.address, Address::Tls(_)) => io(
+                "TLS handshake failed (is it a tls:// listener whose certificate chains to the CA given?)",
+                e,
+            ),
             _ => io("send hello", e),
         })?;
         let mut inbox = Inbox::default();

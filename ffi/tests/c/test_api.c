@@ -44,12 +44,14 @@ typedef struct seen {
     volatile uint64_t last_id;
     volatile int last_reason;
     volatile int sleep_ms;
+    volatile uint32_t last_remote;
 } seen;
 
 static void on_drop(void *userdata, const livereg_drop_event *event) {
     seen *s = (seen *)userdata;
     s->last_id = event->instance_id;
     s->last_reason = (int)event->reason;
+    s->last_remote = event->remote;
     if (s->sleep_ms) {
         usleep((useconds_t)s->sleep_ms * 1000);
     }
@@ -308,6 +310,7 @@ static void test_killed_child_is_dropped(void) {
     CHECK(wait_for(&s.drops, 1));
     CHECK(s.last_id == 77);
     CHECK(s.last_reason == LIVEREG_REASON_PROCESS_EXITED);
+    CHECK(s.last_remote == 0);   /* a local registration */
     livereg_reaper_stop(reaper);
     livereg_close(table);
     EXPECT(livereg_unlink(name), LIVEREG_OK);

@@ -15,6 +15,7 @@
 
 use std::cell::UnsafeCell;
 use std::fs::File;
+use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -143,12 +144,12 @@ impl PerProcess {
 }
 
 /// A descriptor that holds locks a forked child must not inherit.
-pub(crate) struct LockDescriptor(File);
+pub(crate) struct LockDescriptor(ManuallyDrop<File>);
 
 impl LockDescriptor {
     pub(crate) fn new(file: File) -> LockDescriptor {
         track(file.as_raw_fd());
-        LockDescriptor(file)
+        LockDescriptor(ManuallyDrop::new(file))
     }
 }
 
@@ -162,15 +163,20 @@ impl Deref for LockDescriptor {
 
 impl Drop for LockDescriptor {
     fn drop(&mut self) {
-        untrack(self.0.as_raw_fd());
+        // Untracked and closed under the flag the fork handlers hold: a fork
+        // from another thread sees it either tracked (the child points it at
+        // /dev/null) or closed, never open and untracked.
+        with(|fds| {
+            let fd = self.0.as_raw_fd();
+            fds.retain(|&tracked| tracked != fd);
+            // SAFETY: `self.0` is dropped here once, and never used again
+            // (this is `drop`).
+            unsafe { ManuallyDrop::drop(&mut self.0) };
+        });
     }
 }
 
 fn track(fd: RawFd) {
     install();
     with(|fds| fds.push(fd));
-}
-
-fn untrack(fd: RawFd) {
-    with(|fds| fds.retain(|&tracked| tracked != fd));
 }

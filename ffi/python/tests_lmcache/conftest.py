@@ -3,6 +3,7 @@ own worker code, as subprocesses, for the integration tests."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -164,6 +165,22 @@ class Engine:
             self.process.send_signal(signal.SIGCONT)
             self.process.kill()
         self.process.wait()
+
+
+@contextlib.contextmanager
+def module_server(tag: str, config: Dict[str, Any], timeout: float = 30.0) -> Iterator[Server]:
+    """LMCache's server with livereg's server module on a table of its own
+    (``config`` without ``table``), killed and its table removed after."""
+    table = unique(tag)
+    started = Server(free_port(), table, module={"table": table, **config}, timeout=timeout)
+    try:
+        yield started
+    finally:
+        started.kill()
+        try:
+            livereg.unlink(table)
+        except livereg.NotFoundError:
+            pass
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
-from conftest import Engine, Server, free_port, unique
+from conftest import Engine, Server, free_port, module_server, unique
 
 import livereg
 
@@ -29,16 +29,9 @@ def listener(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
 
 @pytest.fixture(scope="module")
 def server(listener: Dict[str, str]) -> Iterator[Server]:
-    table = unique("module")
-    config = {"table": table, "reap_timeout_seconds": T, "listen": listener["address"],
-              "token_file": listener["token_file"]}
-    started = Server(free_port(), table, module=config, timeout=LMCACHE_TIMEOUT)
-    yield started
-    started.kill()
-    try:
-        livereg.unlink(table)
-    except livereg.NotFoundError:
-        pass
+    config = {"reap_timeout_seconds": T, "listen": listener["address"], "token_file": listener["token_file"]}
+    with module_server("module", config, timeout=LMCACHE_TIMEOUT) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")

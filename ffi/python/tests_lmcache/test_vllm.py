@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Set
 
 import pytest
-from conftest import Server, free_port, unique
+from conftest import Server, free_port, module_server, unique
 from vllm_engines import MARK, Engine, Serve, make_model
 
 import livereg
@@ -28,14 +28,8 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    table = unique("vllm")
-    started = Server(free_port(), table, module={"table": table, "reap_timeout_seconds": T}, timeout=30.0)
-    yield started
-    started.kill()
-    try:
-        livereg.unlink(table)
-    except livereg.NotFoundError:
-        pass
+    with module_server("vllm", {"reap_timeout_seconds": T}) as started:
+        yield started
 
 
 @pytest.fixture

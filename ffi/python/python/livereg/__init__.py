@@ -36,6 +36,43 @@ to ``logging.getLogger("livereg")``.
 
 from typing import TYPE_CHECKING
 
+# `open` is left out of `import *` (it would shadow the builtin): call
+# `livereg.open`.
+__all__ = [
+    "BEATS_PER_TIMEOUT",
+    "DEFAULT_REGISTRATION_GRACE",
+    "INFO_MAX",
+    "LABEL_MAX",
+    "BusyError",
+    "BusyScope",
+    "CorruptError",
+    "DeadlineExceededError",
+    "DrivenReaper",
+    "DropEvent",
+    "Error",
+    "EvictedError",
+    "ExistsError",
+    "FullError",
+    "IncompatibleError",
+    "InvalidArgumentError",
+    "NoReaperError",
+    "NotFoundError",
+    "PanicError",
+    "PermissionDeniedError",
+    "Reaper",
+    "Reason",
+    "RegistrationState",
+    "RegistrationStatus",
+    "Stats",
+    "Status",
+    "SystemCallError",
+    "Table",
+    "Worker",
+    "connect",
+    "create",
+    "unlink",
+]
+
 if TYPE_CHECKING:
     from livereg._native import (
         BEATS_PER_TIMEOUT,
@@ -73,42 +110,14 @@ else:
     # Each name is loaded with its module on first use (``import livereg``
     # itself loads nothing): the engine plugin is imported into every
     # process of an engine, most of which never register.
-    _HOMES = {
-        **dict.fromkeys(
-            [
-                "BEATS_PER_TIMEOUT",
-                "DEFAULT_REGISTRATION_GRACE",
-                "INFO_MAX",
-                "LABEL_MAX",
-                "BusyError",
-                "BusyScope",
-                "CorruptError",
-                "DeadlineExceededError",
-                "DrivenReaper",
-                "DropEvent",
-                "Error",
-                "EvictedError",
-                "ExistsError",
-                "FullError",
-                "IncompatibleError",
-                "InvalidArgumentError",
-                "NoReaperError",
-                "NotFoundError",
-                "PanicError",
-                "PermissionDeniedError",
-                "Reaper",
-                "SystemCallError",
-                "Table",
-                "Worker",
-                "connect",
-                "create",
-                "unlink",
-                "open",
-            ],
-            "livereg._native",
-        ),
+    _ELSEWHERE = {
         "Reason": "livereg._reason",
         **dict.fromkeys(["RegistrationState", "RegistrationStatus", "Stats", "Status"], "livereg._status"),
+    }
+    # Every other public name (and `open`) is the native module's.
+    _HOMES = {
+        **{name: "livereg._native" for name in [*__all__, "open"] if name not in _ELSEWHERE},
+        **_ELSEWHERE,
     }
 
     def __getattr__(name: str) -> object:
@@ -125,40 +134,3 @@ else:
 
     def __dir__() -> list:
         return sorted({*globals(), *_HOMES})
-
-# `open` is left out of `import *` (it would shadow the builtin): call
-# `livereg.open`.
-__all__ = [
-    "BEATS_PER_TIMEOUT",
-    "DEFAULT_REGISTRATION_GRACE",
-    "INFO_MAX",
-    "LABEL_MAX",
-    "BusyError",
-    "BusyScope",
-    "CorruptError",
-    "DeadlineExceededError",
-    "DrivenReaper",
-    "DropEvent",
-    "Error",
-    "EvictedError",
-    "ExistsError",
-    "FullError",
-    "IncompatibleError",
-    "InvalidArgumentError",
-    "NoReaperError",
-    "NotFoundError",
-    "PanicError",
-    "PermissionDeniedError",
-    "Reaper",
-    "Reason",
-    "RegistrationState",
-    "RegistrationStatus",
-    "Stats",
-    "Status",
-    "SystemCallError",
-    "Table",
-    "Worker",
-    "connect",
-    "create",
-    "unlink",
-]

@@ -224,7 +224,7 @@ fn an_isolated_client_killed_is_dropped_disconnected_at_once_over_unix_and_tcp()
     let temp = TempTable::new("session-kill", &long_options());
     let socket = SocketPath::new("session-kill");
     let tcp = tcp_address();
-    let (mut reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
     reaper
         .listen(Address::parse(&tcp).unwrap(), Some(b"s3cret".to_vec()))
         .unwrap();

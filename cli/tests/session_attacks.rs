@@ -411,3 +411,56 @@ fn a_session_is_validated_as_a_local_registration_is() {
     );
     assert!(temp.table.status().unwrap().registrations.is_empty());
 }
+
+/// A peer that opens sessions and drops them in a loop (a `unix:` client
+/// needs no more than the socket's group) cannot grow the daemon's log
+/// without bound: endings of sessions are logged a burst a second, then
+/// counted; every one still runs its hook.
+#[test]
+fn sessions_opened_and_dropped_in_a_loop_do_not_flood_the_log() {
+    let temp = table("churn", 64);
+    let (address, _socket) = unix_address("churn");
+    let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let mut opened = 0u64;
+    let started = Instant::now();
+    while opened < 400 && started.elapsed() < Duration::from_secs(5) {
+        let Some(mut conn) = open(&address) else {
+            continue;
+        };
+        conn.set_timeouts(Duration::from_secs(2));
+        let hello = Frame::Hello {
+            version: VERSION,
+            instance_id: 1000 + opened,
+            pid: 1,
+            token: TOKEN.as_bytes().to_vec(),
+            label: String::new(),
+            host: String::new(),
+            reclaim: None,
+        };
+        conn.write(&hello.encode()).unwrap();
+        let mut answer = [0u8; 256];
+        if conn.read(&mut answer).unwrap_or(0) > 0 {
+            opened += 1;
+        }
+    }
+    let took = started.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (daemon.drops().len() as u64) < opened && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        daemon.drops().len() as u64,
+        opened,
+        "every session's hook ran"
+    );
+    let logged = daemon
+        .log()
+        .lines()
+        .filter(|l| l.contains(") ended: "))
+        .count();
+    assert!(opened > 200, "only {opened} sessions in 2 s");
+    assert!(
+        logged <= 32 * 5,
+        "{logged} ending lines for {opened} sessions"
+    );
+}

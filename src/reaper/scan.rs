@@ -11,6 +11,7 @@ use crate::event::{DropEvent, Reason};
 use crate::exit_watch::ExitWatcher;
 use crate::handlers::{HandlerPool, Job};
 use crate::layout::{Slot, FLAG_REMOTE};
+use crate::limited_log::limited_log;
 use crate::metrics;
 use crate::protocol::{self, Beat, CLAIMING, FREE, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed, Release};
@@ -226,7 +227,7 @@ fn log_ended(table: &str, event: &DropEvent) {
     } else {
         format!("{}, ", event.label)
     };
-    log::info!(
+    let line = format_args!(
         "table '{table}': instance {} ({label}pid {}, slot {}) ended: {} after {:.3}s silent",
         event.instance_id,
         event.pid,
@@ -234,7 +235,17 @@ fn log_ended(table: &str, event: &DropEvent) {
         event.reason,
         event.silent_for.as_secs_f64()
     );
+    if event.remote {
+        // A session can be opened and dropped in a loop by any peer the
+        // listener lets in: a burst of lines a second, then a count.
+        limited_log!(per_second: REMOTE_ENDINGS_LOGGED, log::Level::Info, "{line}");
+    } else {
+        log::info!("{line}");
+    }
 }
+
+/// Lines a second about sessions' endings, past which they are counted.
+const REMOTE_ENDINGS_LOGGED: u64 = 32;
 
 fn drop_event(
     slot: &Slot,

@@ -458,9 +458,11 @@ fn sessions_opened_and_dropped_in_a_loop_do_not_flood_the_log() {
         .lines()
         .filter(|l| l.contains(") ended: "))
         .count();
-    assert!(opened > 200, "only {opened} sessions in 2 s");
+    assert_eq!(opened, 400, "only {opened} sessions in {took:?}");
+    // The endings spread over the seconds the hooks took: a burst each.
+    let seconds = started.elapsed().as_secs() + 1;
     assert!(
-        logged <= 32 * 5,
-        "{logged} ending lines for {opened} sessions"
+        (logged as u64) <= 32 * seconds + 1 && (logged as u64) < opened,
+        "{logged} ending lines for {opened} sessions in {seconds} s"
     );
 }

@@ -460,7 +460,8 @@ fn sessions_opened_and_dropped_in_a_loop_do_not_flood_the_log() {
         .count();
     assert_eq!(opened, 400, "only {opened} sessions in {took:?}");
     // The endings spread over the seconds the hooks took: a burst each.
-    let seconds = started.elapsed().as_secs() + 1;
+    // (A run may straddle one more second boundary than it lasts.)
+    let seconds = started.elapsed().as_secs() + 2;
     assert!(
         (logged as u64) <= 32 * seconds + 1 && (logged as u64) < opened,
         "{logged} ending lines for {opened} sessions in {seconds} s"

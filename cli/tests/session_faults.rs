@@ -522,3 +522,72 @@ fn a_unix_connect_to_a_full_backlog_gives_up_within_its_timeout() {
     drop(listener);
     let _ = std::fs::remove_file(path);
 }
+
+/// A client away past the timeout whose registration ended and whose slot
+/// the reaper already freed still hears why when it comes back to reclaim
+/// (`timeout`), not a bare `disconnected`: a freed slot's beat word keeps
+/// the reason until the slot is claimed again.
+#[test]
+fn a_late_reclaim_hears_why_its_registration_ended_after_its_slot_was_freed() {
+    use livereg::wire::{Frame, Reclaim, VERSION};
+    let temp = TempTable::new("late-reclaim", &one_second());
+    let (address, path) = socket_address("late-reclaim");
+    let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let hello = |reclaim| Frame::Hello {
+        version: VERSION,
+        instance_id: 7,
+        pid: 1,
+        token: attack::TOKEN.as_bytes().to_vec(),
+        label: String::new(),
+        host: String::new(),
+        reclaim,
+    };
+    let answer = |conn: &mut attack::Conn| {
+        let mut bytes = vec![0u8; 4096];
+        let n = conn.read(&mut bytes).unwrap();
+        let mut frames = Vec::new();
+        let mut at = 0;
+        while let Ok(Some((frame, used))) = Frame::decode(&bytes[at..n]) {
+            frames.push(frame);
+            at += used;
+        }
+        frames
+    };
+    let mut first = attack::open(&address).unwrap();
+    first.set_timeouts(Duration::from_secs(5));
+    first.write(&hello(None).encode()).unwrap();
+    let claim = answer(&mut first)
+        .into_iter()
+        .find_map(|frame| match frame {
+            Frame::Welcome {
+                slot,
+                generation,
+                secret,
+                ..
+            } => Some(Reclaim {
+                slot,
+                generation,
+                secret,
+            }),
+            _ => None,
+        })
+        .expect("a welcome");
+    // Silent: no beat. The listener ends it `timeout`; the reaper frees it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !temp.table.status().unwrap().registrations.is_empty() {
+        assert!(Instant::now() < deadline, "never freed: {}", daemon.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(first);
+    let mut again = attack::open(&address).unwrap();
+    again.set_timeouts(Duration::from_secs(5));
+    again.write(&hello(Some(claim)).encode()).unwrap();
+    match answer(&mut again).into_iter().next() {
+        Some(Frame::Refused { message, .. }) => {
+            assert!(message.contains("'timeout'"), "{message}")
+        }
+        other => panic!("expected a refusal, found {other:?}"),
+    }
+    drop(daemon);
+    let _ = std::fs::remove_file(path);
+}

@@ -4,8 +4,6 @@
 //! each fail in one line; with a client CA, a client without a certificate
 //! is refused.
 
-#[path = "../../tests/common/attack.rs"]
-mod attack;
 #[path = "../../tests/common/certs.rs"]
 mod certs;
 #[path = "../../tests/common/mod.rs"]
@@ -304,47 +302,5 @@ fn a_tls_client_whose_reaper_is_stopped_gives_its_registration_up() {
     assert!(
         gave_up_after >= Duration::from_secs(1),
         "gave up after {gave_up_after:?}"
-    );
-}
-
-/// A flood of idle connections (hundreds, each reopened when closed) makes
-/// the listener close greeting connections to make room; a `tls://`
-/// client, whose handshake takes round trips before its hello, is not the
-/// one closed: connections that never sent a byte go first.
-#[test]
-fn a_tls_client_gets_in_through_a_flood_of_idle_connections() {
-    let certs = TestCerts::new("flood-tls");
-    let temp = TempTable::new("flood-tls", &long_options());
-    let port = free_port();
-    let address = format!("tls://127.0.0.1:{port}");
-    let reaper = temp
-        .table
-        .reaper()
-        .listen(Address::parse(&address).unwrap(), Some(b"s3cret".to_vec()))
-        .tls(server(&certs, false))
-        .spawn()
-        .unwrap();
-    let idle = attack::slowloris(&format!("tcp://127.0.0.1:{port}"), 300, b"");
-    std::thread::sleep(Duration::from_millis(500));
-    let mut options = client(&certs, "ca.pem", false);
-    options.connect_timeout = Some(Duration::from_secs(5));
-    let mut got_in = 0;
-    let mut refused = Vec::new();
-    for id in 1..=5 {
-        match connect(&address, id, "w", &options) {
-            Ok(worker) => {
-                worker.deregister().unwrap();
-                got_in += 1;
-            }
-            Err(e) => refused.push(e.to_string()),
-        }
-    }
-    let opened = idle.work.load(std::sync::atomic::Ordering::Relaxed);
-    drop(idle);
-    reaper.stop().unwrap();
-    assert!(opened > 128, "the flood opened only {opened} connections");
-    assert_eq!(
-        got_in, 5,
-        "{got_in} of 5 TLS clients got in through the flood: {refused:?}"
     );
 }

@@ -1,6 +1,5 @@
 //! What `std` does not say about sockets: a Unix peer's credentials, waiting
-//! on a few descriptors at once, the bytes waiting in one, and random bytes
-//! for secrets.
+//! on a few descriptors at once, and random bytes for secrets.
 
 use super::check;
 use std::io;
@@ -68,18 +67,4 @@ pub(crate) fn random_u64() -> io::Result<u64> {
         }
     }
     Ok(u64::from_ne_bytes(bytes))
-}
-
-/// How many bytes wait unread in socket `fd` (`ioctl(FIONREAD)`); 0 when
-/// it cannot say.
-pub(crate) fn bytes_waiting(fd: std::os::fd::RawFd) -> usize {
-    let mut waiting: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one c_int through the pointer given, which
-    // is valid for the call; a bad descriptor only fails.
-    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut waiting) };
-    if rc < 0 {
-        0
-    } else {
-        usize::try_from(waiting).unwrap_or(0)
-    }
 }

@@ -426,13 +426,7 @@ impl ListenLoop {
                 match key {
                     STOP => return self.stop(),
                     ACCEPT => self.accept_some(),
-                    key => {
-                        let entry = (key - FIRST_CONNECTION) as usize;
-                        if let Some(Some(served)) = self.connections.get_mut(entry) {
-                            served.spoke = true;
-                        }
-                        self.on_readable(entry);
-                    }
+                    key => self.on_readable((key - FIRST_CONNECTION) as usize),
                 }
             }
             self.resume_accepting();
@@ -541,42 +535,26 @@ impl ListenLoop {
         }
         let serial = self.next_serial;
         self.next_serial += 1;
-        // Bytes already there (a hello sent with the connect, a TLS client's
-        // first flight): it has spoken.
-        let spoke = crate::os::socket::bytes_waiting(std::os::fd::AsRawFd::as_raw_fd(&stream)) > 0;
-        let mut connection = Connection::new(stream, peer, source, serial);
-        connection.spoke = spoke;
-        self.connections[entry] = Some(connection);
+        self.connections[entry] = Some(Connection::new(stream, peer, source, serial));
         self.greeting.push_back((entry, serial));
         self.on_readable(entry);
     }
 
-    /// Closes the connection that has been greeting longest among those
-    /// that never sent a byte (a flood's idle connections), else the one
-    /// greeting longest (a TLS client mid-handshake has spoken: it is kept
-    /// while idle ones remain).
+    /// Closes the connection that has been greeting longest.
     fn close_oldest_greeting(&mut self) {
-        let connections = &self.connections;
-        let still = |&(entry, serial): &(usize, u64)| is_greeting(connections, entry, serial);
-        let oldest = self
-            .greeting
-            .iter()
-            .position(|greeting| {
-                still(greeting) && connections[greeting.0].as_ref().is_some_and(|c| !c.spoke)
-            })
-            .or_else(|| self.greeting.iter().position(still));
-        let Some((entry, _)) = oldest.and_then(|at| self.greeting.remove(at)) else {
-            self.greeting.clear(); // none of them is greeting any more
-            return;
-        };
-        if let Some(served) = &self.connections[entry] {
-            limited_log!(
-                log::Level::Debug,
-                "session from {}: closed unheard to make room for a newer connection ({GREETING_MAX} were greeting)",
-                served.peer
-            );
+        while let Some((entry, serial)) = self.greeting.pop_front() {
+            if is_greeting(&self.connections, entry, serial) {
+                if let Some(served) = &self.connections[entry] {
+                    limited_log!(
+                        log::Level::Debug,
+                        "session from {}: closed unheard to make room for a newer connection ({GREETING_MAX} were greeting)",
+                        served.peer
+                    );
+                }
+                self.close(entry, None);
+                return;
+            }
         }
-        self.close(entry, None);
     }
 
     fn on_readable(&mut self, entry: usize) {

@@ -51,10 +51,6 @@ pub(crate) struct Connection {
     told: Instant,
     /// The protocol version its client speaks (once it said hello).
     version: u16,
-    /// Whether the kernel said it was readable since it was accepted (it
-    /// sent something: a TLS client's handshake, a greeting on its way): to
-    /// make room, connections that never did are closed first.
-    pub spoke: bool,
 }
 
 /// A clear a client waits for.
@@ -103,7 +99,6 @@ impl Connection {
             request: None,
             told: Instant::now(),
             version: VERSION,
-            spoke: false,
         }
     }
 

@@ -62,11 +62,7 @@ fn readers_never_see_a_torn_value_while_writers_replace_it() {
 
 /// Rewrites a new table as one of layout `1.minor` without an info area.
 fn as_older_layout(temp: &TempTable, minor: u32) {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(format!("/dev/shm/{}", temp.name))
-        .unwrap();
-    file.write_all_at(&minor.to_le_bytes(), 12).unwrap();
+    let file = with_minor(temp, minor);
     let slots_end = livereg::HEADER_SIZE + temp.table.capacity() as usize * livereg::SLOT_SIZE;
     file.set_len(slots_end as u64).unwrap();
 }
@@ -116,13 +112,14 @@ fn tables_of_layouts_1_0_and_1_1_open_and_say_they_have_no_info() {
     }
 }
 
-/// Rewrites a table's layout minor in place (its size unchanged).
-fn with_minor(temp: &TempTable, minor: u32) {
+/// Rewrites a table's layout minor in place (its size unchanged); the file.
+fn with_minor(temp: &TempTable, minor: u32) -> std::fs::File {
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(format!("/dev/shm/{}", temp.name))
         .unwrap();
     file.write_all_at(&minor.to_le_bytes(), 12).unwrap();
+    file
 }
 
 #[test]
@@ -132,7 +129,7 @@ fn tables_of_the_previous_and_the_next_layout_minor_open_and_keep_their_registra
         temp.table.set_info(b"kept").unwrap();
         let held = temp.table.register(1, "before").unwrap();
         held.heartbeat().unwrap();
-        with_minor(&temp, minor);
+        drop(with_minor(&temp, minor));
         let table = Table::open(&temp.name).unwrap_or_else(|e| panic!("layout 1.{minor}: {e}"));
         assert_eq!(table.info().unwrap(), b"kept", "layout 1.{minor}");
         let status = table.status().unwrap();

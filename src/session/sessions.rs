@@ -94,11 +94,13 @@ impl Sessions {
     /// Up to when remote registration `(index, generation)`'s progress can
     /// be judged at `now_ns`: held by a connection, only up to what its
     /// listener has applied (after this process was stopped, the beats
-    /// wait in the sockets until the listener reads them); else `now_ns`.
+    /// wait in the sockets until the listener reads them); else (or when
+    /// no listener has run for two scans) `now_ns`.
     pub(crate) fn progress_known_until(&self, index: u32, generation: u32, now_ns: u64) -> u64 {
+        let listeners_run = self.stale_scans.load(Relaxed) < 2;
         match self.held.heard(index, generation) {
-            Some(_) => self.held.applied_until(now_ns),
-            None => now_ns,
+            Some(_) if listeners_run => self.held.applied_until(now_ns),
+            _ => now_ns,
         }
     }
 

@@ -591,3 +591,45 @@ fn a_late_reclaim_hears_why_its_registration_ended_after_its_slot_was_freed() {
     drop(daemon);
     let _ = std::fs::remove_file(path);
 }
+
+/// A listener two protocol versions away refuses today's hello and the
+/// previous one: the client fails in one line naming both versions and what
+/// to upgrade (`INCOMPATIBLE`), having tried each once.
+#[test]
+fn a_listener_that_speaks_no_version_of_ours_fails_in_one_line_naming_both() {
+    use livereg::wire::Frame;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("tcp://{}", listener.local_addr().unwrap());
+    let serving = std::thread::spawn(move || {
+        let mut versions = Vec::new();
+        for _ in 0..2 {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut bytes = vec![0u8; 1024];
+            let n = conn.read(&mut bytes).unwrap();
+            if let Ok(Some((Frame::Hello { version, .. }, _))) = Frame::decode(&bytes[..n]) {
+                versions.push(version);
+                let refusal = Frame::Refused {
+                    code: Error::Incompatible(String::new()).code() as u8,
+                    message: format!("session protocol version {version}, this reaper speaks 9 to 9: upgrade the client"),
+                };
+                conn.write_all(&refusal.encode()).unwrap();
+            }
+        }
+        versions
+    });
+    let refused = connect(&address, 1, "w", &with_token())
+        .map(drop)
+        .unwrap_err();
+    let line = refused.to_string();
+    assert!(matches!(refused, Error::Incompatible(_)), "{line}");
+    assert!(!line.contains('\n'), "{line}");
+    assert!(
+        line.contains("protocol 1 to 2") && line.contains("upgrade the older side"),
+        "{line}"
+    );
+    assert_eq!(
+        serving.join().unwrap(),
+        vec![2, 1],
+        "today's version, then the previous"
+    );
+}

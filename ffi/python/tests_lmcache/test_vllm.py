@@ -10,7 +10,7 @@ import re
 import signal
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Set
+from typing import Callable, Dict, Iterator, List, Set
 
 import pytest
 from conftest import Server, free_port, module_server, unique
@@ -75,6 +75,14 @@ def ours(output: str) -> List[str]:
             if not line.startswith(MARK) and "livereg" in re.sub(r"\S*/\S*", "", line)]
 
 
+def let_go_after(server: Server, instance_id: int, act: Callable[[], object]) -> float:
+    """Seconds from ``act()`` (a kill, an exit) to LMCache's server letting
+    go of ``instance_id``."""
+    acted_at = time.monotonic()
+    act()
+    return server.wait_gone(instance_id, 10) - acted_at
+
+
 def stopped(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as file:
         return file.read().rsplit(")", 1)[1].split()[0] == "T"
@@ -102,9 +110,7 @@ def test_vllm_starts_with_the_plugin_and_a_stopped_then_killed_worker_is_let_go(
     assert engine.generate() == first, "a generation after SIGCONT gave other tokens"
 
     before = ends(server.table)
-    killed_at = time.monotonic()
-    os.kill(engine.worker, signal.SIGKILL)
-    let_go = server.wait_gone(instance_id, 10) - killed_at
+    let_go = let_go_after(server, instance_id, lambda: os.kill(engine.worker, signal.SIGKILL))
     assert let_go <= 0.5, f"a SIGKILLed worker let go {let_go:.3f}s after"
     wait_ended(server.table, "process_exited", before)
 
@@ -115,8 +121,7 @@ def test_every_vllm_process_killed_is_let_go_within_half_a_second(
     engine = Engine(model, server.port, server.table)
     engines.append(engine)
     instance_id = registration_of(server.table, engine.worker).instance_id
-    killed_at = engine.kill_all()
-    let_go = server.wait_gone(instance_id, 10) - killed_at
+    let_go = let_go_after(server, instance_id, engine.kill_all)
     assert let_go <= 0.5, f"an engine killed whole let go {let_go:.3f}s after"
 
 
@@ -127,9 +132,7 @@ def test_a_clean_exit_is_let_go_within_two_seconds_as_deregistered(
     engines.append(engine)
     instance_id = registration_of(server.table, engine.worker).instance_id
     before = ends(server.table)
-    asked_at = time.monotonic()
-    engine.ask("exit", "exited")
-    let_go = server.wait_gone(instance_id, 10) - asked_at
+    let_go = let_go_after(server, instance_id, lambda: engine.ask("exit", "exited"))
     assert let_go <= 2.0, f"a clean exit let go {let_go:.3f}s after it was asked"
     wait_ended(server.table, "deregistered", before)
 
@@ -143,9 +146,7 @@ def test_vllm_serve_completes_over_http_and_its_killed_worker_is_let_go(
     assert completion["choices"][0]["text"], completion
     instance_id = registration_of(server.table, serve.worker).instance_id
     assert instance_id in held(server)
-    killed_at = time.monotonic()
-    os.kill(serve.worker, signal.SIGKILL)
-    let_go = server.wait_gone(instance_id, 10) - killed_at
+    let_go = let_go_after(server, instance_id, lambda: os.kill(serve.worker, signal.SIGKILL))
     assert let_go <= 0.5, f"vllm serve's SIGKILLed worker let go {let_go:.3f}s after"
 
 

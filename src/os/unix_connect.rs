@@ -12,14 +12,15 @@ use std::time::{Duration, Instant};
 /// How long to wait before trying a full backlog again.
 const RETRY: Duration = Duration::from_millis(5);
 
-/// A connection to the socket at `path`, tried until `deadline` while the
-/// listener's backlog is full (`EAGAIN`); then `TimedOut`.
+/// A connection to the socket at `path`, tried until `deadline` (`None`:
+/// no limit) while the listener's backlog is full (`EAGAIN`); then
+/// `TimedOut`.
 ///
 /// # Errors
 ///
 /// A path too long for `sockaddr_un`, the socket's own errors
 /// (`ECONNREFUSED`, `ENOENT`, ...), or `TimedOut`.
-pub(crate) fn connect_unix(path: &Path, deadline: Instant) -> io::Result<UnixStream> {
+pub(crate) fn connect_unix(path: &Path, deadline: Option<Instant>) -> io::Result<UnixStream> {
     // SAFETY: a zeroed `sockaddr_un` is valid (family and path set below).
     let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     address.sun_family = libc::AF_UNIX as libc::sa_family_t;
@@ -68,7 +69,7 @@ pub(crate) fn connect_unix(path: &Path, deadline: Instant) -> io::Result<UnixStr
         if error.raw_os_error() != Some(libc::EAGAIN) {
             return Err(error);
         }
-        if Instant::now() >= deadline {
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "the listener's backlog stayed full",

@@ -7,9 +7,10 @@ use super::address::Address;
 use super::stream::{send, Inbox, Received, Stream};
 use super::tls::{self, TlsClient};
 use super::wire::{Frame, Reclaim, OLDEST_SERVED, VERSION};
+use crate::clock::{deadline_after, time_left};
 use crate::error::{Error, Result};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A connection that said hello and was welcomed.
 pub(crate) struct Dialed {
@@ -67,10 +68,8 @@ impl Hello {
     ) -> Result<Dialed> {
         let deadline = deadline_after(timeout);
         match self.dial_in(VERSION, reclaim, timeout) {
-            // Every listener's version refusal has said "session protocol
-            // version N, ..." since version 1.
-            Err(Error::Incompatible(refusal)) if refusal.contains("session protocol version") => {
-                let left = deadline.saturating_duration_since(Instant::now());
+            Err(Error::Incompatible(refusal)) if is_version_refusal(&refusal) => {
+                let left = time_left(deadline);
                 self.dial_in(OLDEST_SERVED, reclaim, left).map_err(|e| match e {
                     Error::Incompatible(again) => Error::Incompatible(format!(
                         "session {}: this client speaks session protocol {OLDEST_SERVED} to {VERSION}, and the listener refused both ({refusal}; {again}): upgrade the older side",
@@ -135,7 +134,7 @@ impl Hello {
         let mut inbox = Inbox::default();
         let mut info = None;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = time_left(deadline);
             if left.is_zero() {
                 return Err(Error::Timeout(format!(
                     "session {}: no answer to hello within {timeout:?}",
@@ -227,12 +226,11 @@ impl Hello {
     }
 }
 
-/// `timeout` from now, or as far ahead as an `Instant` reaches (a timeout
-/// of centuries is a caller's "no limit", never a panic).
-fn deadline_after(timeout: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(timeout)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
+/// Whether a listener's `INCOMPATIBLE` refusal is of the client's protocol
+/// version: every listener has worded it "session protocol version N, ..."
+/// since version 1.
+fn is_version_refusal(message: &str) -> bool {
+    message.contains("session protocol version")
 }
 
 /// Whether a read failed because the bytes were not a frame (rather than
@@ -394,7 +392,7 @@ pub(crate) fn exchange(
 ) -> Result<Frame> {
     match exchange_once(address, tls, timeout, frame, longer) {
         // A listener of the previous protocol: asked again in its version.
-        Err(Error::Incompatible(refusal)) if refusal.contains("session protocol version") => {
+        Err(Error::Incompatible(refusal)) if is_version_refusal(&refusal) => {
             let previous = match frame.clone() {
                 Frame::Ask {
                     token, instance_id, ..

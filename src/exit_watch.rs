@@ -107,8 +107,8 @@ fn watch_loop(
 ) {
     let mut recheck = false;
     loop {
-        let keys = match epoll.wait(recheck.then_some(CLOSE_RECHECK)) {
-            Ok(keys) => keys,
+        let keys: Vec<u64> = match epoll.wait(recheck.then_some(CLOSE_RECHECK)) {
+            Ok(ready) => ready.iter().map(|r| r.key).collect(),
             Err(_) => return,
         };
         if keys.contains(&STOP) {

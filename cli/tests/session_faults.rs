@@ -9,8 +9,9 @@ mod attack;
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use attack::{Daemon, TOKEN};
+use attack::{open, say_hello, Daemon, TOKEN};
 use common::{unique_name, TempTable};
+use livereg::wire::Frame;
 use livereg::{connect, Address, ConnectOptions, Error, Reason, Table, TableOptions};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -632,4 +633,60 @@ fn a_listener_that_speaks_no_version_of_ours_fails_in_one_line_naming_both() {
         vec![2, 1],
         "today's version, then the previous"
     );
+}
+
+#[test]
+fn a_close_that_comes_with_the_last_frame_is_seen_at_once() {
+    // T = 8 s: a close left unseen would be found only when the listener
+    // next writes to the session (its `Heard`, every T/4 = 2 s).
+    let temp = TempTable::new(
+        "closed-with-frame",
+        &TableOptions {
+            reap_timeout: Duration::from_secs(8),
+            registration_grace: Duration::from_secs(8),
+            ..one_second()
+        },
+    );
+    let address = format!("tcp://{}", free_port());
+    let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    for instance in 1..=4u64 {
+        let mut conn = open(&address).unwrap();
+        let welcome = say_hello(&mut conn, instance);
+        assert!(
+            matches!(welcome, Some(Frame::Welcome { .. })),
+            "{welcome:?}"
+        );
+        // The beat and the close reach the listener while it is stopped:
+        // they wake it once, together.
+        daemon.signal(libc::SIGSTOP);
+        let beat = Frame::Beat {
+            heartbeats: 1,
+            since_ping_us: 0,
+            busy: false,
+            steps: 0,
+        };
+        conn.write(&beat.encode()).unwrap();
+        drop(conn);
+        std::thread::sleep(Duration::from_millis(50));
+        let resumed = Instant::now();
+        daemon.signal(libc::SIGCONT);
+        let prefix = format!("{instance} disconnected");
+        while !daemon.drops().iter().any(|l| l.starts_with(&prefix)) {
+            assert!(
+                resumed.elapsed() < Duration::from_secs(1),
+                "session {instance}: its close not seen after {:?}; drops {:?}",
+                resumed.elapsed(),
+                daemon.drops()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// A loopback address no one listens on now.
+fn free_port() -> std::net::SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }

@@ -4,6 +4,8 @@
 //! each fail in one line; with a client CA, a client without a certificate
 //! is refused.
 
+#[path = "../../tests/common/attack.rs"]
+mod attack;
 #[path = "../../tests/common/certs.rs"]
 mod certs;
 #[path = "../../tests/common/mod.rs"]
@@ -303,4 +305,39 @@ fn a_tls_client_whose_reaper_is_stopped_gives_its_registration_up() {
         gave_up_after >= Duration::from_secs(1),
         "gave up after {gave_up_after:?}"
     );
+}
+
+#[test]
+fn a_tls_handshake_gets_in_through_hundreds_of_idle_connections() {
+    let certs = TestCerts::new("session-tls-loris");
+    let temp = TempTable::new("session-tls-loris", &long_options());
+    let port = free_port();
+    let address = format!("tls://127.0.0.1:{port}");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(Address::parse(&address).unwrap(), Some(b"s3cret".to_vec()))
+        .tls(server(&certs, false))
+        .spawn()
+        .unwrap();
+    // Idle connections from the same address, reopened as soon as closed:
+    // a TLS client needs round trips before its `Hello`, and is not closed
+    // as the oldest greeting connection meanwhile.
+    let holding = attack::slowloris(&format!("tcp://127.0.0.1:{port}"), 400, b"");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while holding.work.load(std::sync::atomic::Ordering::Relaxed) < 200 {
+        assert!(Instant::now() < deadline, "the attack never got going");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let patient = ConnectOptions {
+        connect_timeout: Some(Duration::from_secs(5)),
+        ..client(&certs, "ca.pem", false)
+    };
+    for instance in 1..=5u64 {
+        let session = connect(&address, instance, "legit", &patient)
+            .unwrap_or_else(|e| panic!("hello {instance} refused: {e}"));
+        session.deregister().unwrap();
+    }
+    drop(holding);
+    reaper.stop().unwrap();
 }

@@ -5,6 +5,18 @@ use super::check;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+/// An entry that fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ready {
+    /// The key it was added with.
+    pub key: u64,
+    /// Whether its peer closed (or the descriptor failed): what is left to
+    /// read ends with the close.
+    pub hung_up: bool,
+}
+
+const HUNG_UP: u32 = (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+
 /// An epoll set whose entries fire once ([`Epoll::add`]), for as long as
 /// their descriptor is readable ([`Epoll::add_level`]) or whenever data
 /// arrives ([`Epoll::add_edge`]).
@@ -31,13 +43,16 @@ impl Epoll {
         self.insert(fd, key, libc::EPOLLIN)
     }
 
-    /// `epoll_ctl(EPOLL_CTL_ADD, fd, {EPOLLIN | EPOLLET, key})`: an entry
-    /// that fires when data arrives, for a reader that reads until a read
-    /// comes up short (the socket is then empty; what arrives later fires
-    /// again). Cheaper than [`Epoll::add_level`]: a drained socket is not
-    /// polled once more at the next wait.
+    /// `epoll_ctl(EPOLL_CTL_ADD, fd, {EPOLLIN | EPOLLRDHUP | EPOLLET, key})`:
+    /// an entry that fires when data arrives, for a reader that reads until
+    /// a read comes up short (the socket is then empty of data; what arrives
+    /// later fires again) — or, when the peer closed ([`Ready::hung_up`]),
+    /// until a read returns nothing: the close may have come with the data
+    /// of the same wake-up and will fire no more. Cheaper than
+    /// [`Epoll::add_level`]: a drained socket is not polled once more at the
+    /// next wait.
     pub(crate) fn add_edge(&self, fd: &impl AsRawFd, key: u64) -> io::Result<()> {
-        self.insert(fd, key, libc::EPOLLIN | libc::EPOLLET)
+        self.insert(fd, key, libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET)
     }
 
     /// `epoll_ctl(EPOLL_CTL_DEL, fd)`: `fd` no longer fires.
@@ -74,8 +89,8 @@ impl Epoll {
     }
 
     /// `epoll_wait`: blocks until an entry fires, or `timeout` (if any)
-    /// passes; returns the keys that fired (none on a timeout).
-    pub(crate) fn wait(&self, timeout: Option<std::time::Duration>) -> io::Result<Vec<u64>> {
+    /// passes; returns the entries that fired (none on a timeout).
+    pub(crate) fn wait(&self, timeout: Option<std::time::Duration>) -> io::Result<Vec<Ready>> {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
         let timeout_ms = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
         // SAFETY: `events` is a writable array of the length passed.
@@ -88,7 +103,13 @@ impl Epoll {
             )
         };
         match check(n.into()) {
-            Ok(n) => Ok(events[..n as usize].iter().map(|e| e.u64).collect()),
+            Ok(n) => Ok(events[..n as usize]
+                .iter()
+                .map(|e| Ready {
+                    key: e.u64,
+                    hung_up: e.events & HUNG_UP != 0,
+                })
+                .collect()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Vec::new()),
             Err(e) => Err(e),
         }

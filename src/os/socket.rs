@@ -1,5 +1,6 @@
-//! What `std` does not say about sockets: a Unix peer's credentials, waiting
-//! on a few descriptors at once, and random bytes for secrets.
+//! What `std` does not say about sockets: a Unix peer's credentials, a
+//! listening socket's backlog, waiting on a few descriptors at once, and
+//! random bytes for secrets.
 
 use super::check;
 use std::io;
@@ -28,6 +29,17 @@ pub(crate) fn peer_credentials(socket: &impl AsRawFd) -> io::Result<(i32, u32, u
     };
     check(rc.into())?;
     Ok((cred.pid, cred.uid, cred.gid))
+}
+
+/// `listen(2)` again on a listening socket, with the longest backlog the
+/// host allows (`net.core.somaxconn`): `std` listens with 128 on TCP, past
+/// which the kernel drops new connections' SYNs and their clients retry
+/// only a second later.
+pub(crate) fn widen_backlog(listener: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: `listen` on a descriptor we own; the kernel caps the backlog
+    // asked for at the host's limit.
+    let rc = unsafe { libc::listen(listener.as_raw_fd(), libc::c_int::MAX) };
+    check(rc.into()).map(drop)
 }
 
 /// `poll(2)` for readability of each of `fds`, up to `timeout`: which are

@@ -37,9 +37,20 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 
 /// Connections that have not yet proven anything (no `Hello` accepted)
 /// that a listener keeps beside the sessions it holds. A newcomer over it
-/// closes the oldest of them: a client that says hello at once always gets
-/// in, however many idle connections a peer holds open.
+/// closes the oldest of them once that one had [`GREETING_GRACE`]; until
+/// then newcomers wait in the kernel's backlog. So a client that says hello
+/// within the grace of being accepted always gets in, however many idle
+/// connections a peer holds open.
 pub const GREETING_MAX: usize = 64;
+
+/// How long a connection, once accepted, is sure to stay open for its
+/// `Hello` to arrive, whatever newer connections come: a client sends it
+/// right after its connect, but a busy host may run the client's next
+/// write some milliseconds after the listener accepted it. While all
+/// [`GREETING_MAX`] greeting connections are younger, the listener stops
+/// accepting (at most this long): under a flood of idle connections it
+/// admits [`GREETING_MAX`] per grace, in the order they connected.
+pub const GREETING_GRACE: Duration = Duration::from_millis(100);
 
 /// Connections accepted per turn of the listener; the others wait in the
 /// backlog while the accepted ones' greetings are read.
@@ -238,7 +249,9 @@ impl Acceptor {
                 Acceptor::Unix(bind_with_mode(path, config.socket_mode).map_err(|e| io("bind", e))?)
             }
             Address::Tcp(endpoint) | Address::Tls(endpoint) => {
-                Acceptor::Tcp(TcpListener::bind(endpoint).map_err(|e| io("bind", e))?, tls)
+                let listener = TcpListener::bind(endpoint).map_err(|e| io("bind", e))?;
+                socket::widen_backlog(&listener).map_err(|e| io("listen", e))?;
+                Acceptor::Tcp(listener, tls)
             }
         };
         match &acceptor {
@@ -370,9 +383,8 @@ struct ListenLoop {
     unread: Vec<usize>,
     /// Failed handshakes by source.
     penalties: RefCell<Penalties>,
-    /// While accepting is paused for want of descriptors: until when, and
-    /// the pause.
-    accept_paused: Option<(Instant, Duration)>,
+    /// While accepting is paused: until when, and why.
+    accept_paused: Option<(Instant, Paused)>,
     /// The length of the last pause, doubled by the next one while
     /// descriptors stay short.
     last_pause: Duration,
@@ -402,8 +414,8 @@ impl ListenLoop {
             if !self.unread.is_empty() {
                 wait = Duration::ZERO;
             }
-            let keys = match self.epoll.wait(Some(wait)) {
-                Ok(keys) => keys,
+            let fired = match self.epoll.wait(Some(wait)) {
+                Ok(fired) => fired,
                 Err(e) => {
                     limited_log!(
                         log::Level::Error,
@@ -417,16 +429,24 @@ impl ListenLoop {
             // Before anything read or judged: the wait is where a frozen
             // listener resumes.
             let resumed_ns = self.note_running();
-            let beats_only = !keys.is_empty() && self.unread.is_empty();
+            let beats_only = !fired.is_empty() && self.unread.is_empty();
             self.urgent = false;
             for entry in std::mem::take(&mut self.unread) {
                 self.on_readable(entry);
             }
-            for key in keys {
-                match key {
+            for ready in fired {
+                match ready.key {
                     STOP => return self.stop(),
                     ACCEPT => self.accept_some(),
-                    key => self.on_readable((key - FIRST_CONNECTION) as usize),
+                    key => {
+                        let entry = (key - FIRST_CONNECTION) as usize;
+                        if let (true, Some(Some(served))) =
+                            (ready.hung_up, self.connections.get_mut(entry))
+                        {
+                            served.note_hung_up();
+                        }
+                        self.on_readable(entry);
+                    }
                 }
             }
             self.resume_accepting();
@@ -452,6 +472,9 @@ impl ListenLoop {
     fn accept_some(&mut self) {
         self.urgent = true;
         for _ in 0..ACCEPTS_PER_TURN {
+            if let Err(until) = self.make_greeting_room() {
+                return self.pause_accepting(until, Paused::Greetings);
+            }
             match self.acceptor.accept() {
                 Ok((stream, peer, source)) => {
                     self.last_pause = Duration::ZERO;
@@ -460,7 +483,7 @@ impl ListenLoop {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    return self.pause_accepting(&e);
+                    return self.out_of_descriptors(&e);
                 }
                 Err(e) => {
                     limited_log!(
@@ -474,17 +497,13 @@ impl ListenLoop {
         }
     }
 
-    /// Out of descriptors: stops polling the listening socket for a while
-    /// (it would be ready, and fail, in a loop) and closes the oldest
+    /// Out of descriptors: stops accepting for a while (the listening
+    /// socket would be ready, and fail, in a loop) and closes the oldest
     /// greeting connection, so a descriptor is free when accepting resumes.
-    fn pause_accepting(&mut self, error: &std::io::Error) {
+    fn out_of_descriptors(&mut self, error: &std::io::Error) {
         let pause = (self.last_pause * 2).clamp(FIRST_PAUSE, LONGEST_PAUSE);
         self.last_pause = pause;
-        if self.epoll.remove(&self.acceptor).is_err() {
-            std::thread::sleep(pause);
-            return;
-        }
-        self.accept_paused = Some((Instant::now() + pause, pause));
+        self.pause_accepting(Instant::now() + pause, Paused::Descriptors);
         self.close_oldest_greeting();
         limited_log!(
             log::Level::Warn,
@@ -494,26 +513,66 @@ impl ListenLoop {
         );
     }
 
+    /// Stops polling the listening socket until `until` (newcomers wait in
+    /// the kernel's backlog).
+    fn pause_accepting(&mut self, until: Instant, why: Paused) {
+        if self.epoll.remove(&self.acceptor).is_err() {
+            std::thread::sleep(until.saturating_duration_since(Instant::now()));
+            return;
+        }
+        self.accept_paused = Some((until, why));
+    }
+
+    /// Accepting resumes when its pause is over, or, paused for want of
+    /// room among the greeting connections, as soon as one moved on.
     fn resume_accepting(&mut self) {
-        let Some((until, _)) = self.accept_paused else {
+        let Some((until, why)) = self.accept_paused else {
             return;
         };
-        if Instant::now() >= until && self.epoll.add_level(&self.acceptor, ACCEPT).is_ok() {
+        let room = why == Paused::Greetings && {
+            self.forget_moved_on();
+            self.greeting.len() < GREETING_MAX
+        };
+        if (room || Instant::now() >= until) && self.epoll.add_level(&self.acceptor, ACCEPT).is_ok()
+        {
             self.accept_paused = None;
         }
     }
 
-    /// Serves a new connection: room is made among the greeting ones if
-    /// they are [`GREETING_MAX`], then its greeting is read if it came.
-    fn take(&mut self, stream: Stream, peer: String, source: Source) {
-        if self.greeting.len() >= GREETING_MAX {
-            let connections = &self.connections;
-            self.greeting
-                .retain(|&(entry, serial)| is_greeting(connections, entry, serial));
+    /// Makes room for one more greeting connection: below [`GREETING_MAX`]
+    /// there is; at it, the oldest is closed if it had its
+    /// [`GREETING_GRACE`]. `Err`: none had, and when the oldest will have.
+    fn make_greeting_room(&mut self) -> std::result::Result<(), Instant> {
+        if self.greeting.len() < GREETING_MAX {
+            return Ok(());
         }
+        self.forget_moved_on();
         while self.greeting.len() >= GREETING_MAX {
+            let Some(&(entry, _)) = self.greeting.front() else {
+                break;
+            };
+            let graced = self.connections[entry]
+                .as_ref()
+                .map_or(Instant::now(), |oldest| oldest.opened + GREETING_GRACE);
+            if Instant::now() < graced {
+                return Err(graced);
+            }
             self.close_oldest_greeting();
         }
+        Ok(())
+    }
+
+    /// Drops from the greeting queue the connections that said hello or
+    /// were closed.
+    fn forget_moved_on(&mut self) {
+        let connections = &self.connections;
+        self.greeting
+            .retain(|&(entry, serial)| is_greeting(connections, entry, serial));
+    }
+
+    /// Serves a new connection (room was made for it among the greeting
+    /// ones): its greeting is read if it came.
+    fn take(&mut self, stream: Stream, peer: String, source: Source) {
         if stream.set_nonblocking(true).is_err() {
             return;
         }
@@ -721,6 +780,15 @@ impl ListenLoop {
             self.close(entry, None);
         }
     }
+}
+
+/// Why the listener stopped accepting for a while.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Paused {
+    /// `accept` failed for want of descriptors.
+    Descriptors,
+    /// Every greeting connection is within its grace.
+    Greetings,
 }
 
 /// Whether `entry` is still the connection `serial`, and still greeting.

@@ -107,6 +107,11 @@ impl Connection {
         self.holding.is_none() && self.request.is_none()
     }
 
+    /// Its peer closed: the next read goes on to the close.
+    pub(crate) fn note_hung_up(&mut self) {
+        self.inbox.note_hung_up();
+    }
+
     /// Whether its last read stopped at its budget, bytes perhaps left.
     pub(crate) fn more_unread(&self) -> bool {
         self.inbox.more()

@@ -127,6 +127,9 @@ pub(crate) struct Inbox {
     /// Whether the last [`Inbox::receive`] stopped at its budget with the
     /// stream perhaps still holding bytes.
     more: bool,
+    /// Whether the peer is known to have closed: reads go on past a short
+    /// one, to the close.
+    hung_up: bool,
 }
 
 thread_local! {
@@ -165,6 +168,15 @@ impl Inbox {
         SCRATCH.with(|scratch| self.read_frames(stream, &mut scratch.borrow_mut()))
     }
 
+    /// The peer closed (its reader's wake-up said so): from now on a
+    /// receive reads on past a short read, until the read that returns
+    /// nothing. An edge-triggered reader is woken once for the data and
+    /// the close that followed it, and a short read alone would leave the
+    /// close unseen.
+    pub(crate) fn note_hung_up(&mut self) {
+        self.hung_up = true;
+    }
+
     /// Whether the last receive stopped at its budget: the stream may hold
     /// more, to be read at the next turn (an edge-triggered reader is not
     /// woken for it again).
@@ -181,7 +193,7 @@ impl Inbox {
                 Ok(n) => {
                     self.bytes.extend_from_slice(&scratch[..n]);
                     self.take_frames(&mut frames).map_err(invalid)?;
-                    if n < scratch.len() {
+                    if n < scratch.len() && !self.hung_up {
                         break;
                     }
                     self.more = read + 1 == READS_PER_RECEIVE;
@@ -274,6 +286,22 @@ mod tests {
         assert!(frames.is_empty() && !inbox.more());
         let Ok(Received::Frames(frames)) = inbox.receive(&mut &bytes[3..]) else {
             panic!("frames expected");
+        };
+        assert_eq!(frames, vec![Frame::Bye]);
+    }
+
+    #[test]
+    fn a_close_behind_a_short_read_is_read_once_the_peer_hung_up() {
+        let bytes = Frame::Bye.encode();
+        let mut inbox = Inbox::default();
+        let Ok(Received::Frames(frames)) = inbox.receive(&mut &bytes[..]) else {
+            panic!("a short read is taken as all there is");
+        };
+        assert_eq!(frames, vec![Frame::Bye]);
+        let mut inbox = Inbox::default();
+        inbox.note_hung_up();
+        let Ok(Received::Closed(frames)) = inbox.receive(&mut &bytes[..]) else {
+            panic!("the close behind the frame is read");
         };
         assert_eq!(frames, vec![Frame::Bye]);
     }

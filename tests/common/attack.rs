@@ -5,6 +5,7 @@
 //! that measures it.
 #![allow(dead_code)]
 
+use livereg::wire::{Frame, VERSION};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -187,6 +188,34 @@ impl Conn {
                 let _ = s.set_read_timeout(Some(timeout));
                 let _ = s.set_write_timeout(Some(timeout));
             }
+        }
+    }
+}
+
+/// Says hello on `conn` as `instance` (this process's pid, the token) and
+/// returns the first frame answered (`None`: closed unanswered, or no frame
+/// within 5 s).
+pub fn say_hello(conn: &mut Conn, instance: u64) -> Option<Frame> {
+    let hello = Frame::Hello {
+        version: VERSION,
+        instance_id: instance,
+        pid: std::process::id(),
+        token: TOKEN.as_bytes().to_vec(),
+        label: String::new(),
+        host: String::new(),
+        reclaim: None,
+    };
+    conn.write(&hello.encode()).ok()?;
+    conn.set_timeouts(Duration::from_secs(5));
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 512];
+    loop {
+        if let Ok(Some((frame, _))) = Frame::decode(&received) {
+            return Some(frame);
+        }
+        match conn.read(&mut buffer) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => received.extend_from_slice(&buffer[..n]),
         }
     }
 }

@@ -139,26 +139,82 @@ macro_rules! result_codes_array {
 
 result_code_list!(result_codes_array);
 
+macro_rules! result_code_values {
+    ($(($value:literal, $c:ident, $name:literal, $title:literal, $meaning:literal)),* $(,)?) => {
+        /// Each result code's value by its C name (made from the one list,
+        /// `result_code_list!`).
+        pub mod codes {
+            $(
+                #[doc = $meaning]
+                pub const $c: u32 = $value;
+            )*
+        }
+    };
+}
+
+result_code_list!(result_code_values);
+
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     /// The stable result code of this error (an index into [`RESULT_CODES`]).
     pub fn code(&self) -> u32 {
+        use codes::*;
         match self {
-            Error::Evicted { .. } => 1,
-            Error::Full(_) => 2,
-            Error::Exists(_) => 3,
-            Error::NotFound(_) => 4,
-            Error::InvalidArgument(_) => 5,
-            Error::Incompatible(_) => 6,
-            Error::Corrupt(_) => 7,
-            Error::Permission(_) => 8,
-            Error::Timeout(_) => 9,
-            Error::NoReaper(_) => 10,
-            Error::Busy(_) => 11,
-            Error::Io { .. } => 12,
-            Error::Panic(_) => 13,
+            Error::Evicted { .. } => LIVEREG_EVICTED,
+            Error::Full(_) => LIVEREG_FULL,
+            Error::Exists(_) => LIVEREG_EXISTS,
+            Error::NotFound(_) => LIVEREG_NOT_FOUND,
+            Error::InvalidArgument(_) => LIVEREG_INVALID_ARGUMENT,
+            Error::Incompatible(_) => LIVEREG_INCOMPATIBLE,
+            Error::Corrupt(_) => LIVEREG_CORRUPT,
+            Error::Permission(_) => LIVEREG_PERMISSION,
+            Error::Timeout(_) => LIVEREG_TIMEOUT,
+            Error::NoReaper(_) => LIVEREG_NO_REAPER,
+            Error::Busy(_) => LIVEREG_BUSY,
+            Error::Io { .. } => LIVEREG_IO,
+            Error::Panic(_) => LIVEREG_PANIC,
+        }
+    }
+
+    /// The error that result code `code` stands for, with the text another
+    /// party gave for it (a listener's refusal): the inverse of
+    /// [`Error::code`]. An `Evicted` is for `instance_id`, with the reason
+    /// its text names (as its message writes it; `disconnected` if none).
+    /// `OK` and codes this build does not know are I/O errors naming the
+    /// code.
+    pub fn from_code(code: u32, text: String, instance_id: u64) -> Error {
+        use codes::*;
+        match code {
+            LIVEREG_EVICTED => Error::Evicted {
+                instance_id,
+                reason: Some(
+                    Reason::ALL
+                        .into_iter()
+                        .find(|reason| text.contains(&format!("reason '{reason}'")))
+                        .unwrap_or(Reason::Disconnected),
+                ),
+            },
+            LIVEREG_FULL => Error::Full(text),
+            LIVEREG_EXISTS => Error::Exists(text),
+            LIVEREG_NOT_FOUND => Error::NotFound(text),
+            LIVEREG_INVALID_ARGUMENT => Error::InvalidArgument(text),
+            LIVEREG_INCOMPATIBLE => Error::Incompatible(text),
+            LIVEREG_CORRUPT => Error::Corrupt(text),
+            LIVEREG_PERMISSION => Error::Permission(text),
+            LIVEREG_TIMEOUT => Error::Timeout(text),
+            LIVEREG_NO_REAPER => Error::NoReaper(text),
+            LIVEREG_BUSY => Error::Busy(text),
+            LIVEREG_PANIC => Error::Panic(text),
+            LIVEREG_IO => Error::Io {
+                context: "the other side failed".into(),
+                source: io::Error::other(text),
+            },
+            other => Error::Io {
+                context: format!("result code {other}, which this build does not know"),
+                source: io::Error::other(text),
+            },
         }
     }
 
@@ -211,5 +267,22 @@ mod tests {
         ];
         let codes: Vec<u32> = samples.iter().map(Error::code).collect();
         assert_eq!(codes, (1..RESULT_CODES.len() as u32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn every_listed_code_comes_back_as_the_error_of_that_code() {
+        for code in &RESULT_CODES[1..] {
+            let error = Error::from_code(code.value, "why".into(), 7);
+            assert_eq!(error.code(), code.value, "{code:?}");
+            assert!(error.to_string().contains("why") || code.name == "EVICTED");
+        }
+        let evicted = Error::Evicted {
+            instance_id: 7,
+            reason: Some(Reason::Stalled),
+        };
+        let back = Error::from_code(evicted.code(), evicted.to_string(), 7);
+        assert_eq!(back.to_string(), evicted.to_string());
+        let unknown = Error::from_code(200, "why".into(), 7);
+        assert!(unknown.to_string().contains("result code 200"), "{unknown}");
     }
 }

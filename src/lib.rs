@@ -97,7 +97,7 @@ pub use clock::{
     MIN_TIMEOUT_TICKS, STAMP_LAG_TICKS,
 };
 #[cfg(not(loom))]
-pub use error::{Error, Result, ResultCode, RESULT_CODES};
+pub use error::{codes, Error, Result, ResultCode, RESULT_CODES};
 #[cfg(not(loom))]
 pub use handlers::{HandlerError, HANDLER_DEADLINE};
 #[cfg(not(loom))]

@@ -203,7 +203,7 @@ impl Hello {
                         });
                     }
                     Frame::Refused { code, message } => {
-                        return Err(refused(code, message, self.instance_id))
+                        return Err(Error::from_code(code.into(), message, self.instance_id))
                     }
                     other => {
                         return Err(Error::Incompatible(format!(
@@ -307,37 +307,6 @@ fn dial_tcp(endpoint: &str, timeout: Duration) -> std::io::Result<TcpStream> {
             "the host resolves to no address",
         )
     }))
-}
-
-/// The error a listener's `Refused` stands for.
-pub(crate) fn refused(code: u8, message: String, instance_id: u64) -> Error {
-    match code {
-        // The listener's message names the reason ("… with reason
-        // 'timeout'"); a registration it cannot place ended `disconnected`.
-        1 => Error::Evicted {
-            instance_id,
-            reason: Some(
-                crate::event::Reason::ALL
-                    .into_iter()
-                    .find(|reason| message.contains(&format!("reason '{reason}'")))
-                    .unwrap_or(crate::event::Reason::Disconnected),
-            ),
-        },
-        2 => Error::Full(message),
-        3 => Error::Exists(message),
-        4 => Error::NotFound(message),
-        5 => Error::InvalidArgument(message),
-        6 => Error::Incompatible(message),
-        7 => Error::Corrupt(message),
-        8 => Error::Permission(message),
-        9 => Error::Timeout(message),
-        10 => Error::NoReaper(message),
-        11 => Error::Busy(message),
-        _ => Error::Io {
-            context: "the listener refused the session".into(),
-            source: std::io::Error::other(message),
-        },
-    }
 }
 
 /// This host's name, as the client reports it.
@@ -451,7 +420,9 @@ fn exchange_once(
             Err(e) => return Err(io("read the answer", e)),
         };
         match frames.into_iter().next() {
-            Some(Frame::Refused { code, message }) => return Err(refused(code, message, 0)),
+            Some(Frame::Refused { code, message }) => {
+                return Err(Error::from_code(code.into(), message, 0))
+            }
             Some(answer) => return Ok(answer),
             None if closed => {
                 return Err(io(
@@ -463,20 +434,6 @@ fn exchange_once(
                 ))
             }
             None => {}
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_refusal_code_maps_to_its_error() {
-        for code in 1..=13u8 {
-            let error = refused(code, "why".into(), 7);
-            let expected = if code == 13 { 12 } else { u32::from(code) };
-            assert_eq!(error.code(), expected, "{code}");
         }
     }
 }

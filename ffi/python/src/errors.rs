@@ -12,11 +12,8 @@ use std::ffi::CString;
 /// The classes by code; index 0 (`OK`) holds the base class `Error`.
 static CLASSES: PyOnceLock<Vec<Py<PyType>>> = PyOnceLock::new();
 
-/// The base class `Error`.
-pub const BASE: u32 = 0;
-pub const EVICTED: u32 = 1;
-pub const INVALID_ARGUMENT: u32 = 5;
-pub const BUSY: u32 = 11;
+/// The base class `Error` (in the place of `OK`).
+pub const BASE: u32 = livereg::codes::LIVEREG_OK;
 
 fn c_string(text: String) -> CString {
     CString::new(text).unwrap_or_default()
@@ -104,7 +101,7 @@ pub fn is(py: Python<'_>, error: &PyErr, code: u32) -> bool {
 /// block of a registration that had already ended).
 pub fn unless_evicted(py: Python<'_>, result: PyResult<()>) -> PyResult<()> {
     match result {
-        Err(error) if is(py, &error, EVICTED) => Ok(()),
+        Err(error) if is(py, &error, livereg::codes::LIVEREG_EVICTED) => Ok(()),
         other => other,
     }
 }

@@ -3,9 +3,10 @@
 //! `selectors`) that scans when the reaper's descriptor is readable or its
 //! next scan is due.
 
-use crate::errors::{self, OrRaise, BUSY, INVALID_ARGUMENT};
+use crate::errors::{self, OrRaise};
 use crate::event::DropEvent;
 use crate::exiting::{self, Slot};
+use livereg::codes::{LIVEREG_BUSY, LIVEREG_INVALID_ARGUMENT};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::os::fd::{AsRawFd, RawFd};
@@ -127,7 +128,7 @@ impl DrivenReaper {
         call: impl FnOnce(&mut Option<livereg::Reaper>) -> PyResult<T> + Send,
     ) -> PyResult<T> {
         if self.scanning.load(Ordering::Acquire) == thread_id() {
-            return Err(errors::new(BUSY, format!(
+            return Err(errors::new(LIVEREG_BUSY, format!(
                 "table '{}': cannot {what} from inside this reaper's own scan (a callback); return from the callback first",
                 self.table
             )));
@@ -137,7 +138,7 @@ impl DrivenReaper {
 
     fn stopped_error(&self) -> PyErr {
         errors::new(
-            INVALID_ARGUMENT,
+            LIVEREG_INVALID_ARGUMENT,
             format!(
                 "table '{}': this reaper was stopped; acquire it again",
                 self.table

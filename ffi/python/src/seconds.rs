@@ -1,6 +1,7 @@
 //! Durations from Python: a number of seconds, checked.
 
-use crate::errors::{self, INVALID_ARGUMENT};
+use crate::errors;
+use livereg::codes::LIVEREG_INVALID_ARGUMENT;
 use pyo3::prelude::*;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 pub(crate) fn seconds(value: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| {
         errors::new(
-            INVALID_ARGUMENT,
+            LIVEREG_INVALID_ARGUMENT,
             format!("{what} must be a finite number of seconds >= 0, got {value}"),
         )
     })

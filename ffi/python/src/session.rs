@@ -1,9 +1,10 @@
 //! Sessions from Python: `livereg.connect` registers through a reaper's
 //! listener; reapers take `listen=` addresses.
 
-use crate::errors::{self, OrRaise, INVALID_ARGUMENT};
+use crate::errors::{self, OrRaise};
 use crate::seconds::seconds;
 use crate::worker::Worker;
+use livereg::codes::LIVEREG_INVALID_ARGUMENT;
 use livereg::{Address, ConnectOptions, ReaperBuilder, TlsClient, TlsServer};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
@@ -34,7 +35,7 @@ pub fn connect(
     let connect_timeout = seconds(timeout, "timeout")?;
     if connect_timeout.is_zero() {
         return Err(errors::new(
-            INVALID_ARGUMENT,
+            LIVEREG_INVALID_ARGUMENT,
             format!("timeout {timeout}, expected a positive number of seconds"),
         ));
     }
@@ -62,7 +63,7 @@ pub fn token_bytes(token: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
         return Ok(bytes.as_bytes().to_vec());
     }
     Err(errors::new(
-        INVALID_ARGUMENT,
+        LIVEREG_INVALID_ARGUMENT,
         format!(
             "token of type {}, expected str or bytes",
             token.get_type().name()?
@@ -94,7 +95,7 @@ pub fn listen(mut builder: ReaperBuilder, listening: Listening<'_>) -> PyResult<
         })),
         (None, None) if listening.tls_client_ca.is_none() => Ok(builder),
         _ => Err(errors::new(
-            INVALID_ARGUMENT,
+            LIVEREG_INVALID_ARGUMENT,
             "tls_cert and tls_key go together (and tls_client_ca needs them), expected both or neither".into(),
         )),
     }

@@ -1,11 +1,12 @@
 //! `Table` and the module functions `create`, `open` and `unlink`.
 
 use crate::callbacks;
-use crate::errors::{self, OrRaise, INVALID_ARGUMENT};
+use crate::errors::{self, OrRaise};
 use crate::reaper::{DrivenReaper, Reaper};
 use crate::seconds::seconds;
 use crate::session;
 use crate::worker::Worker;
+use livereg::codes::LIVEREG_INVALID_ARGUMENT;
 use livereg::{StampClock, TableOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
@@ -50,7 +51,10 @@ impl Table {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
             .ok_or_else(|| {
-                errors::new(INVALID_ARGUMENT, format!("table '{}' is closed", self.name))
+                errors::new(
+                    LIVEREG_INVALID_ARGUMENT,
+                    format!("table '{}' is closed", self.name),
+                )
             })
     }
 }
@@ -175,7 +179,7 @@ impl Table {
         }
         let bytes: Vec<u8> = value.extract().map_err(|_| {
             errors::new(
-                INVALID_ARGUMENT,
+                LIVEREG_INVALID_ARGUMENT,
                 format!(
                     "info must be bytes or str, got {}",
                     value
@@ -312,7 +316,7 @@ pub fn create(
         "coarse" => StampClock::Coarse,
         other => {
             return Err(errors::new(
-                INVALID_ARGUMENT,
+                LIVEREG_INVALID_ARGUMENT,
                 format!("clock {other:?}, expected \"auto\", \"precise\" or \"coarse\""),
             ))
         }

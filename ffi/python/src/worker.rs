@@ -1,6 +1,7 @@
 //! `Worker`: one registration, beating from Python at native speed.
 
-use crate::errors::{self, OrRaise, EVICTED};
+use crate::errors::{self, OrRaise};
+use livereg::codes::LIVEREG_EVICTED;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -50,7 +51,7 @@ impl Worker {
 
     fn deregistered(&self) -> PyErr {
         errors::new(
-            EVICTED,
+            LIVEREG_EVICTED,
             format!(
                 "instance {} is no longer registered: it was deregistered through this handle",
                 self.instance_id

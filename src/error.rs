@@ -2,6 +2,7 @@
 //! each message names what was expected and what was found.
 
 use crate::event::Reason;
+use crate::protocol::Gone;
 use std::io;
 
 /// Everything that can go wrong, one variant per C result code.
@@ -214,6 +215,18 @@ impl Error {
             other => Error::Io {
                 context: format!("result code {other}, which this build does not know"),
                 source: io::Error::other(text),
+            },
+        }
+    }
+
+    /// The `Evicted` of instance `instance_id`, whose registration is
+    /// `gone`: with its reason if it ended, without once its slot was reused.
+    pub(crate) fn from_gone(instance_id: u64, gone: Gone) -> Error {
+        Error::Evicted {
+            instance_id,
+            reason: match gone {
+                Gone::Ended(reason) => reason,
+                Gone::Reused => None,
             },
         }
     }

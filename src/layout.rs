@@ -375,11 +375,7 @@ impl Slot {
 /// assert_eq!(livereg::label_prefix(&label), "é".repeat(23));
 /// ```
 pub fn label_prefix(label: &str) -> &str {
-    let mut end = label.len().min(LABEL_MAX);
-    while !label.is_char_boundary(end) {
-        end -= 1;
-    }
-    &label[..end]
+    crate::text::prefix_within(label, LABEL_MAX)
 }
 
 #[cfg(all(test, not(loom)))]

@@ -43,6 +43,7 @@ mod layout;
 mod loom_models;
 mod protocol;
 mod sync;
+mod text;
 
 // Items that need the OS (files, threads, clocks): left out of the loom
 // build, which model-checks the slot protocol in ordinary memory.

@@ -206,7 +206,7 @@ fn update_beat(slot: &Slot, generation: u32, next: impl Fn(u64) -> u64) -> Resul
     owned(slot, generation)?;
     let mut current = slot.beat.load(Relaxed);
     loop {
-        if current & !TIME_MASK != tag(generation) {
+        if !beat_matches(current, generation) {
             return Err(Gone::Reused);
         }
         if let Beat::Ended(reason) = decode_beat(current) {
@@ -393,6 +393,24 @@ pub(crate) fn release(slot: &Slot, generation: u32) -> bool {
             Relaxed,
         )
         .is_ok()
+}
+
+/// What a progress word says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Progress {
+    /// Whether the worker has work in flight.
+    pub busy: bool,
+    /// The steps of progress counted.
+    pub steps: u64,
+}
+
+/// Reads a progress word (`steps << 1 | busy`, beside the busy period and
+/// the stall mark).
+pub(crate) fn decode_progress(word: u64) -> Progress {
+    Progress {
+        busy: word & BUSY != 0,
+        steps: (word & !(STALL_MARK | BUSY_PERIOD)) / PROGRESS_STEP,
+    }
 }
 
 /// Whether a beat word belongs to generation `generation`.

@@ -16,8 +16,11 @@ use std::sync::Mutex;
 
 const RECORD_SIZE: usize = 128;
 const MAGIC: &[u8; 4] = b"LRSS";
+/// The bytes of a peer's description a record keeps.
 const PEER_MAX: usize = 63;
-const HOST_MAX: usize = 31;
+/// The bytes of a reported host a record keeps (a session's `Hello` may
+/// carry more).
+const HOST_KEPT: usize = 31;
 
 /// One session registration's record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,7 +47,7 @@ impl Record {
         out[16..24].copy_from_slice(&self.secret.to_le_bytes());
         put_text(&mut out[24..24 + 1 + PEER_MAX], &self.peer);
         out[88..96].copy_from_slice(&self.holder.to_le_bytes());
-        put_text(&mut out[96..96 + 1 + HOST_MAX], &self.host);
+        put_text(&mut out[96..96 + 1 + HOST_KEPT], &self.host);
         out
     }
 
@@ -59,7 +62,7 @@ impl Record {
             secret: word(16),
             peer: get_text(&bytes[24..24 + 1 + PEER_MAX]),
             holder: word(88),
-            host: get_text(&bytes[96..96 + 1 + HOST_MAX]),
+            host: get_text(&bytes[96..96 + 1 + HOST_KEPT]),
         })
     }
 }
@@ -67,12 +70,9 @@ impl Record {
 /// Writes `text`, cut at a character boundary to fit, as a length byte and
 /// its UTF-8.
 fn put_text(field: &mut [u8], text: &str) {
-    let mut end = text.len().min(field.len() - 1);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    field[0] = end as u8;
-    field[1..1 + end].copy_from_slice(&text.as_bytes()[..end]);
+    let kept = crate::text::prefix_within(text, field.len() - 1);
+    field[0] = kept.len() as u8;
+    field[1..1 + kept.len()].copy_from_slice(kept.as_bytes());
 }
 
 /// Reads a length byte and UTF-8 (a hostile file gives at worst a wrong or

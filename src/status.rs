@@ -3,7 +3,7 @@
 use crate::clock::{Clock, StampClock};
 use crate::event::Reason;
 
-use crate::layout::{BUSY, BUSY_PERIOD, FLAG_PIDFD, FLAG_REMOTE, SCANS_PER_TIMEOUT, STALL_MARK};
+use crate::layout::{FLAG_PIDFD, FLAG_REMOTE, SCANS_PER_TIMEOUT};
 use crate::protocol::{self, Beat, LIVE};
 use crate::records::{Record, Records};
 use crate::sync::Ordering::{Acquire, Relaxed};
@@ -312,7 +312,7 @@ impl Table {
         // that stamp with it (not another time namespace).
         let same_clock =
             view.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == view.clock_id;
-        let progress = slot.progress.load(Relaxed);
+        let progress = protocol::decode_progress(slot.progress.load(Relaxed));
         let remote = slot.flags.load(Relaxed) & FLAG_REMOTE != 0;
         Some(RegistrationStatus {
             slot: index,
@@ -327,8 +327,8 @@ impl Table {
             },
             ended_reason,
             heartbeats: slot.beats.load(Relaxed),
-            busy: progress & BUSY != 0,
-            progress_steps: (progress & !(STALL_MARK | BUSY_PERIOD)) >> 1,
+            busy: progress.busy,
+            progress_steps: progress.steps,
             last_progress_age_seconds: inner
                 .progress_seen(index)
                 .map(|seen| seen.load(Relaxed))

@@ -514,10 +514,8 @@ fn wait_until_ready(name: &str, file: &File) -> Result<u64> {
         let header_read = size >= HEADER_SIZE as u64 && file.read_exact_at(&mut bytes, 0).is_ok();
         let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
         let magic = word(0);
-        if header_read && magic != 0 && magic != MAGIC {
-            return Err(corrupt(format!(
-                "not a livereg table: magic {magic:#018x}, expected {MAGIC:#018x}"
-            )));
+        if header_read && magic != 0 {
+            check_magic(name, magic)?;
         }
         let at = std::mem::offset_of!(Header, ready);
         let ready = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
@@ -540,18 +538,23 @@ fn wait_until_ready(name: &str, file: &File) -> Result<u64> {
     }
 }
 
+/// Whether the first word is livereg's magic.
+fn check_magic(name: &str, magic: u64) -> Result<()> {
+    if magic == MAGIC {
+        return Ok(());
+    }
+    Err(Error::Corrupt(format!(
+        "table '{name}': not a livereg table: magic {magic:#018x}, expected {MAGIC:#018x}"
+    )))
+}
+
 /// Checks a ready header against the object's size; returns the capacity,
 /// the layout's minor version and how its registrants stamp heartbeats.
 fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32, Stamps)> {
     let incompatible =
         |detail: String| Err(Error::Incompatible(format!("table '{name}': {detail}")));
     let corrupt = |detail: String| Err(Error::Corrupt(format!("table '{name}': {detail}")));
-    let magic = header.magic.load(Relaxed);
-    if magic != MAGIC {
-        return corrupt(format!(
-            "not a livereg table: magic {magic:#018x}, expected {MAGIC:#018x}"
-        ));
-    }
+    check_magic(name, header.magic.load(Relaxed))?;
     let major = header.version_major.load(Relaxed);
     if major != VERSION_MAJOR {
         let minor = header.version_minor.load(Relaxed);

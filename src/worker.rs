@@ -209,14 +209,7 @@ impl Worker {
 
     fn gone(&self, gone: Gone) -> Error {
         self.release_lock();
-        let reason = match gone {
-            Gone::Ended(reason) => reason,
-            Gone::Reused => None,
-        };
-        Error::Evicted {
-            instance_id: self.instance_id,
-            reason,
-        }
+        Error::from_gone(self.instance_id, gone)
     }
 
     /// The handle was inherited through `fork`: the registration is the

@@ -97,12 +97,7 @@ pub fn run(args: Args) -> Outcome {
     let etcd = Publishing::checked(&args.etcd)?;
     let token = args.token.token()?;
     for address in &args.listen {
-        let needs_token = match address {
-            Address::Unix(_) => false,
-            Address::Tcp(_) => true,
-            Address::Tls(_) => args.tls_client_ca.is_none(),
-        };
-        if needs_token && token.is_none() {
+        if address.needs_token(args.tls_client_ca.is_some()) && token.is_none() {
             return Err(format!(
                 "--listen {address}: a network listener needs a token: --token-file FILE or LIVEREG_TOKEN{}",
                 if matches!(address, Address::Tls(_)) { " (or client certificates: --tls-client-ca)" } else { "" }

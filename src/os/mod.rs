@@ -3,6 +3,7 @@
 pub(crate) mod epoll;
 pub(crate) mod eventfd;
 pub(crate) mod futex;
+pub(crate) mod hostname;
 pub(crate) mod inotify;
 pub(crate) mod lock;
 pub(crate) mod pidfd;

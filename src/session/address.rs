@@ -24,6 +24,18 @@ const TCP: &str = "tcp://";
 const TLS: &str = "tls://";
 
 impl Address {
+    /// Whether a listener at this address must be given a token: a
+    /// network listener must, unless it is `tls://` and checks client
+    /// certificates (`client_certificates`); a `unix:` socket is guarded by
+    /// its file mode.
+    pub fn needs_token(&self, client_certificates: bool) -> bool {
+        match self {
+            Address::Unix(_) => false,
+            Address::Tcp(_) => true,
+            Address::Tls(_) => !client_certificates,
+        }
+    }
+
     /// Whether `name` is a session address rather than a table name.
     pub fn is_address(name: &str) -> bool {
         name.starts_with(UNIX) || name.starts_with(TCP) || name.starts_with(TLS)

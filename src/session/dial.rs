@@ -6,9 +6,11 @@
 use super::address::Address;
 use super::stream::{send, Inbox, Received, Stream};
 use super::tls::{self, TlsClient};
-use super::wire::{Frame, Reclaim, OLDEST_SERVED, VERSION};
+use super::wire::{Frame, Reclaim, HOST_MAX, OLDEST_SERVED, VERSION};
 use crate::clock::{deadline_after, time_left};
 use crate::error::{Error, Result};
+use crate::os::hostname::hostname;
+use crate::text::prefix_within;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -106,7 +108,7 @@ impl Hello {
             pid: std::process::id(),
             token: self.token.clone(),
             label: self.label.clone(),
-            host: host_name(),
+            host: prefix_within(&hostname(), HOST_MAX).to_owned(),
             reclaim,
         };
         send(&mut stream, &frame).map_err(|e| match e.kind() {
@@ -307,17 +309,6 @@ fn dial_tcp(endpoint: &str, timeout: Duration) -> std::io::Result<TcpStream> {
             "the host resolves to no address",
         )
     }))
-}
-
-/// This host's name, as the client reports it.
-fn host_name() -> String {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let name = name.trim();
-    let mut end = name.len().min(super::wire::HOST_MAX);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    name[..end].to_owned()
 }
 
 /// Asks the listener at `address` for a clear (or, with `reset`, a reset)

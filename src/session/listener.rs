@@ -3,7 +3,7 @@
 
 use super::address::Address;
 use super::held::Held;
-use super::penalties::{Penalties, Source};
+use super::penalties::Source;
 use super::refusals::SessionRefusals;
 use super::served::{Connection, Gate, Next};
 use super::stream::Stream;
@@ -144,12 +144,7 @@ impl Listener {
             .tls
             .as_ref()
             .is_some_and(|tls| tls.client_ca.is_some());
-        let needs_token = match &address {
-            Address::Unix(_) => false,
-            Address::Tcp(_) => true,
-            Address::Tls(_) => !client_certificates,
-        };
-        if needs_token && config.token.is_none() {
+        if address.needs_token(client_certificates) && config.token.is_none() {
             return Err(Error::InvalidArgument(format!(
                 "listener {address}: a network listener needs a token (--token-file or LIVEREG_TOKEN; on tls://, client certificates may replace it), expected one, found none"
             )));
@@ -177,17 +172,19 @@ impl Listener {
         epoll.add_level(&*stop, STOP).map_err(io)?;
         epoll.add_level(&acceptor, ACCEPT).map_err(io)?;
         let mut listen_loop = ListenLoop {
-            table,
-            held,
-            refusals,
-            token: config.token,
+            gate: Gate {
+                table,
+                held,
+                refusals,
+                token: config.token,
+                penalties: RefCell::default(),
+            },
             acceptor,
             epoll,
             connections: Vec::new(),
             greeting: VecDeque::new(),
             next_serial: 0,
             unread: Vec::new(),
-            penalties: RefCell::default(),
             accept_paused: None,
             last_pause: Duration::ZERO,
             info_sequence: None,
@@ -364,11 +361,8 @@ fn remove_stale_socket(address: &Address, path: &std::path::Path) -> Result<()> 
 
 /// The listener thread's state.
 struct ListenLoop {
-    table: Table,
-    held: Arc<Held>,
-    /// Refused handshakes, by the code the client was told.
-    refusals: SessionRefusals,
-    token: Option<Vec<u8>>,
+    /// The table, the sessions held, the token, refusals and penalties.
+    gate: Gate,
     acceptor: Acceptor,
     epoll: Epoll,
     /// Connections by key - [`FIRST_CONNECTION`]; `None`: a free entry.
@@ -381,8 +375,6 @@ struct ListenLoop {
     /// Connections whose last read stopped at its budget: read again next
     /// turn (no edge wakes the listener for what they still hold).
     unread: Vec<usize>,
-    /// Failed handshakes by source.
-    penalties: RefCell<Penalties>,
     /// While accepting is paused: until when, and why.
     accept_paused: Option<(Instant, Paused)>,
     /// The length of the last pause, doubled by the next one while
@@ -399,7 +391,7 @@ struct ListenLoop {
 
 impl ListenLoop {
     fn run(&mut self) {
-        let tick = (self.table.reap_timeout() / 16)
+        let tick = (self.gate.table.reap_timeout() / 16)
             .clamp(Duration::from_millis(5), Duration::from_millis(250));
         let mut next_tick = Instant::now() + tick;
         loop {
@@ -420,7 +412,7 @@ impl ListenLoop {
                     limited_log!(
                         log::Level::Error,
                         "table '{}': the listener's epoll failed: {e}",
-                        self.table.name()
+                        self.gate.table.name()
                     );
                     std::thread::sleep(tick);
                     Vec::new()
@@ -459,7 +451,7 @@ impl ListenLoop {
             }
             if self.unread.is_empty() {
                 // Everything its clients sent before `resumed_ns` is applied.
-                self.held.caught_up(resumed_ns);
+                self.gate.held.caught_up(resumed_ns);
             }
             if beats_only && !self.urgent {
                 std::thread::sleep(GATHER);
@@ -489,7 +481,7 @@ impl ListenLoop {
                     limited_log!(
                         log::Level::Warn,
                         "table '{}': cannot accept a session: {e}",
-                        self.table.name()
+                        self.gate.table.name()
                     );
                     return;
                 }
@@ -508,7 +500,7 @@ impl ListenLoop {
         limited_log!(
             log::Level::Warn,
             "table '{}': cannot accept a session: {error}; accepting paused for {pause:?} ({} connections open)",
-            self.table.name(),
+            self.gate.table.name(),
             self.connections.iter().flatten().count()
         );
     }
@@ -617,18 +609,12 @@ impl ListenLoop {
     }
 
     fn on_readable(&mut self, entry: usize) {
-        let gate = Gate {
-            table: &self.table,
-            held: &self.held,
-            refusals: &self.refusals,
-            token: self.token.as_deref(),
-            penalties: &self.penalties,
-        };
+        let gate = &self.gate;
         let Some(Some(served)) = self.connections.get_mut(entry) else {
             return;
         };
         self.urgent |= served.holding.is_none();
-        match served.on_readable(&gate) {
+        match served.on_readable(gate) {
             Next::Close(end) => {
                 self.urgent = true;
                 self.close(entry, end);
@@ -652,7 +638,7 @@ impl ListenLoop {
                 continue;
             };
             let waiting = served.is_waiting();
-            match served.settle(&self.table) {
+            match served.settle(&self.gate.table) {
                 Next::Close(end) => {
                     settled |= waiting;
                     self.close(entry, end);
@@ -674,7 +660,7 @@ impl ListenLoop {
         };
         if let Some(holding) = served.holding {
             if let Some(reason) = end {
-                let slot = self.table.memory.slot(holding.index);
+                let slot = self.gate.table.memory.slot(holding.index);
                 if protocol::end(slot, holding.generation, reason).is_ok() {
                     limited_log!(
                         log::Level::Debug,
@@ -683,18 +669,18 @@ impl ListenLoop {
                     );
                 }
             }
-            self.held.let_go(holding.index, holding.generation);
-            if let Ok(records) = self.held.records(&self.table) {
+            self.gate.held.let_go(holding.index, holding.generation);
+            if let Ok(records) = self.gate.held.records(&self.gate.table) {
                 records.set_holder(holding.index, holding.generation, 0);
             }
-            self.table.memory.wake_reaper();
+            self.gate.table.memory.wake_reaper();
         }
         // Dropping the stream closes it and takes it out of the epoll set.
     }
 
     /// The info area's sequence now (odd while a writer is in it).
     fn current_info_sequence(&self) -> Option<u64> {
-        self.table
+        self.gate.table
             .memory
             .info_area()
             .map(|area| area.sequence.load(Acquire))
@@ -705,12 +691,12 @@ impl ListenLoop {
     /// stopped or starved, its host frozen), from whose end sessions'
     /// silence counts.
     fn note_running(&mut self) -> u64 {
-        let threshold = absence_threshold(self.table.reap_timeout());
-        let now_ns = self.table.clock.now_ns();
-        if let Some(gap) = self.held.listener_ran(now_ns, threshold) {
+        let threshold = absence_threshold(self.gate.table.reap_timeout());
+        let now_ns = self.gate.table.clock.now_ns();
+        if let Some(gap) = self.gate.held.listener_ran(now_ns, threshold) {
             log::warn!(
                 "table '{}': the listener did not run for {:.3}s (its process stopped or starved, or its host paused): sessions' silence counts from now",
-                self.table.name(),
+                self.gate.table.name(),
                 gap.as_secs_f64()
             );
         }
@@ -729,7 +715,7 @@ impl ListenLoop {
         if info_changed {
             self.info_sequence = sequence;
         }
-        let heard_every = heard_interval(self.table.reap_timeout());
+        let heard_every = heard_interval(self.gate.table.reap_timeout());
         for entry in 0..self.connections.len() {
             let Some(served) = self.connections[entry].as_mut() else {
                 continue;
@@ -746,22 +732,16 @@ impl ListenLoop {
                     Next::KeepOpen
                 }
             } else {
-                let gate = Gate {
-                    table: &self.table,
-                    held: &self.held,
-                    refusals: &self.refusals,
-                    token: self.token.as_deref(),
-                    penalties: &self.penalties,
-                };
+                let gate = &self.gate;
                 let mut next = Next::KeepOpen;
-                if served.seems_unheard(&gate) {
-                    next = served.on_readable(&gate);
+                if served.seems_unheard(gate) {
+                    next = served.on_readable(gate);
                 }
                 if next == Next::KeepOpen {
-                    next = served.check_ended(&gate);
+                    next = served.check_ended(gate);
                 }
                 if next == Next::KeepOpen && info_changed {
-                    next = served.send_info(&self.table);
+                    next = served.send_info(&self.gate.table);
                 }
                 if next == Next::KeepOpen {
                     next = served.keep_told(heard_every);

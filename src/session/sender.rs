@@ -11,7 +11,7 @@ use crate::absence::absence_threshold;
 use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::error::Error;
 use crate::event::Reason;
-use crate::layout::{Slot, BUSY, BUSY_PERIOD, STALL_MARK};
+use crate::layout::Slot;
 use crate::os::{eventfd, socket};
 use crate::protocol::{self, Beat};
 use crate::sync::Ordering::{Acquire, Relaxed};
@@ -282,9 +282,8 @@ impl Sender {
     fn forward(&mut self) -> std::io::Result<()> {
         let slot = self.slot();
         let heartbeats = slot.beats.load(Relaxed);
-        let word = slot.progress.load(Relaxed);
-        let busy = word & BUSY != 0;
-        let steps = (word & !(STALL_MARK | BUSY_PERIOD)) >> 1;
+        let protocol::Progress { busy, steps } =
+            protocol::decode_progress(slot.progress.load(Relaxed));
         let since_ping_us = match protocol::decode_beat(slot.beat.load(Acquire)) {
             Beat::At(stamp) => {
                 let stamps = self.table.memory.stamps;

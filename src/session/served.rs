@@ -8,7 +8,8 @@ use super::refusals::SessionRefusals;
 use super::stream::{send, Inbox, Received, Stream};
 use super::timing::unheard_allowance;
 use super::wire::{
-    is_served, Frame, Reclaim, ANSWER_MAX, HEARD_SINCE, HOST_MAX, OLDEST_SERVED, VERSION,
+    is_served, Frame, Reclaim, ANSWER_MAX, HEARD_SINCE, HOST_MAX, MESSAGE_MAX, OLDEST_SERVED,
+    VERSION,
 };
 use crate::error::{Error, Result};
 use crate::event::Reason;
@@ -20,17 +21,20 @@ use crate::records::Record;
 use crate::requests::Ticket;
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
+use crate::text::prefix_within;
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// What the listener checks a greeting against.
-pub(crate) struct Gate<'a> {
-    pub table: &'a Table,
-    pub held: &'a Held,
-    pub refusals: &'a SessionRefusals,
-    pub token: Option<&'a [u8]>,
+/// What the listener checks a greeting against, and where what it admits
+/// goes.
+pub(crate) struct Gate {
+    pub table: Table,
+    pub held: Arc<Held>,
+    pub refusals: SessionRefusals,
+    pub token: Option<Vec<u8>>,
     /// Failed handshakes by source: a source that failed often waits.
-    pub penalties: &'a RefCell<Penalties>,
+    pub penalties: RefCell<Penalties>,
 }
 
 /// A connection, greeting or holding.
@@ -118,7 +122,7 @@ impl Connection {
     }
 
     /// Reads what the client sent and acts on each frame.
-    pub(crate) fn on_readable(&mut self, gate: &Gate<'_>) -> Next {
+    pub(crate) fn on_readable(&mut self, gate: &Gate) -> Next {
         let (frames, closed) = match self.inbox.receive(&mut self.stream) {
             Ok(Received::Frames(frames)) => (frames, false),
             Ok(Received::Closed(frames)) => (frames, true),
@@ -191,7 +195,7 @@ impl Connection {
 
     /// The handshake: checks the version and the token, then registers or
     /// reclaims, answering `Welcome` or `Refused`.
-    fn greet(&mut self, gate: &Gate<'_>, hello: Frame) -> Next {
+    fn greet(&mut self, gate: &Gate, hello: Frame) -> Next {
         let Frame::Hello {
             version,
             instance_id,
@@ -205,7 +209,7 @@ impl Connection {
             return Next::Close(None);
         };
         if let Err(refusal) = admit(gate, self.source, version, &token) {
-            return self.refuse(gate.refusals, &refusal);
+            return self.refuse(&gate.refusals, &refusal);
         }
         let outcome = match reclaim {
             Some(reclaim) => self.reclaim(gate, instance_id, reclaim),
@@ -216,7 +220,7 @@ impl Connection {
                 let (slot, generation) = (holding.index, holding.generation);
                 self.holding = Some(holding);
                 // The info first: a client that reads its welcome has it.
-                if self.send_info(gate.table) != Next::KeepOpen {
+                if self.send_info(&gate.table) != Next::KeepOpen {
                     return Next::Close(Some(Reason::Disconnected));
                 }
                 self.version = version;
@@ -239,13 +243,13 @@ impl Connection {
             // first, as after a pause) or the table's registration lock is
             // taken; the client tries again. Not counted as a refusal.
             Err(refusal @ Error::Busy(_)) => self.tell_refused(&refusal),
-            Err(refusal) => self.refuse(gate.refusals, &refusal),
+            Err(refusal) => self.refuse(&gate.refusals, &refusal),
         }
     }
 
     /// Answers a question with the table's status (the registrations of
     /// `instance_id` only), then closes.
-    fn answer(&mut self, gate: &Gate<'_>, version: u16, token: &[u8], instance_id: u64) -> Next {
+    fn answer(&mut self, gate: &Gate, version: u16, token: &[u8], instance_id: u64) -> Next {
         let json = admit(gate, self.source, version, token)
             .and_then(|()| gate.table.status())
             .and_then(|mut status| {
@@ -263,13 +267,13 @@ impl Connection {
                 Next::Close(None)
             }
             Ok(json) => self.refuse(
-                gate.refusals,
+                &gate.refusals,
                 &Error::InvalidArgument(format!(
                     "the status is {} bytes, over the {ANSWER_MAX} an answer holds",
                     json.len()
                 )),
             ),
-            Err(refusal) => self.refuse(gate.refusals, &refusal),
+            Err(refusal) => self.refuse(&gate.refusals, &refusal),
         }
     }
 
@@ -277,7 +281,7 @@ impl Connection {
     /// listener answers once it is carried out ([`Connection::settle`]).
     fn clear(
         &mut self,
-        gate: &Gate<'_>,
+        gate: &Gate,
         version: u16,
         token: &[u8],
         reset: bool,
@@ -294,7 +298,7 @@ impl Connection {
                 });
                 Next::KeepOpen
             }
-            Err(refusal) => self.refuse(gate.refusals, &refusal),
+            Err(refusal) => self.refuse(&gate.refusals, &refusal),
         }
     }
 
@@ -341,7 +345,7 @@ impl Connection {
                 self.peer
             );
         }
-        let message: String = refusal.to_string().chars().take(512).collect();
+        let message = prefix_within(&refusal.to_string(), MESSAGE_MAX).to_owned();
         let _ = send(
             &mut self.stream,
             &Frame::Refused {
@@ -354,13 +358,13 @@ impl Connection {
 
     fn register(
         &mut self,
-        gate: &Gate<'_>,
+        gate: &Gate,
         instance_id: u64,
         pid: u32,
         label: &str,
         host: &str,
     ) -> Result<(Holding, u64)> {
-        let table = gate.table;
+        let table = &gate.table;
         crate::registration::check_label(label)?;
         if gate.held.count() >= table.capacity() as usize {
             return Err(Error::Full(format!(
@@ -375,7 +379,7 @@ impl Connection {
             .map_err(|e| Error::os(table.name(), "open the sessions' records", e))?;
         let secret = crate::os::socket::random_u64()
             .map_err(|e| Error::os(table.name(), "draw a session secret", e))?;
-        let label = shortened(printable(label), LABEL_MAX);
+        let label = prefix_within(&printable(label), LABEL_MAX).to_owned();
         let crate::registration::Placed { index, generation } = table
             .registration(instance_id)
             .label(&label)
@@ -386,7 +390,7 @@ impl Connection {
             instance_id,
             secret,
             peer: self.peer.clone(),
-            host: shortened(printable(host), HOST_MAX),
+            host: prefix_within(&printable(host), HOST_MAX).to_owned(),
             holder: table.memory.header().boot_token.load(Acquire),
         };
         if let Err(e) = records.write(index, &record) {
@@ -404,11 +408,11 @@ impl Connection {
     /// broke (a restart, a cut), proven by the secret of its `Welcome`.
     fn reclaim(
         &mut self,
-        gate: &Gate<'_>,
+        gate: &Gate,
         instance_id: u64,
         claim: Reclaim,
     ) -> Result<(Holding, u64)> {
-        let table = gate.table;
+        let table = &gate.table;
         // Whatever is wrong with a reclaim, the client hears its
         // registration is over, and may register again.
         let gone = || Error::Evicted {
@@ -435,25 +439,14 @@ impl Connection {
         if !proven {
             return Err(gone());
         }
-        if !live {
+        match (live, protocol::still_live(slot, claim.generation)) {
             // Ended while its client was away: the client hears why.
-            return Err(match protocol::still_live(slot, claim.generation) {
-                Err(Gone::Ended(Some(reason))) => Error::Evicted {
-                    instance_id,
-                    reason: Some(reason),
-                },
-                _ => gone(),
-            });
-        }
-        if let Err(gone_now) = protocol::still_live(slot, claim.generation) {
-            let reason = match gone_now {
-                Gone::Ended(reason) => reason,
-                Gone::Reused => None,
-            };
-            return Err(Error::Evicted {
-                instance_id,
-                reason,
-            });
+            (_, Err(ended @ Gone::Ended(Some(_)))) => {
+                return Err(Error::from_gone(instance_id, ended))
+            }
+            (false, _) => return Err(gone()),
+            (true, Err(gone_now)) => return Err(Error::from_gone(instance_id, gone_now)),
+            (true, Ok(())) => {}
         }
         let Some(heard) =
             gate.held
@@ -478,13 +471,13 @@ impl Connection {
     /// lives, its engine loop hung).
     fn beat(
         &mut self,
-        gate: &Gate<'_>,
+        gate: &Gate,
         heartbeats: u64,
         since_ping_us: u64,
         busy: bool,
         steps: u64,
     ) -> Next {
-        let table = gate.table;
+        let table = &gate.table;
         let Some(holding) = self.holding.as_mut() else {
             return Next::Close(None);
         };
@@ -538,8 +531,8 @@ impl Connection {
 
     /// Whether its client has gone unheard for the reap timeout and the
     /// [`unheard_allowance`] by what the listener has read so far.
-    pub(crate) fn seems_unheard(&self, gate: &Gate<'_>) -> bool {
-        let table = gate.table;
+    pub(crate) fn seems_unheard(&self, gate: &Gate) -> bool {
+        let table = &gate.table;
         self.holding.as_ref().is_some_and(|holding| {
             let heard = gate.held.absence().silent_since(holding.heard.last());
             let unheard_ns = table.clock.now_ns().saturating_sub(heard);
@@ -566,8 +559,8 @@ impl Connection {
     /// the client why and closes; if its client has gone unheard for the
     /// reap timeout and the [`unheard_allowance`] (stopped, or its sender
     /// hung), ends it `timeout` first.
-    pub(crate) fn check_ended(&mut self, gate: &Gate<'_>) -> Next {
-        let table = gate.table;
+    pub(crate) fn check_ended(&mut self, gate: &Gate) -> Next {
+        let table = &gate.table;
         let Some(holding) = &self.holding else {
             return Next::KeepOpen;
         };
@@ -616,7 +609,7 @@ impl Connection {
 
 /// Whether a client may speak: its source not waiting after failed
 /// handshakes, its protocol version, its token.
-fn admit(gate: &Gate<'_>, source: Source, version: u16, token: &[u8]) -> Result<()> {
+fn admit(gate: &Gate, source: Source, version: u16, token: &[u8]) -> Result<()> {
     let now = Instant::now();
     if let Some(wait) = gate.penalties.borrow().wait(source, now) {
         return Err(Error::Busy(format!(
@@ -632,6 +625,7 @@ fn admit(gate: &Gate<'_>, source: Source, version: u16, token: &[u8]) -> Result<
     }
     if gate
         .token
+        .as_deref()
         .is_some_and(|expected| !same_secret(expected, token))
     {
         gate.penalties.borrow_mut().failed(source, now);
@@ -640,16 +634,6 @@ fn admit(gate: &Gate<'_>, source: Source, version: u16, token: &[u8]) -> Result<
         ));
     }
     Ok(())
-}
-
-/// `text` cut at a character boundary to at most `max` bytes.
-fn shortened(mut text: String, max: usize) -> String {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-    text
 }
 
 impl Holding {

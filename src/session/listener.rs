@@ -7,7 +7,7 @@ use super::penalties::Source;
 use super::refusals::SessionRefusals;
 use super::served::{Connection, Gate, Next};
 use super::stream::Stream;
-use super::timing::heard_interval;
+use super::timing::{heard_interval, listener_tick};
 use super::tls::{self, TlsServer};
 use crate::absence::absence_threshold;
 use crate::error::{Error, Result};
@@ -391,8 +391,7 @@ struct ListenLoop {
 
 impl ListenLoop {
     fn run(&mut self) {
-        let tick = (self.gate.table.reap_timeout() / 16)
-            .clamp(Duration::from_millis(5), Duration::from_millis(250));
+        let tick = listener_tick(self.gate.table.reap_timeout());
         let mut next_tick = Instant::now() + tick;
         loop {
             self.note_running();
@@ -680,7 +679,8 @@ impl ListenLoop {
 
     /// The info area's sequence now (odd while a writer is in it).
     fn current_info_sequence(&self) -> Option<u64> {
-        self.gate.table
+        self.gate
+            .table
             .memory
             .info_area()
             .map(|area| area.sequence.load(Acquire))

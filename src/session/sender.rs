@@ -5,7 +5,7 @@
 
 use super::dial::{Dialed, Hello};
 use super::stream::{send, Received};
-use super::timing::forward_interval;
+use super::timing::{forward_interval, SILENT_TIMEOUTS_MAX};
 use super::wire::{Frame, HEARD_SINCE};
 use crate::absence::absence_threshold;
 use crate::clock::{Stamps, STAMP_LAG_TICKS};
@@ -28,13 +28,6 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(10);
 
 /// How long a deregistration waits for the sender to say goodbye.
 const BYE_WAIT: Duration = Duration::from_secs(2);
-
-/// How many reap timeouts a client goes without hearing its listener
-/// before it gives its registration up (`disconnected`): from the first
-/// `T` of silence on, it tries to reclaim over a new connection while
-/// keeping the old one, which may come back (a listener stopped and
-/// resumed reads what waited) until then.
-const SILENT_TIMEOUTS_MAX: u32 = 3;
 
 /// What the worker handle and its sender thread share.
 struct Shared {

@@ -406,12 +406,7 @@ impl Connection {
 
     /// Takes back a registration this client held before its connection
     /// broke (a restart, a cut), proven by the secret of its `Welcome`.
-    fn reclaim(
-        &mut self,
-        gate: &Gate,
-        instance_id: u64,
-        claim: Reclaim,
-    ) -> Result<(Holding, u64)> {
+    fn reclaim(&mut self, gate: &Gate, instance_id: u64, claim: Reclaim) -> Result<(Holding, u64)> {
         let table = &gate.table;
         // Whatever is wrong with a reclaim, the client hears its
         // registration is over, and may register again.

@@ -6,7 +6,7 @@
 use super::held::Held;
 use super::listener::{ListenConfig, Listener};
 use super::refusals::SessionRefusals;
-use super::timing::unheard_allowance;
+use super::timing::{listener_stale_after, unheard_allowance, STALE_SCANS_MAX};
 use crate::absence::Absence;
 use crate::clock::duration_ns;
 use crate::error::Result;
@@ -97,7 +97,7 @@ impl Sessions {
     /// wait in the sockets until the listener reads them); else (or when
     /// no listener has run for two scans) `now_ns`.
     pub(crate) fn progress_known_until(&self, index: u32, generation: u32, now_ns: u64) -> u64 {
-        let listeners_run = self.stale_scans.load(Relaxed) < 2;
+        let listeners_run = self.stale_scans.load(Relaxed) < STALE_SCANS_MAX;
         match self.held.heard(index, generation) {
             Some(_) if listeners_run => self.held.applied_until(now_ns),
             _ => now_ns,
@@ -122,9 +122,9 @@ impl Sessions {
 
     /// At the start of each scan: whether the listeners run.
     pub(crate) fn scan_started(&self, now_ns: u64) {
-        let timeout_ns = duration_ns(self.table.reap_timeout());
+        let stale_ns = duration_ns(listener_stale_after(self.table.reap_timeout()));
         let quiet_ns = now_ns.saturating_sub(self.held.listener_last_ran());
-        if self.held.count() > 0 && quiet_ns > (timeout_ns / 2).max(500_000_000) {
+        if self.held.count() > 0 && quiet_ns > stale_ns {
             self.stale_scans.fetch_add(1, Relaxed);
         } else {
             self.stale_scans.store(0, Relaxed);
@@ -153,7 +153,7 @@ impl Sessions {
     ) -> Judged {
         let allowance = duration_ns(unheard_allowance(self.table.reap_timeout()));
         let absence = self.held.absence();
-        let listeners_run = self.stale_scans.load(Relaxed) < 2;
+        let listeners_run = self.stale_scans.load(Relaxed) < STALE_SCANS_MAX;
         let timed = slot.timed_reason == Reason::Timeout;
         let (since_ns, budget_ns, reason) = match self.held.heard(index, generation) {
             Some(_) if timed && listeners_run => (now_ns, slot.budget_ns, slot.timed_reason),

@@ -85,6 +85,9 @@ macro_rules! frame_kinds {
         }
 
         impl Kind {
+            /// Every type's code, in the list's order.
+            const CODES: &'static [u8] = &[$($code),*];
+
             /// The type a code on the wire names, if any.
             fn from_code(code: u8) -> Option<Kind> {
                 match code {
@@ -100,6 +103,27 @@ macro_rules! frame_kinds {
             }
         }
     };
+}
+
+impl Kind {
+    /// The codes of [`Kind::CODES`] as runs: "1 to 5 or 129 to 135".
+    fn codes_text() -> String {
+        let mut runs: Vec<(u8, u8)> = Vec::new();
+        for &code in Kind::CODES {
+            match runs.last_mut() {
+                Some((_, last)) if last.checked_add(1) == Some(code) => *last = code,
+                _ => runs.push((code, code)),
+            }
+        }
+        let runs: Vec<String> = runs
+            .iter()
+            .map(|&(first, last)| match first == last {
+                true => format!("{first}"),
+                false => format!("{first} to {last}"),
+            })
+            .collect();
+        runs.join(" or ")
+    }
 }
 
 frame_kinds! {
@@ -225,7 +249,7 @@ pub enum WireError {
     #[error("frame length: expected 1 to {MAX_FRAME} bytes, found {0}")]
     Length(u32),
     /// A type no side sends.
-    #[error("frame type: expected 1 to 5 or 129 to 135, found {0}")]
+    #[error("frame type: expected {expected}, found {0}", expected = Kind::codes_text())]
     Type(u8),
     /// The payload does not match its type's layout.
     #[error("{frame} frame: expected {expected}, found {found}")]

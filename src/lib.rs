@@ -62,8 +62,6 @@ mod fork;
 #[cfg(not(loom))]
 mod handlers;
 #[cfg(not(loom))]
-mod limited_log;
-#[cfg(not(loom))]
 mod location;
 #[cfg(not(loom))]
 mod metrics;
@@ -73,8 +71,6 @@ mod openmetrics;
 mod os;
 #[cfg(not(loom))]
 mod reaper;
-#[cfg(not(loom))]
-mod records;
 #[cfg(not(loom))]
 mod registration;
 #[cfg(not(loom))]

@@ -5,7 +5,7 @@ use crate::event::Reason;
 
 use crate::layout::{FLAG_PIDFD, FLAG_REMOTE, SCANS_PER_TIMEOUT};
 use crate::protocol::{self, Beat, LIVE};
-use crate::records::{Record, Records};
+use crate::session::{Record, Records};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
 use serde::{Deserialize, Serialize};

@@ -198,10 +198,6 @@ pub(crate) struct TableMemory {
     /// role, with the fork epoch it was opened in: kept for the next attempt
     /// (see `table_locks.rs`).
     pub(crate) reaper_candidate: Mutex<Option<(LockDescriptor, u64)>>,
-    /// What a heap table keeps where a mapped one has its sessions file
-    /// beside it (`records.rs`): with the memory, so every reaper of the
-    /// table in this process reads what an earlier one wrote.
-    pub(crate) heap_side_file: Mutex<Vec<u8>>,
 }
 
 enum Backing {
@@ -328,7 +324,6 @@ impl Table {
             backing,
             registrations: Mutex::new(()),
             reaper_candidate: Mutex::new(None),
-            heap_side_file: Mutex::new(Vec::new()),
         };
         Table {
             memory: Arc::new(memory),

@@ -10,9 +10,9 @@ use crate::exit_watch::ExitWatcher;
 use crate::handlers::{
     ClearHandler, DropHandler, HandlerError, Handlers, Running, HANDLER_DEADLINE,
 };
-use crate::session::listener::{ListenConfig, DEFAULT_SOCKET_MODE};
 use crate::session::Sessions;
 use crate::session::{Address, TlsServer};
+use crate::session::{ListenConfig, DEFAULT_SOCKET_MODE};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::table::Table;
 use crate::wake::WakeFd;

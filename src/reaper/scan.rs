@@ -11,9 +11,9 @@ use crate::event::{DropEvent, Reason};
 use crate::exit_watch::ExitWatcher;
 use crate::handlers::{HandlerPool, Job};
 use crate::layout::{Slot, FLAG_REMOTE};
-use crate::limited_log::limited_log;
 use crate::metrics;
 use crate::protocol::{self, Beat, CLAIMING, FREE, LIVE};
+use crate::session::limited_log;
 use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use std::time::Duration;
 

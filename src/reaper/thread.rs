@@ -4,8 +4,8 @@
 use crate::error::Result;
 use crate::fork;
 use crate::reaper::{Reaper, ReaperBuilder};
-use crate::session::listener::ListenConfig;
 use crate::session::Address;
+use crate::session::ListenConfig;
 use crate::session::Sessions;
 use crate::table::Table;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,27 +2,31 @@
 //! `/dev/shm`, IPC or PID namespace with the reaper) register through a
 //! reaper's listener over a socket, and the socket's closing is their death
 //! signal.
+//!
+//! Two sides and what they share: `client/` (connect, the handshake as a
+//! client makes it, the sender thread that forwards a worker's beats),
+//! `server/` (the reaper's listeners, each connection served, the sessions
+//! held, their records), and between them the address, the frames
+//! (`wire`), a socket with its framing (`stream`), TLS and the schedules
+//! (`timing`). The reaper and the rest of the crate name only what this
+//! module re-exports.
 
 mod address;
 mod client;
-mod dial;
-mod held;
-pub(crate) mod listener;
-mod penalties;
-mod printable;
-mod refusals;
-mod sender;
-mod served;
-mod sessions;
+mod server;
 mod stream;
-pub(crate) mod timing;
+mod timing;
 mod tls;
+#[doc(hidden)]
 pub mod wire;
 
 pub use address::Address;
 pub use client::{
     connect, remote_clear, remote_reset, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT,
 };
-pub use refusals::SessionRefusals;
-pub(crate) use sessions::{Sessions, SlotSilence};
+pub use server::SessionRefusals;
+pub(crate) use server::{limited_log, LogLimiter};
+pub(crate) use server::{
+    ListenConfig, Record, Records, Sessions, SlotSilence, DEFAULT_SOCKET_MODE,
+};
 pub use tls::{TlsClient, TlsServer, TLS_BUILT_IN};

@@ -3,13 +3,13 @@
 //! thread when it reconnects, and by the one-frame exchanges (`remote_status`,
 //! `remote_clear`).
 
-use super::address::Address;
-use super::stream::{send, Inbox, Received, Stream};
-use super::tls::{self, TlsClient};
-use super::wire::{Frame, Reclaim, HOST_MAX, OLDEST_SERVED, VERSION};
 use crate::clock::{deadline_after, time_left};
 use crate::error::{Error, Result};
 use crate::os::hostname::hostname;
+use crate::session::address::Address;
+use crate::session::stream::{send, Inbox, Received, Stream};
+use crate::session::tls::{self, TlsClient};
+use crate::session::wire::{Frame, Reclaim, HOST_MAX, OLDEST_SERVED, VERSION};
 use crate::text::prefix_within;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -238,8 +238,11 @@ fn is_version_refusal(message: &str) -> bool {
 /// Whether a read failed because the bytes were not a frame (rather than
 /// TLS or the socket).
 pub(crate) fn is_frame_error(e: &std::io::Error) -> bool {
-    e.get_ref()
-        .is_some_and(|inner| inner.downcast_ref::<super::wire::WireError>().is_some())
+    e.get_ref().is_some_and(|inner| {
+        inner
+            .downcast_ref::<crate::session::wire::WireError>()
+            .is_some()
+    })
 }
 
 /// The TLS configuration a connection to `address` uses: required for

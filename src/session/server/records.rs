@@ -11,8 +11,8 @@ use crate::table::{Table, TableMemory};
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::{Arc, Weak};
 
 const RECORD_SIZE: usize = 128;
 const MAGIC: &[u8; 4] = b"LRSS";
@@ -85,14 +85,37 @@ fn get_text(field: &[u8]) -> String {
 /// The records of one table.
 pub(crate) enum Records {
     File(File),
-    Heap(Arc<TableMemory>),
+    Heap(HeapRecords),
+}
+
+/// What heap tables keep where a mapped one has its file beside it, by
+/// their memory: every reaper of such a table in this process reads what an
+/// earlier one wrote; forgotten with the memory.
+static HEAP_RECORDS: Mutex<Vec<(Weak<TableMemory>, HeapRecords)>> = Mutex::new(Vec::new());
+
+/// A heap table's records, as the bytes a file would hold.
+type HeapRecords = Arc<Mutex<Vec<u8>>>;
+
+/// The records of the heap table whose memory is `memory`.
+fn heap_records(memory: &Arc<TableMemory>) -> HeapRecords {
+    let mut all = lock(&HEAP_RECORDS);
+    all.retain(|(table, _)| table.strong_count() > 0);
+    if let Some((_, records)) = all
+        .iter()
+        .find(|(table, _)| std::ptr::eq(table.as_ptr(), Arc::as_ptr(memory)))
+    {
+        return records.clone();
+    }
+    let records = Arc::new(Mutex::new(Vec::new()));
+    all.push((Arc::downgrade(memory), records.clone()));
+    records
 }
 
 impl Records {
     /// The records of `table`, created if missing (for a listener).
     pub(crate) fn open(table: &Table) -> std::io::Result<Records> {
         let Some(path) = table.path() else {
-            return Ok(Records::Heap(table.memory.clone()));
+            return Ok(Records::Heap(heap_records(&table.memory)));
         };
         let file = OpenOptions::new()
             .read(true)
@@ -125,8 +148,8 @@ impl Records {
             Records::File(file) => {
                 file.write_all_at(&record.encode(), index as u64 * RECORD_SIZE as u64)
             }
-            Records::Heap(memory) => {
-                let mut bytes = lock(&memory.heap_side_file);
+            Records::Heap(records) => {
+                let mut bytes = lock(records);
                 let at = index as usize * RECORD_SIZE;
                 if bytes.len() < at + RECORD_SIZE {
                     bytes.resize(at + RECORD_SIZE, 0);
@@ -154,8 +177,8 @@ impl Records {
                     .ok()?;
                 Record::decode(&bytes)
             }
-            Records::Heap(memory) => {
-                let bytes = lock(&memory.heap_side_file);
+            Records::Heap(records) => {
+                let bytes = lock(records);
                 let at = index as usize * RECORD_SIZE;
                 Record::decode(bytes.get(at..at + RECORD_SIZE)?)
             }

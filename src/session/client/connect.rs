@@ -5,12 +5,12 @@
 //! what changed and hears the reaper's eviction notice, which it writes
 //! into that slot, so the next heartbeat returns `Evicted` with the reason.
 
-use super::address::Address;
 use super::dial::{exchange, request_clear, tls_for, unexpected, Hello};
 use super::sender::SessionLink;
-use super::tls::TlsClient;
-use super::wire::{Frame, VERSION};
 use crate::error::{Error, Result};
+use crate::session::address::Address;
+use crate::session::tls::TlsClient;
+use crate::session::wire::{Frame, VERSION};
 use crate::status::Status;
 use crate::table::{Table, TableOptions};
 use crate::worker::Worker;

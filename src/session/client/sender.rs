@@ -4,9 +4,6 @@
 //! and reconnects after a break.
 
 use super::dial::{Dialed, Hello};
-use super::stream::{send, Received};
-use super::timing::{forward_interval, SILENT_TIMEOUTS_MAX};
-use super::wire::{Frame, HEARD_SINCE};
 use crate::absence::absence_threshold;
 use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::error::Error;
@@ -14,6 +11,9 @@ use crate::event::Reason;
 use crate::layout::Slot;
 use crate::os::{eventfd, socket};
 use crate::protocol::{self, Beat};
+use crate::session::stream::{send, Received};
+use crate::session::timing::{forward_interval, SILENT_TIMEOUTS_MAX};
+use crate::session::wire::{Frame, HEARD_SINCE};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::Table;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -1,20 +1,20 @@
 //! A reaper's listener: one thread that accepts sessions on one address and
 //! serves every connection through one epoll set (no thread per session).
 
-use super::address::Address;
 use super::held::Held;
 use super::penalties::Source;
 use super::refusals::SessionRefusals;
 use super::served::{Connection, Gate, Next};
-use super::stream::Stream;
-use super::timing::{heard_interval, listener_tick};
-use super::tls::{self, TlsServer};
 use crate::absence::absence_threshold;
 use crate::error::{Error, Result};
 use crate::event::Reason;
-use crate::limited_log::limited_log;
 use crate::os::{epoll::Epoll, eventfd, socket};
 use crate::protocol;
+use crate::session::address::Address;
+use crate::session::server::limited_log::limited_log;
+use crate::session::stream::Stream;
+use crate::session::timing::{heard_interval, listener_tick};
+use crate::session::tls::{self, TlsServer};
 use crate::sync::Ordering::Acquire;
 use crate::table::Table;
 use std::cell::RefCell;
@@ -153,11 +153,11 @@ impl Listener {
         if config
             .token
             .as_ref()
-            .is_some_and(|t| t.len() > super::wire::TOKEN_MAX)
+            .is_some_and(|t| t.len() > crate::session::wire::TOKEN_MAX)
         {
             return Err(Error::InvalidArgument(format!(
                 "listener {address}: the token is over {} bytes",
-                super::wire::TOKEN_MAX
+                crate::session::wire::TOKEN_MAX
             )));
         }
         held.records(&table)

@@ -74,13 +74,13 @@ macro_rules! limited_log {
         }
     }};
     (per_second: $budget:expr, $level:expr, $($arg:tt)+) => {{
-        static LIMITER: $crate::limited_log::Limiter =
-            $crate::limited_log::Limiter::per_second($budget);
-        $crate::limited_log::limited_log!(@with LIMITER, $level, $($arg)+)
+        static LIMITER: $crate::session::LogLimiter =
+            $crate::session::LogLimiter::per_second($budget);
+        $crate::session::limited_log!(@with LIMITER, $level, $($arg)+)
     }};
     ($level:expr, $($arg:tt)+) => {{
-        static LIMITER: $crate::limited_log::Limiter = $crate::limited_log::Limiter::new();
-        $crate::limited_log::limited_log!(@with LIMITER, $level, $($arg)+)
+        static LIMITER: $crate::session::LogLimiter = $crate::session::LogLimiter::new();
+        $crate::session::limited_log!(@with LIMITER, $level, $($arg)+)
     }};
 }
 pub(crate) use limited_log;

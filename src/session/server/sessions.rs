@@ -6,11 +6,11 @@
 use super::held::Held;
 use super::listener::{ListenConfig, Listener};
 use super::refusals::SessionRefusals;
-use super::timing::{listener_stale_after, unheard_allowance, STALE_SCANS_MAX};
 use crate::absence::Absence;
 use crate::clock::duration_ns;
 use crate::error::Result;
 use crate::event::Reason;
+use crate::session::timing::{listener_stale_after, unheard_allowance, STALE_SCANS_MAX};
 use crate::table::Table;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -3,8 +3,8 @@
 //! are waiting for their client to come back, and time out
 //! `Disconnected`), and the records beside the table.
 
+use super::records::Records;
 use crate::absence::Absence;
-use crate::records::Records;
 use crate::table::Table;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -1,0 +1,12 @@
+//! The client side of a session: `connect` and the one-frame exchanges
+//! (`connect.rs`), reaching a listener and saying hello (`dial.rs`), and the
+//! sender thread that forwards a worker's beats and hears its listener
+//! (`sender.rs`).
+
+mod connect;
+mod dial;
+mod sender;
+
+pub use connect::{
+    connect, remote_clear, remote_reset, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT,
+};

@@ -1,0 +1,348 @@
+//! A connection's handshake: whether its client may speak (its source not
+//! held back, its version served, its token), then the registration made
+//! or taken back, or a question answered, a clear asked for; refusals are
+//! told and counted.
+
+use super::held::Heard;
+use super::penalties::Source;
+use super::printable::printable;
+use super::records::Record;
+use super::refusals::SessionRefusals;
+use super::served::{Connection, Gate, Holding, Next, Requested};
+use crate::error::{Error, Result};
+use crate::event::Reason;
+use crate::layout::FLAG_REMOTE;
+use crate::layout::LABEL_MAX;
+use crate::protocol::{self, Gone, LIVE};
+use crate::session::server::limited_log::limited_log;
+use crate::session::stream::send;
+use crate::session::wire::{
+    is_served, Frame, Reclaim, ANSWER_MAX, HOST_MAX, MESSAGE_MAX, OLDEST_SERVED, VERSION,
+};
+use crate::sync::Ordering::{Acquire, Relaxed};
+use crate::text::prefix_within;
+use std::time::{Duration, Instant};
+
+impl Connection {
+    /// The handshake: checks the version and the token, then registers or
+    /// reclaims, answering `Welcome` or `Refused`.
+    pub(super) fn greet(&mut self, gate: &Gate, hello: Frame) -> Next {
+        let Frame::Hello {
+            version,
+            instance_id,
+            pid,
+            token,
+            label,
+            host,
+            reclaim,
+        } = hello
+        else {
+            return Next::Close(None);
+        };
+        if let Err(refusal) = admit(gate, self.source, version, &token) {
+            return self.refuse(&gate.refusals, &refusal);
+        }
+        let outcome = match reclaim {
+            Some(reclaim) => self.reclaim(gate, instance_id, reclaim),
+            None => self.register(gate, instance_id, pid, &label, &host),
+        };
+        match outcome {
+            Ok((holding, secret)) => {
+                let (slot, generation) = (holding.index, holding.generation);
+                self.holding = Some(holding);
+                // The info first: a client that reads its welcome has it.
+                if self.send_info(&gate.table) != Next::KeepOpen {
+                    return Next::Close(Some(Reason::Disconnected));
+                }
+                self.version = version;
+                let welcome = Frame::Welcome {
+                    version,
+                    slot,
+                    generation,
+                    secret,
+                    reap_timeout_ms: gate.table.reap_timeout().as_millis() as u64,
+                    boot_token: gate.table.memory.header().boot_token.load(Acquire),
+                };
+                if send(&mut self.stream, &welcome).is_err() {
+                    return Next::Close(Some(Reason::Disconnected));
+                }
+                self.told = Instant::now();
+                Next::KeepOpen
+            }
+            // Busy past admission is no peer held back: the registration is
+            // still held by the client's previous connection (it reconnected
+            // first, as after a pause) or the table's registration lock is
+            // taken; the client tries again. Not counted as a refusal.
+            Err(refusal @ Error::Busy(_)) => self.tell_refused(&refusal),
+            Err(refusal) => self.refuse(&gate.refusals, &refusal),
+        }
+    }
+
+    /// Answers a question with the table's status (the registrations of
+    /// `instance_id` only), then closes.
+    pub(super) fn answer(
+        &mut self,
+        gate: &Gate,
+        version: u16,
+        token: &[u8],
+        instance_id: u64,
+    ) -> Next {
+        let json = admit(gate, self.source, version, token)
+            .and_then(|()| gate.table.status())
+            .and_then(|mut status| {
+                status
+                    .registrations
+                    .retain(|r| r.instance_id == instance_id && instance_id != 0);
+                serde_json::to_string(&status).map_err(|e| Error::Io {
+                    context: "encode the status".into(),
+                    source: e.into(),
+                })
+            });
+        match json {
+            Ok(json) if json.len() <= ANSWER_MAX => {
+                let _ = send(&mut self.stream, &Frame::Answer { json });
+                Next::Close(None)
+            }
+            Ok(json) => self.refuse(
+                &gate.refusals,
+                &Error::InvalidArgument(format!(
+                    "the status is {} bytes, over the {ANSWER_MAX} an answer holds",
+                    json.len()
+                )),
+            ),
+            Err(refusal) => self.refuse(&gate.refusals, &refusal),
+        }
+    }
+
+    /// Asks the reaper for the clear (or reset) the client wants; the
+    /// listener answers once it is carried out ([`Connection::settle`]).
+    pub(super) fn clear(
+        &mut self,
+        gate: &Gate,
+        version: u16,
+        token: &[u8],
+        reset: bool,
+        wait: Duration,
+    ) -> Next {
+        match admit(gate, self.source, version, token)
+            .and_then(|()| gate.table.request_clear(reset))
+        {
+            Ok(ticket) => {
+                self.request = Some(Requested {
+                    ticket,
+                    at: Instant::now(),
+                    wait,
+                });
+                Next::KeepOpen
+            }
+            Err(refusal) => self.refuse(&gate.refusals, &refusal),
+        }
+    }
+
+    /// Refuses what the client asked: counts it in `refusals`, then tells
+    /// the client why.
+    fn refuse(&mut self, refusals: &SessionRefusals, refusal: &Error) -> Next {
+        refusals.refused(refusal.code());
+        self.tell_refused(refusal)
+    }
+
+    /// Tells the client why not (a wrong token is logged), then closes.
+    pub(super) fn tell_refused(&mut self, refusal: &Error) -> Next {
+        if matches!(refusal, Error::Permission(_)) {
+            limited_log!(
+                log::Level::Warn,
+                "refused a session from {}: wrong or missing token",
+                self.peer
+            );
+        }
+        let message = prefix_within(&refusal.to_string(), MESSAGE_MAX).to_owned();
+        let _ = send(
+            &mut self.stream,
+            &Frame::Refused {
+                code: refusal.code() as u8,
+                message,
+            },
+        );
+        Next::Close(None)
+    }
+
+    fn register(
+        &mut self,
+        gate: &Gate,
+        instance_id: u64,
+        pid: u32,
+        label: &str,
+        host: &str,
+    ) -> Result<(Holding, u64)> {
+        let table = &gate.table;
+        crate::registration::check_label(label)?;
+        if gate.held.count() >= table.capacity() as usize {
+            return Err(Error::Full(format!(
+                "table '{}': this listener already holds {} sessions, the table's capacity",
+                table.name(),
+                table.capacity()
+            )));
+        }
+        let records = gate
+            .held
+            .records(table)
+            .map_err(|e| Error::os(table.name(), "open the sessions' records", e))?;
+        let secret = crate::os::socket::random_u64()
+            .map_err(|e| Error::os(table.name(), "draw a session secret", e))?;
+        let label = prefix_within(&printable(label), LABEL_MAX).to_owned();
+        let crate::registration::Placed { index, generation } = table
+            .registration(instance_id)
+            .label(&label)
+            .pid(pid)
+            .register_remote()?;
+        let record = Record {
+            generation,
+            instance_id,
+            secret,
+            peer: self.peer.clone(),
+            host: prefix_within(&printable(host), HOST_MAX).to_owned(),
+            holder: table.memory.header().boot_token.load(Acquire),
+        };
+        if let Err(e) = records.write(index, &record) {
+            // Not reclaimable after a restart, but served: say so.
+            log::warn!(
+                "table '{}': cannot record session {index}: {e}",
+                table.name()
+            );
+        }
+        let heard = gate.held.hold(index, generation, table.clock.now_ns());
+        Ok((Holding::new(index, generation, heard), secret))
+    }
+
+    /// Takes back a registration this client held before its connection
+    /// broke (a restart, a cut), proven by the secret of its `Welcome`.
+    fn reclaim(&mut self, gate: &Gate, instance_id: u64, claim: Reclaim) -> Result<(Holding, u64)> {
+        let table = &gate.table;
+        // Whatever is wrong with a reclaim, the client hears its
+        // registration is over, and may register again.
+        let gone = || Error::Evicted {
+            instance_id,
+            reason: Some(Reason::Disconnected),
+        };
+        if claim.slot >= table.capacity() {
+            return Err(gone());
+        }
+        let slot = table.memory.slot(claim.slot);
+        let live = slot.state.load(Acquire) == protocol::state_word(claim.generation, LIVE)
+            && slot.flags.load(Relaxed) & FLAG_REMOTE != 0
+            && slot.instance_id.load(Relaxed) == instance_id;
+        let record = gate
+            .held
+            .records(table)
+            .ok()
+            .and_then(|r| r.read(claim.slot));
+        let proven = record.is_some_and(|record| {
+            record.generation == claim.generation
+                && record.instance_id == instance_id
+                && same_secret(&record.secret.to_ne_bytes(), &claim.secret.to_ne_bytes())
+        });
+        if !proven {
+            return Err(gone());
+        }
+        match (live, protocol::still_live(slot, claim.generation)) {
+            // Ended while its client was away: the client hears why.
+            (_, Err(ended @ Gone::Ended(Some(_)))) => {
+                return Err(Error::from_gone(instance_id, ended))
+            }
+            (false, _) => return Err(gone()),
+            (true, Err(gone_now)) => return Err(Error::from_gone(instance_id, gone_now)),
+            (true, Ok(())) => {}
+        }
+        let Some(heard) =
+            gate.held
+                .hold_if_free(claim.slot, claim.generation, table.clock.now_ns())
+        else {
+            return Err(Error::Busy(format!(
+                "instance {instance_id}'s registration is held by another connection"
+            )));
+        };
+        if let Ok(records) = gate.held.records(table) {
+            let holder = table.memory.header().boot_token.load(Acquire);
+            records.set_holder(claim.slot, claim.generation, holder);
+        }
+        let holding = Holding::reclaimed(claim.slot, claim.generation, heard, slot);
+        Ok((holding, claim.secret))
+    }
+}
+
+/// Whether a client may speak: its source not waiting after failed
+/// handshakes, its protocol version, its token.
+fn admit(gate: &Gate, source: Source, version: u16, token: &[u8]) -> Result<()> {
+    let now = Instant::now();
+    if let Some(wait) = gate.penalties.borrow().wait(source, now) {
+        return Err(Error::Busy(format!(
+            "too many failed handshakes from {source}: try again in {} ms",
+            wait.as_millis().max(1)
+        )));
+    }
+    if !is_served(version) {
+        return Err(Error::Incompatible(format!(
+            "session protocol version {version}, this reaper speaks {OLDEST_SERVED} to {VERSION}: upgrade the {}",
+            if version > VERSION { "reaper" } else { "client" }
+        )));
+    }
+    if gate
+        .token
+        .as_deref()
+        .is_some_and(|expected| !same_secret(expected, token))
+    {
+        gate.penalties.borrow_mut().failed(source, now);
+        return Err(Error::Permission(
+            "wrong or missing token: the listener's token file says who may connect".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl Holding {
+    fn new(index: u32, generation: u32, heard: Heard) -> Holding {
+        Holding {
+            index,
+            generation,
+            heard,
+            heartbeats: 0,
+            steps: Some(0),
+            busy: false,
+        }
+    }
+
+    /// A registration taken back: busy as its slot says, and the client's
+    /// step count to be learnt from its first beat.
+    fn reclaimed(index: u32, generation: u32, heard: Heard, slot: &crate::layout::Slot) -> Holding {
+        Holding {
+            steps: None,
+            busy: slot.progress.load(Relaxed) & crate::layout::BUSY != 0,
+            ..Holding::new(index, generation, heard)
+        }
+    }
+}
+
+/// Compares two secrets in time that depends only on their lengths.
+pub(crate) fn same_secret(expected: &[u8], given: &[u8]) -> bool {
+    let mut difference = (expected.len() ^ given.len()) as u64;
+    for i in 0..expected.len().max(given.len()) {
+        let a = expected.get(i).copied().unwrap_or(0);
+        let b = given.get(i).copied().unwrap_or(0);
+        difference |= u64::from(std::hint::black_box(a ^ b));
+    }
+    difference == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_secret;
+
+    #[test]
+    fn secrets_match_only_when_equal_whatever_their_lengths() {
+        assert!(same_secret(b"s3cret", b"s3cret"));
+        assert!(same_secret(b"", b""));
+        for other in [&b"s3creT"[..], b"s3cre", b"s3cret\0", b""] {
+            assert!(!same_secret(b"s3cret", other), "{other:?}");
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! The server side of a session, run by a reaper: its listeners
+//! (`sessions.rs`, one epoll thread each in `listener.rs`), each connection
+//! served (`served.rs`), the registrations they hold (`held.rs`) and their
+//! records beside the table (`records.rs`); who is held back after failed
+//! handshakes (`penalties.rs`), what was refused (`refusals.rs`), what a
+//! peer reports made printable (`printable.rs`) and what it causes logged
+//! at a bounded rate (`limited_log.rs`).
+
+mod handshake;
+mod held;
+pub(crate) mod limited_log;
+mod listener;
+mod penalties;
+mod printable;
+mod records;
+mod refusals;
+mod served;
+mod sessions;
+
+pub(crate) use limited_log::{limited_log, Limiter as LogLimiter};
+pub(crate) use listener::{ListenConfig, DEFAULT_SOCKET_MODE};
+pub(crate) use records::{Record, Records};
+pub use refusals::SessionRefusals;
+pub(crate) use sessions::{Sessions, SlotSilence};

@@ -20,7 +20,12 @@ fn the_package_holds_only_what_a_user_builds_from() {
     let files: Vec<&str> = listed.lines().collect();
     assert!(files.contains(&"src/lib.rs"), "{files:?}");
     assert!(files.contains(&"README.md"), "{files:?}");
-    let packed_by_cargo = ["Cargo.toml", "Cargo.toml.orig", "Cargo.lock", ".cargo_vcs_info.json"];
+    let packed_by_cargo = [
+        "Cargo.toml",
+        "Cargo.toml.orig",
+        "Cargo.lock",
+        ".cargo_vcs_info.json",
+    ];
     let stray: Vec<&&str> = files
         .iter()
         .filter(|file| !packed_by_cargo.contains(file))

@@ -1,5 +1,20 @@
 //! The boundary: errors become result codes with a thread-local message, and
-//! panics become `LIVEREG_PANIC`.
+//! panics become `LIVEREG_PANIC`; and the pointer rules, written once here
+//! and named at each call (`// SAFETY: the handle rule (`handle`), …`):
+//!
+//! - **the handle rule** ([`handle`]): a handle argument is NULL or one this
+//!   library handed out ([`hand_out`]) and not yet given back;
+//! - **the free rule** ([`take_back`]): a free function's handle is NULL or
+//!   such a handle, given back exactly once and not used afterwards;
+//! - **the output rule** ([`output`]): an output argument is NULL or
+//!   writable for one value for the call;
+//! - **the buffer rule** ([`copy_out`]): a buffer is NULL or writable for
+//!   the capacity passed with it;
+//! - **the string rule** ([`text`]): a string is NULL or NUL-terminated and
+//!   valid for the call.
+//!
+//! Every exported function states in its `# Safety` which of them its
+//! arguments follow (the header states the same for C).
 
 use crate::types::livereg_result::{self, *};
 use livereg::{Error, RESULT_CODES};
@@ -147,6 +162,28 @@ pub(crate) unsafe fn handle<'a, H: Handle>(pointer: *const H) -> Result<&'a H, E
 /// back to the matching free function.
 pub(crate) fn hand_out<T>(out: &mut *mut T, value: T) {
     *out = Box::into_raw(Box::new(value));
+}
+
+/// A handle given back to its free function (`livereg_close`,
+/// `livereg_deregister`, `livereg_reaper_stop`): the value [`hand_out`] boxed,
+/// now the library's again; `None` for NULL.
+///
+/// This is the one place a handle's box is taken back. It is sound by the
+/// contract each free function states in its `# Safety`: the pointer is NULL
+/// or a handle [`hand_out`] made, given back exactly once and not used
+/// afterwards, so no reference to it outlives this call.
+///
+/// # Safety
+///
+/// `pointer` is NULL or a handle of type `H` this library handed out, given
+/// back exactly once.
+pub(crate) unsafe fn take_back<H: Handle>(pointer: *mut H) -> Option<H> {
+    if pointer.is_null() {
+        return None;
+    }
+    // SAFETY: not NULL (checked above); as this function's doc argues, from
+    // its `# Safety`: a box from `hand_out`, taken back once.
+    Some(*unsafe { Box::from_raw(pointer) })
 }
 
 /// A required C string argument as UTF-8.

@@ -18,8 +18,7 @@ pub unsafe extern "C" fn livereg_set_info(
     len: usize,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
-        // requires.
+        // SAFETY: the handle rule (`handle`), this function's `# Safety`.
         let table = unsafe { borrow(table) }?;
         let bytes: &[u8] = if len == 0 {
             &[]
@@ -50,16 +49,13 @@ pub unsafe extern "C" fn livereg_get_info(
     len: *mut usize,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
-        // requires.
+        // SAFETY: the handle rule (`handle`), this function's `# Safety`.
         let table = unsafe { borrow(table) }?;
-        // SAFETY: `len` is NULL or writable for one value for the call (this function's `#
-        // Safety`), as `output` requires.
+        // SAFETY: the output rule (`output`), this function's `# Safety`.
         let len = unsafe { output(len, "len") }?;
         let info = table.info()?;
         *len = info.len();
-        // SAFETY: `buf` is NULL or writable for `cap` bytes (this function's
-        // `# Safety`), as `copy_out` requires.
+        // SAFETY: the buffer rule (`copy_out`), this function's `# Safety`.
         unsafe { copy_out(&info, buf.cast::<u8>(), cap, "the info") }
     })
 }

@@ -21,21 +21,6 @@ mod table;
 mod types;
 mod worker;
 
-pub use boundary::{livereg_last_error, livereg_result_str};
-pub use reaper::{livereg_reaper, livereg_reaper_scan, livereg_reaper_start, livereg_reaper_stop};
-pub use session::{
-    livereg_connect, livereg_connect_options, livereg_connect_options_default,
-    livereg_reaper_listen, livereg_worker_get_info,
-};
-pub use table::{
-    livereg_clear, livereg_close, livereg_create, livereg_get_stats, livereg_open,
-    livereg_options_default, livereg_probe, livereg_table, livereg_unlink,
-};
-pub use types::{
-    livereg_callbacks, livereg_drop_event, livereg_options, livereg_reason, livereg_result,
-    livereg_stats,
-};
-pub use worker::{
-    livereg_deregister, livereg_ping, livereg_register, livereg_worker, livereg_worker_clear,
-    livereg_worker_reset,
-};
+// No `pub use`: every C function is exported by its `#[no_mangle]`, from
+// whichever module holds it; the header is the list (checked by
+// `header_check.rs` against these sources).

@@ -23,17 +23,14 @@ pub unsafe extern "C" fn livereg_metrics_text(
     len: *mut usize,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `table` is NULL or an open handle (this function's `#
-        // Safety`), as `borrow` requires.
+        // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
         let table = unsafe { borrow(table) }?;
-        // SAFETY: `len` is NULL or writable for one value for the call (this
-        // function's `# Safety`), as `output` requires.
+        // SAFETY: the output rule (`output`), this function's `# Safety`.
         let len = unsafe { output(len, "len") }?;
         let mut text = table.metrics_text()?.into_bytes();
         *len = text.len();
         text.push(0);
-        // SAFETY: `buf` is NULL or writable for `cap` bytes (this function's
-        // `# Safety`), as `copy_out` requires.
+        // SAFETY: the buffer rule (`copy_out`), this function's `# Safety`.
         unsafe {
             copy_out(
                 &text,

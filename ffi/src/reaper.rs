@@ -2,8 +2,8 @@
 //! driven by the caller's event loop (`acquire`, `scan`, `fd`,
 //! `next_scan_ms`) or scanning on library threads (`start`).
 
-use crate::boundary::{guard, guard_value, guard_void, null};
-use crate::boundary::{hand_out, output};
+use crate::boundary::{guard, guard_value, guard_void};
+use crate::boundary::{hand_out, handle, output, take_back, Handle};
 use crate::table::{borrow, livereg_table};
 use crate::types::{livereg_callbacks, livereg_drop_event, livereg_result};
 use livereg::{label_prefix, DropEvent, Reaper, ReaperBuilder, ReaperThread, Table, LABEL_MAX};
@@ -63,6 +63,10 @@ pub enum livereg_reaper {
     },
     /// Scanning on a library thread.
     Thread(ReaperThread),
+}
+
+impl Handle for livereg_reaper {
+    const NAME: &'static str = "reaper";
 }
 
 /// The callbacks, movable to the reaper thread.
@@ -147,11 +151,9 @@ unsafe fn new_reaper(
     make: impl FnOnce(ReaperBuilder) -> Result<livereg_reaper, livereg::Error>,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `out` is NULL or writable for one handle pointer for the
-        // call (this function's `# Safety`), as `output` requires.
+        // SAFETY: the output rule (`output`), this function's `# Safety`.
         let out = unsafe { output(out, "out") }?;
-        // SAFETY: `table` is NULL or an open handle (this function's
-        // `# Safety`), as `borrow` requires.
+        // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
         let table = unsafe { borrow(table) }?;
         // SAFETY: `cb` is NULL (`as_ref` gives `None`) or points to a
         // `livereg_callbacks` readable for the call (this function's `# Safety`).
@@ -207,12 +209,10 @@ pub unsafe extern "C" fn livereg_reaper_start(
 ///
 /// `reaper` is NULL or a live handle.
 unsafe fn driven<'a>(reaper: *const livereg_reaper) -> Result<&'a Mutex<Reaper>, livereg::Error> {
-    // SAFETY: `reaper` is NULL (`as_ref` gives `None`) or a handle not yet stopped (this function's
-    // `# Safety`).
-    match unsafe { reaper.as_ref() } {
-        None => Err(null("reaper")),
-        Some(livereg_reaper::Driven { reaper, .. }) => Ok(reaper),
-        Some(livereg_reaper::Thread(_)) => Err(livereg::Error::InvalidArgument(
+    // SAFETY: the handle rule (`handle`), this function's `# Safety`.
+    match unsafe { handle(reaper) }? {
+        livereg_reaper::Driven { reaper, .. } => Ok(reaper),
+        livereg_reaper::Thread(_) => Err(livereg::Error::InvalidArgument(
             "this reaper scans on its own thread (livereg_reaper_start), expected one from livereg_reaper_acquire"
                 .into(),
         )),
@@ -260,10 +260,9 @@ pub unsafe extern "C" fn livereg_reaper_scan(
 #[no_mangle]
 pub unsafe extern "C" fn livereg_reaper_fd(reaper: *const livereg_reaper) -> c_int {
     guard_value(-1, || {
-        // SAFETY: `reaper` is NULL (`as_ref` gives `None`) or a handle not yet stopped (this
-        // function's `# Safety`).
-        match unsafe { reaper.as_ref() } {
-            Some(livereg_reaper::Driven { fd, .. }) => *fd,
+        // SAFETY: the handle rule (`handle`), this function's `# Safety`.
+        match unsafe { handle(reaper) } {
+            Ok(livereg_reaper::Driven { fd, .. }) => *fd,
             _ => -1,
         }
     })
@@ -282,8 +281,7 @@ pub unsafe extern "C" fn livereg_reaper_next_scan_ms(reaper: *const livereg_reap
         return 0;
     }
     guard_value(0, || {
-        // SAFETY: `reaper` is NULL or a handle not yet stopped (this function's `# Safety`), as
-        // `driven` requires.
+        // SAFETY: the handle rule (`handle`), this function's `# Safety`.
         match unsafe { driven(reaper) } {
             Ok(reaper) => {
                 let due = reaper
@@ -312,17 +310,15 @@ pub unsafe extern "C" fn livereg_reaper_stop(reaper: *mut livereg_reaper) {
         return;
     }
     guard_void(|| {
-        if !reaper.is_null() {
-            // SAFETY: not NULL (checked above), and by this function's
-            // `# Safety` a box from `hand_out` that C gives back exactly once.
-            match *unsafe { Box::from_raw(reaper) } {
-                // From inside one of its callbacks the stop cannot wait: the
-                // reaper then stops once the callback returns.
-                livereg_reaper::Thread(thread) => {
-                    let _ = thread.stop();
-                }
-                livereg_reaper::Driven { reaper, .. } => drop(reaper),
+        // SAFETY: the free rule (`take_back`), this function's `# Safety`.
+        match unsafe { take_back(reaper) } {
+            // From inside one of its callbacks the stop cannot wait: the
+            // reaper then stops once the callback returns.
+            Some(livereg_reaper::Thread(thread)) => {
+                let _ = thread.stop();
             }
+            Some(livereg_reaper::Driven { reaper, .. }) => drop(reaper),
+            None => {}
         }
     })
 }

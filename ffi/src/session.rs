@@ -2,7 +2,7 @@
 //! reaper's listener and gets an ordinary `livereg_worker`; a reaper serves
 //! sessions on an address.
 
-use crate::boundary::{copy_out, guard, hand_out, handle, null, output, text};
+use crate::boundary::{copy_out, guard, hand_out, handle, output, text};
 use crate::reaper::livereg_reaper;
 use crate::types::livereg_result;
 use crate::worker::livereg_worker;
@@ -68,11 +68,9 @@ pub unsafe extern "C" fn livereg_connect(
     out: *mut *mut livereg_worker,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `out` is NULL or writable for one handle pointer (this
-        // function's `# Safety`), as `output` requires.
+        // SAFETY: the output rule (`output`), this function's `# Safety`.
         let out = unsafe { output(out, "out") }?;
-        // SAFETY: `address` is NULL or NUL-terminated (this function's
-        // `# Safety`), as `text` requires.
+        // SAFETY: the string rule (`text`), this function's `# Safety`.
         let address = unsafe { text(address, "address") }?;
         let label = if label.is_null() {
             ""
@@ -85,8 +83,7 @@ pub unsafe extern "C" fn livereg_connect(
         // struct (this function's `# Safety`).
         if let Some(opts) = unsafe { opts.as_ref() } {
             if !opts.token.is_null() {
-                // SAFETY: a non-NULL `token` is NUL-terminated (this
-                // function's `# Safety`), as `text` requires.
+                // SAFETY: the string rule (`text`), this function's `# Safety`.
                 options.token = Some(unsafe { text(opts.token, "token") }?.as_bytes().to_vec());
             }
             if opts.connect_timeout_ms > 0 {
@@ -121,8 +118,7 @@ unsafe fn optional_path(
     if path.is_null() {
         return Ok(None);
     }
-    // SAFETY: non-NULL, so NUL-terminated (this function's `# Safety`), as
-    // `text` requires.
+    // SAFETY: the string rule (`text`), this function's `# Safety`.
     Ok(Some(PathBuf::from(unsafe { text(path, argument) }?)))
 }
 
@@ -141,16 +137,13 @@ pub unsafe extern "C" fn livereg_worker_get_info(
     len: *mut usize,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
-        // function's `# Safety`), as `handle` requires.
+        // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
         let worker = unsafe { handle(worker) }?;
-        // SAFETY: `len` is NULL or writable (this function's `# Safety`), as
-        // `output` requires.
+        // SAFETY: the output rule (`output`), this function's `# Safety`.
         let len = unsafe { output(len, "len") }?;
         let info = worker.0.info()?;
         *len = info.len();
-        // SAFETY: `buf` is NULL or writable for `cap` bytes (this function's
-        // `# Safety`), as `copy_out` requires.
+        // SAFETY: the buffer rule (`copy_out`), this function's `# Safety`.
         unsafe { copy_out(&info, buf.cast::<u8>(), cap, "the info") }
     })
 }
@@ -170,8 +163,7 @@ pub unsafe extern "C" fn livereg_reaper_listen(
     token: *const c_char,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `address` is NULL or NUL-terminated (this function's
-        // `# Safety`), as `text` requires.
+        // SAFETY: the string rule (`text`), this function's `# Safety`.
         let address = Address::parse(unsafe { text(address, "address") }?)?;
         let token = if token.is_null() {
             None
@@ -183,10 +175,10 @@ pub unsafe extern "C" fn livereg_reaper_listen(
             // Its scan holds the reaper: from its own callback, refused.
             return Err(crate::reaper::reentered("livereg_reaper_listen"));
         }
-        // SAFETY: `reaper` is NULL (`as_ref` gives `None`) or a live handle
-        // (this function's `# Safety`); only shared references are made of
-        // it (a driven reaper's own callback may be scanning it).
-        match unsafe { reaper.as_ref() }.ok_or_else(|| null("reaper"))? {
+        // SAFETY: the handle rule (`handle`), this function's `# Safety`:
+        // only a shared reference (a driven reaper's own callback may be
+        // scanning it).
+        match unsafe { handle(reaper) }? {
             livereg_reaper::Driven { reaper, .. } => reaper
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -1,6 +1,6 @@
 //! Tables from C: create, open, close, unlink, stats, clear, probe.
 
-use crate::boundary::{guard, guard_void, hand_out, handle, output, text, Handle};
+use crate::boundary::{guard, guard_void, hand_out, handle, output, take_back, text, Handle};
 use crate::types::{livereg_options, livereg_result, livereg_stats};
 use livereg::{Reason, Table, TableOptions};
 use std::ffi::c_char;
@@ -59,11 +59,9 @@ pub unsafe extern "C" fn livereg_create(
     out: *mut *mut livereg_table,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `out` is NULL or writable for one handle pointer for the
-        // call (this function's `# Safety`), as `output` requires.
+        // SAFETY: the output rule (`output`), this function's `# Safety`.
         let out = unsafe { output(out, "out") }?;
-        // SAFETY: `name` is NULL or a NUL-terminated string valid for the call (this function's `#
-        // Safety`), as `text` requires.
+        // SAFETY: the string rule (`text`), this function's `# Safety`.
         let name = unsafe { text(name, "name") }?;
         // SAFETY: `opts` is NULL (`as_ref` gives `None`) or points to a `livereg_options` readable
         // for the call (this function's `# Safety`).
@@ -96,11 +94,9 @@ pub unsafe extern "C" fn livereg_open(
     out: *mut *mut livereg_table,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `out` is NULL or writable for one handle pointer for the
-        // call (this function's `# Safety`), as `output` requires.
+        // SAFETY: the output rule (`output`), this function's `# Safety`.
         let out = unsafe { output(out, "out") }?;
-        // SAFETY: `name` is NULL or a NUL-terminated string valid for the call (this function's `#
-        // Safety`), as `text` requires.
+        // SAFETY: the string rule (`text`), this function's `# Safety`.
         let name = unsafe { text(name, "name") }?;
         hand_out(out, livereg_table(Table::open(name)?));
         Ok(())
@@ -116,11 +112,8 @@ pub unsafe extern "C" fn livereg_open(
 #[no_mangle]
 pub unsafe extern "C" fn livereg_close(table: *mut livereg_table) {
     guard_void(|| {
-        if !table.is_null() {
-            // SAFETY: not NULL (checked above), and by this function's
-            // `# Safety` a box from `hand_out` that C gives back exactly once.
-            drop(unsafe { Box::from_raw(table) });
-        }
+        // SAFETY: the free rule (`take_back`), this function's `# Safety`.
+        drop(unsafe { take_back(table) });
     })
 }
 
@@ -131,8 +124,7 @@ pub unsafe extern "C" fn livereg_close(table: *mut livereg_table) {
 /// `name` is a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn livereg_unlink(name: *const c_char) -> livereg_result {
-    // SAFETY: `name` is NULL or a NUL-terminated string valid for the call (this function's `#
-    // Safety`), as `text` requires.
+    // SAFETY: the string rule (`text`), this function's `# Safety`.
     guard(|| Table::unlink(unsafe { text(name, "name") }?))
 }
 
@@ -147,11 +139,9 @@ pub unsafe extern "C" fn livereg_get_stats(
     out: *mut livereg_stats,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
-        // requires.
+        // SAFETY: the handle rule (`handle`), this function's `# Safety`.
         let table = unsafe { borrow(table) }?;
-        // SAFETY: `out` is NULL or writable for one value for the call (this function's `#
-        // Safety`), as `output` requires.
+        // SAFETY: the output rule (`output`), this function's `# Safety`.
         let out = unsafe { output(out, "out") }?;
         let status = table.status()?;
         let mut ended_by_reason = [0u64; crate::types::REASON_SLOTS];
@@ -185,7 +175,7 @@ pub unsafe extern "C" fn livereg_clear(
     table: *const livereg_table,
     timeout_ms: u64,
 ) -> livereg_result {
-    // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow` requires.
+    // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
     guard(|| unsafe { borrow(table) }?.clear(Duration::from_millis(timeout_ms)))
 }
 
@@ -199,7 +189,7 @@ pub unsafe extern "C" fn livereg_reset(
     table: *const livereg_table,
     timeout_ms: u64,
 ) -> livereg_result {
-    // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow` requires.
+    // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
     guard(|| unsafe { borrow(table) }?.reset(Duration::from_millis(timeout_ms)))
 }
 
@@ -214,11 +204,9 @@ pub unsafe extern "C" fn livereg_probe(
     boot_token: *mut u64,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
-        // requires.
+        // SAFETY: the handle rule (`handle`), this function's `# Safety`.
         let table = unsafe { borrow(table) }?;
-        // SAFETY: `boot_token` is NULL or writable for one value for the call (this function's `#
-        // Safety`), as `output` requires.
+        // SAFETY: the output rule (`output`), this function's `# Safety`.
         let out = unsafe { output(boot_token, "boot_token") }?;
         *out = table.probe()?;
         Ok(())

@@ -2,7 +2,7 @@
 //! engine holding one.
 
 use crate::boundary::{guard, handle, null, text, Handle};
-use crate::boundary::{hand_out, output};
+use crate::boundary::{hand_out, output, take_back};
 use crate::table::{borrow, livereg_table};
 use crate::types::livereg_result;
 use livereg::Worker;
@@ -30,17 +30,14 @@ pub unsafe extern "C" fn livereg_register(
     out: *mut *mut livereg_worker,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `out` is NULL or writable for one handle pointer for the
-        // call (this function's `# Safety`), as `output` requires.
+        // SAFETY: the output rule (`output`), this function's `# Safety`.
         let out = unsafe { output(out, "out") }?;
-        // SAFETY: `table` is NULL or an open handle (this function's `# Safety`), as `borrow`
-        // requires.
+        // SAFETY: the handle rule (`handle`), this function's `# Safety`.
         let table = unsafe { borrow(table) }?;
         let label = if label.is_null() {
             ""
         } else {
-            // SAFETY: `label` is a NUL-terminated string valid for the call (this function's `#
-            // Safety`), as `text` requires.
+            // SAFETY: the string rule (`text`), this function's `# Safety`.
             unsafe { text(label, "label") }?
         };
         hand_out(out, livereg_worker(table.register(instance_id, label)?));
@@ -56,8 +53,7 @@ pub unsafe extern "C" fn livereg_register(
 #[no_mangle]
 pub unsafe extern "C" fn livereg_ping(worker: *const livereg_worker) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
-        // function's `# Safety`), as `handle` requires.
+        // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
         let worker = unsafe { handle(worker) }?;
         worker.0.heartbeat()
     })
@@ -74,8 +70,7 @@ pub unsafe extern "C" fn livereg_set_busy(
     busy: c_int,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
-        // function's `# Safety`), as `handle` requires.
+        // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
         let worker = unsafe { handle(worker) }?;
         worker.0.set_busy(busy != 0)
     })
@@ -89,8 +84,7 @@ pub unsafe extern "C" fn livereg_set_busy(
 #[no_mangle]
 pub unsafe extern "C" fn livereg_progress(worker: *const livereg_worker) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
-        // function's `# Safety`), as `handle` requires.
+        // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
         let worker = unsafe { handle(worker) }?;
         worker.0.progress()
     })
@@ -105,12 +99,8 @@ pub unsafe extern "C" fn livereg_progress(worker: *const livereg_worker) -> live
 #[no_mangle]
 pub unsafe extern "C" fn livereg_deregister(worker: *mut livereg_worker) -> livereg_result {
     guard(|| {
-        if worker.is_null() {
-            return Err(null("worker"));
-        }
-        // SAFETY: not NULL (checked above), and by this function's `# Safety`
-        // a box from `hand_out` that C gives back exactly once, here.
-        let worker = unsafe { Box::from_raw(worker) };
+        // SAFETY: the free rule (`take_back`), this function's `# Safety`.
+        let worker = unsafe { take_back(worker) }.ok_or_else(|| null("worker"))?;
         worker.0.deregister()
     })
 }
@@ -128,8 +118,7 @@ pub unsafe extern "C" fn livereg_worker_clear(
     timeout_ms: u64,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
-        // function's `# Safety`), as `handle` requires.
+        // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
         let worker = unsafe { handle(worker) }?;
         worker.0.clear(Duration::from_millis(timeout_ms))
     })
@@ -147,8 +136,7 @@ pub unsafe extern "C" fn livereg_worker_reset(
     timeout_ms: u64,
 ) -> livereg_result {
     guard(|| {
-        // SAFETY: `worker` is NULL or a handle not yet deregistered (this
-        // function's `# Safety`), as `handle` requires.
+        // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
         let worker = unsafe { handle(worker) }?;
         worker.0.reset(Duration::from_millis(timeout_ms))
     })

@@ -247,7 +247,7 @@ impl HandlerPool {
             let pool = self.pool.clone();
             let spawned = std::thread::Builder::new()
                 .name("livereg-handlers".into())
-                .spawn(move || pool.serve());
+                .spawn(move || pool.work());
             if let Err(e) = spawned {
                 lock(&self.pool.state).threads -= 1;
                 return Err(e);
@@ -258,7 +258,7 @@ impl HandlerPool {
 }
 
 impl Pool {
-    fn serve(&self) {
+    fn work(&self) {
         IN_POOL.with(|in_pool| in_pool.set(true));
         let mut state = lock(&self.state);
         loop {

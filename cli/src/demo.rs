@@ -42,7 +42,7 @@ pub struct Args {
 
 /// What the demo hears: drop events and clears from its reaper, lines from
 /// its workers.
-enum Heard {
+enum DemoEvent {
     Dropped(DropEvent),
     Cleared,
     Said(u64, String),
@@ -67,8 +67,8 @@ struct Check {
 
 struct Demo {
     table: Table,
-    heard: Receiver<(Heard, Instant)>,
-    backlog: Vec<(Heard, Instant)>,
+    heard: Receiver<(DemoEvent, Instant)>,
+    backlog: Vec<(DemoEvent, Instant)>,
     checks: Vec<Check>,
     fancy: bool,
     started: Instant,
@@ -101,10 +101,10 @@ pub fn run(args: Args) -> Outcome {
     let clears = tell.clone();
     let reaper = table
         .reaper()
-        .on_drop(
-            move |event| Ok(from_reaper.send((Heard::Dropped(event.clone()), Instant::now()))?),
-        )
-        .on_clear(move || Ok(clears.send((Heard::Cleared, Instant::now()))?))
+        .on_drop(move |event| {
+            Ok(from_reaper.send((DemoEvent::Dropped(event.clone()), Instant::now()))?)
+        })
+        .on_clear(move || Ok(clears.send((DemoEvent::Cleared, Instant::now()))?))
         .spawn()?;
     let mut demo = Demo {
         table,
@@ -139,7 +139,7 @@ pub fn run(args: Args) -> Outcome {
 fn spawn_worker(
     table: &str,
     id: u64,
-    tell: &Sender<(Heard, Instant)>,
+    tell: &Sender<(DemoEvent, Instant)>,
     extra: &[&str],
 ) -> Result<Worker, Box<dyn std::error::Error>> {
     let mut child = Command::new(std::env::current_exe()?)
@@ -165,7 +165,10 @@ fn spawn_worker(
     let tell = tell.clone();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tell.send((Heard::Said(id, line), Instant::now())).is_err() {
+            if tell
+                .send((DemoEvent::Said(id, line), Instant::now()))
+                .is_err()
+            {
                 break;
             }
         }
@@ -196,8 +199,8 @@ impl Demo {
         &mut self,
         what: &str,
         within: Duration,
-        wanted: impl Fn(&Heard) -> bool,
-    ) -> Option<(Heard, Instant)> {
+        wanted: impl Fn(&DemoEvent) -> bool,
+    ) -> Option<(DemoEvent, Instant)> {
         if let Some(at) = self.backlog.iter().position(|(heard, _)| wanted(heard)) {
             return Some(self.backlog.remove(at));
         }
@@ -247,17 +250,17 @@ impl Demo {
         let found = self.wait_for(
             &format!("instance {id} to be dropped"),
             within,
-            |heard| matches!(heard, Heard::Dropped(event) if event.instance_id == id),
+            |heard| matches!(heard, DemoEvent::Dropped(event) if event.instance_id == id),
         );
         match found {
-            Some((Heard::Dropped(event), at)) => Some((event, at)),
+            Some((DemoEvent::Dropped(event), at)) => Some((event, at)),
             _ => None,
         }
     }
 
     fn said(&mut self, id: u64, prefix: &str, within: Duration) -> Option<Instant> {
         let found = self.wait_for(&format!("worker {id} to say '{prefix}'"), within, |heard| {
-            matches!(heard, Heard::Said(who, line) if *who == id && line.starts_with(prefix))
+            matches!(heard, DemoEvent::Said(who, line) if *who == id && line.starts_with(prefix))
         });
         found.map(|(_, at)| at)
     }
@@ -348,7 +351,7 @@ impl Demo {
         self.table.clear(Duration::from_secs(5))?;
         let handler = self
             .wait_for("the clear handler", Duration::from_secs(2), |heard| {
-                matches!(heard, Heard::Cleared)
+                matches!(heard, DemoEvent::Cleared)
             })
             .map(|(_, at)| at.saturating_duration_since(cleared_at));
         self.say(&format!(
@@ -572,8 +575,8 @@ impl Demo {
         let mut last_step = None;
         loop {
             match heard.recv_timeout(Duration::from_secs(5)) {
-                Ok((Heard::Said(_, line), at)) if line == "step" => last_step = Some(at),
-                Ok((Heard::Said(_, line), _)) if line == "hung" => break,
+                Ok((DemoEvent::Said(_, line), at)) if line == "step" => last_step = Some(at),
+                Ok((DemoEvent::Said(_, line), _)) if line == "hung" => break,
                 Ok(_) => {}
                 Err(_) => return Err("the stuck worker never hung".into()),
             }

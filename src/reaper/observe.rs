@@ -97,7 +97,9 @@ impl Reaper {
                 budget_ns,
                 timed_reason,
             };
-            let judged = self.sessions.judge(index, generation, silence, now_ns);
+            let judged = self
+                .sessions
+                .judge_remote(index, generation, silence, now_ns);
             return Observed::Live {
                 silent_ns: now_ns.saturating_sub(judged.since_ns),
                 budget_ns: judged.budget_ns,

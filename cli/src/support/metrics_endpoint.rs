@@ -90,7 +90,7 @@ impl MetricsServer {
         let serving = server.clone();
         let thread = std::thread::Builder::new()
             .name("livereg-metrics".into())
-            .spawn(move || serve(&serving, &table, &role))
+            .spawn(move || answer_scrapes(&serving, &table, &role))
             .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
         Ok(MetricsServer {
             server,
@@ -147,7 +147,7 @@ fn healthz(table: &Table, role: &Role) -> tiny_http::Response<std::io::Cursor<Ve
     }
 }
 
-fn serve(server: &tiny_http::Server, table: &Table, role: &Role) {
+fn answer_scrapes(server: &tiny_http::Server, table: &Table, role: &Role) {
     for request in server.incoming_requests() {
         let path = request.url().split('?').next().unwrap_or_default();
         let response = match (request.method(), path) {

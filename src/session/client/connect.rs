@@ -5,7 +5,7 @@
 //! what changed and hears the reaper's eviction notice, which it writes
 //! into that slot, so the next heartbeat returns `Evicted` with the reason.
 
-use super::dial::{exchange, request_clear, tls_for, unexpected, Hello};
+use super::dial::{exchange, request_clear, tls_for, unexpected, Dialer};
 use super::sender::SessionLink;
 use crate::error::{Error, Result};
 use crate::session::address::Address;
@@ -97,7 +97,7 @@ pub fn connect(
         .drop_wait(Duration::ZERO)
         .register()?;
     let timeout = options.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
-    let hello = Hello {
+    let dialer = Dialer {
         tls: tls_for(&address, options.tls.as_ref())?,
         address,
         instance_id,
@@ -105,8 +105,8 @@ pub fn connect(
         token: options.token.clone().unwrap_or_default(),
         timeout,
     };
-    let dialed = hello.dial(None)?;
-    let link = SessionLink::start(hello, dialed, &worker)?;
+    let dialed = dialer.dial(None)?;
+    let link = SessionLink::start(dialer, dialed, &worker)?;
     Ok(worker.with_session(Box::new(link)))
 }
 

@@ -1,5 +1,5 @@
-//! Reaching a listener: a connection (Unix, TCP or TLS), the `Hello` and
-//! its answer, and what a refusal means; used by `connect`, by the sender
+//! Reaching a listener: a connection (Unix, TCP or TLS), the hello a
+//! [`Dialer`] says and its answer, and what a refusal means; used by `connect`, by the sender
 //! thread when it reconnects, and by the one-frame exchanges (`remote_status`,
 //! `remote_clear`).
 
@@ -25,10 +25,10 @@ pub(crate) struct Dialed {
     pub version: u16,
 }
 
-/// Everything needed to say hello again after a reconnect (or to ask the
-/// listener for a clear).
+/// How to reach a listener and what to say to it: everything needed to say
+/// hello again after a reconnect (or to ask the listener for a clear).
 #[derive(Clone)]
-pub(crate) struct Hello {
+pub(crate) struct Dialer {
     pub address: Address,
     /// The client's TLS configuration, for a `tls://` address.
     pub tls: Option<tls::ClientConfig>,
@@ -38,7 +38,7 @@ pub(crate) struct Hello {
     pub timeout: Duration,
 }
 
-impl Hello {
+impl Dialer {
     /// Asks the listener for a clear (or, with `reset`, a reset) over a
     /// connection of its own, and waits up to `wait` for it.
     pub(crate) fn request_clear(&self, reset: bool, wait: Duration) -> Result<()> {
@@ -58,7 +58,7 @@ impl Hello {
         self.dial_within(reclaim, self.timeout)
     }
 
-    /// [`Hello::dial`], giving up after `timeout` rather than the
+    /// [`Dialer::dial`], giving up after `timeout` rather than the
     /// client's connect timeout. A listener of the previous protocol
     /// refuses today's version as incompatible: the client then says hello
     /// again in the previous one; a listener that refuses both fails in one

@@ -3,7 +3,7 @@
 //! reap timeout, delivers the listener's notices (an ending, the info area)
 //! and reconnects after a break.
 
-use super::dial::{Dialed, Hello};
+use super::dial::{Dialed, Dialer};
 use crate::absence::absence_threshold;
 use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::error::Error;
@@ -49,20 +49,20 @@ pub(crate) struct SessionLink {
     /// The reaper's table's reap timeout, as the listener said.
     pub reap_timeout: Duration,
     /// How to reach the listener again, for a clear.
-    listener: Hello,
+    listener: Dialer,
 }
 
 impl SessionLink {
     /// Starts the sender thread for `worker`'s private slot over `dialed`.
     pub(crate) fn start(
-        hello: Hello,
+        dialer: Dialer,
         dialed: Dialed,
         worker: &crate::worker::Worker,
     ) -> crate::error::Result<SessionLink> {
         let shared = Arc::new(Shared {
             finishing: AtomicBool::new(false),
             wake: eventfd::event_nonblocking().map_err(|e| crate::error::Error::Io {
-                context: format!("session {}: make the sender's wake-up", hello.address),
+                context: format!("session {}: make the sender's wake-up", dialer.address),
                 source: e,
             })?,
             info: Mutex::new(dialed.info.clone().unwrap_or_default()),
@@ -70,7 +70,7 @@ impl SessionLink {
         let (slot, generation) = (dialed.reclaim.slot, dialed.reclaim.generation);
         let reap_timeout = dialed.reap_timeout;
         let mut sender = Sender {
-            hello: hello.clone(),
+            dialer: dialer.clone(),
             shared: shared.clone(),
             table: worker.table().clone(),
             index: worker.local_slot(),
@@ -91,7 +91,7 @@ impl SessionLink {
             slot,
             generation,
             reap_timeout,
-            listener: hello,
+            listener: dialer,
         })
     }
 }
@@ -140,7 +140,7 @@ impl crate::worker::Remote for SessionLink {
 
 /// The sender thread's state.
 struct Sender {
-    hello: Hello,
+    dialer: Dialer,
     shared: Arc<Shared>,
     /// The worker's private table and its slot there.
     table: Table,
@@ -152,7 +152,7 @@ struct Sender {
 }
 
 /// Why a connection's service ended.
-enum Outcome {
+enum ConnectionEnd {
     /// The worker deregistered (goodbye said) or its registration ended.
     Done,
     /// The connection broke: reconnect.
@@ -166,9 +166,9 @@ impl Sender {
 
     fn run(&mut self) {
         loop {
-            match self.serve() {
-                Outcome::Done => return,
-                Outcome::Broken => {
+            match self.run_connection() {
+                ConnectionEnd::Done => return,
+                ConnectionEnd::Broken => {
                     if !self.reconnect() {
                         return;
                     }
@@ -181,8 +181,8 @@ impl Sender {
         forward_interval(self.dialed.reap_timeout)
     }
 
-    /// Serves the current connection until it breaks or the session is over.
-    fn serve(&mut self) -> Outcome {
+    /// Runs the current connection until it breaks or the session is over.
+    fn run_connection(&mut self) -> ConnectionEnd {
         let interval = self.interval();
         let mut next_forward = Instant::now();
         self.heard = Instant::now();
@@ -207,7 +207,7 @@ impl Sender {
                     return outcome;
                 }
                 if self.forward().is_err() {
-                    return Outcome::Broken;
+                    return ConnectionEnd::Broken;
                 }
                 if let Some(outcome) = self.unheard() {
                     return outcome;
@@ -220,7 +220,7 @@ impl Sender {
             let wait = next_forward.saturating_duration_since(Instant::now());
             let fds = [self.dialed.stream.as_raw_fd(), self.shared.wake.as_raw_fd()];
             let Ok(ready) = socket::readable(&fds, wait) else {
-                return Outcome::Broken;
+                return ConnectionEnd::Broken;
             };
             if ready[1] {
                 eventfd::drain(&self.shared.wake);
@@ -235,14 +235,14 @@ impl Sender {
 
     /// Reads the listener's frames: an ending is written into the worker's
     /// slot (its next heartbeat hears it), the info area is kept.
-    fn receive(&mut self) -> Option<Outcome> {
+    fn receive(&mut self) -> Option<ConnectionEnd> {
         let _ = self.dialed.stream.set_nonblocking(true);
         let received = self.dialed.inbox.receive(&mut self.dialed.stream);
         let _ = self.dialed.stream.set_nonblocking(false);
         let (frames, closed) = match received {
             Ok(Received::Frames(frames)) => (frames, false),
             Ok(Received::Closed(frames)) => (frames, true),
-            Err(_) => return Some(Outcome::Broken),
+            Err(_) => return Some(ConnectionEnd::Broken),
         };
         if !frames.is_empty() {
             self.heard = Instant::now();
@@ -252,7 +252,7 @@ impl Sender {
                 Frame::Heard => {}
                 Frame::Ended { reason } => {
                     self.end_here(reason);
-                    return Some(Outcome::Done);
+                    return Some(ConnectionEnd::Done);
                 }
                 Frame::Info { bytes } => {
                     *self.shared.info.lock().unwrap_or_else(|p| p.into_inner()) = bytes;
@@ -260,14 +260,14 @@ impl Sender {
                 other => {
                     log::debug!(
                         "session {}: unexpected {} frame: reconnecting",
-                        self.hello.address,
+                        self.dialer.address,
                         other.name()
                     );
-                    return Some(Outcome::Broken);
+                    return Some(ConnectionEnd::Broken);
                 }
             }
         }
-        closed.then_some(Outcome::Broken)
+        closed.then_some(ConnectionEnd::Broken)
     }
 
     /// Sends a beat: what the slot says now, changed or not (an unchanged
@@ -315,7 +315,7 @@ impl Sender {
     /// resumes reads the old one's beats. A refusal other than "held
     /// already" is the registration's end; after [`SILENT_TIMEOUTS_MAX`]
     /// timeouts unheard the client gives it up (`disconnected`).
-    fn unheard(&mut self) -> Option<Outcome> {
+    fn unheard(&mut self) -> Option<ConnectionEnd> {
         let timeout = self.dialed.reap_timeout;
         let silent = self.heard.elapsed();
         if silent < timeout || self.dialed.version < HEARD_SINCE {
@@ -324,19 +324,19 @@ impl Sender {
         if silent >= timeout * SILENT_TIMEOUTS_MAX {
             log::warn!(
                 "session {}: the listener was not heard for {silent:?}: the registration is over",
-                self.hello.address
+                self.dialer.address
             );
             self.end_here(Reason::Disconnected);
-            return Some(Outcome::Done);
+            return Some(ConnectionEnd::Done);
         }
         match self
-            .hello
+            .dialer
             .dial_within(Some(self.dialed.reclaim), self.interval())
         {
             Ok(dialed) => {
                 log::warn!(
                     "session {}: the listener was not heard for {silent:?}: reconnected",
-                    self.hello.address
+                    self.dialer.address
                 );
                 if let Some(info) = &dialed.info {
                     *self.shared.info.lock().unwrap_or_else(|p| p.into_inner()) = info.clone();
@@ -349,10 +349,10 @@ impl Sender {
             Err(refusal) => {
                 log::warn!(
                     "session {}: the listener was not heard for {silent:?}; reclaim refused: {refusal}",
-                    self.hello.address
+                    self.dialer.address
                 );
                 self.end_here(ended_for(&refusal));
-                Some(Outcome::Done)
+                Some(ConnectionEnd::Done)
             }
         }
     }
@@ -371,13 +371,13 @@ impl Sender {
     }
 
     /// The worker deregistered: forwards its last beats, then says bye.
-    fn goodbye(&mut self) -> Outcome {
+    fn goodbye(&mut self) -> ConnectionEnd {
         if self.ended_here() == Some(Reason::Deregistered) {
             let _ = self.forward();
             let _ = send(&mut self.dialed.stream, &Frame::Bye);
         }
         self.dialed.stream.shutdown();
-        Outcome::Done
+        ConnectionEnd::Done
     }
 
     /// After a break: reconnects with backoff and reclaims the
@@ -389,7 +389,7 @@ impl Sender {
         let mut backoff = FIRST_BACKOFF;
         log::warn!(
             "session {}: connection lost, reconnecting",
-            self.hello.address
+            self.dialer.address
         );
         loop {
             if self.shared.finishing.load(Relaxed) || self.ended_here().is_some() {
@@ -398,16 +398,16 @@ impl Sender {
             if lost.elapsed() >= self.dialed.reap_timeout {
                 log::warn!(
                     "session {}: no listener took the registration back within {:?}: it is over",
-                    self.hello.address,
+                    self.dialer.address,
                     self.dialed.reap_timeout
                 );
                 self.end_here(Reason::Disconnected);
                 return false;
             }
             let _ = socket::readable(&[self.shared.wake.as_raw_fd()], backoff);
-            match self.hello.dial(Some(self.dialed.reclaim)) {
+            match self.dialer.dial(Some(self.dialed.reclaim)) {
                 Ok(dialed) => {
-                    log::info!("session {}: reconnected", self.hello.address);
+                    log::info!("session {}: reconnected", self.dialer.address);
                     if let Some(info) = &dialed.info {
                         *self.shared.info.lock().unwrap_or_else(|p| p.into_inner()) = info.clone();
                     }
@@ -418,7 +418,10 @@ impl Sender {
                     backoff = (backoff * 2).min(self.interval());
                 }
                 Err(refusal) => {
-                    log::warn!("session {}: reclaim refused: {refusal}", self.hello.address);
+                    log::warn!(
+                        "session {}: reclaim refused: {refusal}",
+                        self.dialer.address
+                    );
                     self.end_here(ended_for(&refusal));
                     return false;
                 }

@@ -3,7 +3,7 @@
 //! or taken back, or a question answered, a clear asked for; refusals are
 //! told and counted.
 
-use super::held::Heard;
+use super::held::LastHeard;
 use super::penalties::Source;
 use super::printable::printable;
 use super::records::Record;
@@ -300,7 +300,7 @@ fn admit(gate: &Gate, source: Source, version: u16, token: &[u8]) -> Result<()> 
 }
 
 impl Holding {
-    fn new(index: u32, generation: u32, heard: Heard) -> Holding {
+    fn new(index: u32, generation: u32, heard: LastHeard) -> Holding {
         Holding {
             index,
             generation,
@@ -313,7 +313,12 @@ impl Holding {
 
     /// A registration taken back: busy as its slot says, and the client's
     /// step count to be learnt from its first beat.
-    fn reclaimed(index: u32, generation: u32, heard: Heard, slot: &crate::layout::Slot) -> Holding {
+    fn reclaimed(
+        index: u32,
+        generation: u32,
+        heard: LastHeard,
+        slot: &crate::layout::Slot,
+    ) -> Holding {
         Holding {
             steps: None,
             busy: slot.progress.load(Relaxed) & crate::layout::BUSY != 0,

@@ -16,7 +16,7 @@ use std::time::Duration;
 pub(crate) struct Held {
     /// `(slot, generation)` of every registration a connection holds, with
     /// when its client was last heard.
-    holding: Mutex<HashMap<(u32, u32), Heard>>,
+    holding: Mutex<HashMap<(u32, u32), LastHeard>>,
     records: OnceLock<Records>,
     /// When a listener last went round its loop (the latest of them), on
     /// the table's clock: the reaper leaves a held session's silence to its
@@ -33,11 +33,11 @@ pub(crate) struct Held {
 /// table's clock: written by its connection at every frame without a lock,
 /// read by the reaper.
 #[derive(Clone, Debug)]
-pub(crate) struct Heard(Arc<AtomicU64>);
+pub(crate) struct LastHeard(Arc<AtomicU64>);
 
-impl Heard {
-    fn new(now_ns: u64) -> Heard {
-        Heard(Arc::new(AtomicU64::new(now_ns)))
+impl LastHeard {
+    fn new(now_ns: u64) -> LastHeard {
+        LastHeard(Arc::new(AtomicU64::new(now_ns)))
     }
 
     /// The client was heard at `now_ns`.
@@ -55,24 +55,29 @@ impl Held {
     /// When the client of registration `(index, generation)` was last
     /// heard, if a connection of this reaper holds it.
     pub(crate) fn heard(&self, index: u32, generation: u32) -> Option<u64> {
-        self.lock().get(&(index, generation)).map(Heard::last)
+        self.lock().get(&(index, generation)).map(LastHeard::last)
     }
 
     /// Marks a registration just made held, its client heard at `now_ns`:
     /// the clock its connection keeps.
-    pub(crate) fn hold(&self, index: u32, generation: u32, now_ns: u64) -> Heard {
-        let heard = Heard::new(now_ns);
+    pub(crate) fn hold(&self, index: u32, generation: u32, now_ns: u64) -> LastHeard {
+        let heard = LastHeard::new(now_ns);
         self.lock().insert((index, generation), heard.clone());
         heard
     }
 
     /// Marks a registration a client takes back held, as [`Held::hold`];
     /// `None` if a connection holds it already.
-    pub(crate) fn hold_if_free(&self, index: u32, generation: u32, now_ns: u64) -> Option<Heard> {
+    pub(crate) fn hold_if_free(
+        &self,
+        index: u32,
+        generation: u32,
+        now_ns: u64,
+    ) -> Option<LastHeard> {
         use std::collections::hash_map::Entry;
         match self.lock().entry((index, generation)) {
             Entry::Occupied(_) => None,
-            Entry::Vacant(entry) => Some(entry.insert(Heard::new(now_ns)).clone()),
+            Entry::Vacant(entry) => Some(entry.insert(LastHeard::new(now_ns)).clone()),
         }
     }
 
@@ -126,7 +131,7 @@ impl Held {
         Ok(self.records.get_or_init(|| opened))
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<(u32, u32), Heard>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<(u32, u32), LastHeard>> {
         self.holding
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -2,7 +2,7 @@
 //! handshake is `handshake.rs`), then the registration it holds on its
 //! client's behalf, fed by the client's beats, told when it ends.
 
-use super::held::{Heard, Held};
+use super::held::{Held, LastHeard};
 use super::penalties::{Penalties, Source};
 use super::refusals::SessionRefusals;
 use crate::event::Reason;
@@ -63,7 +63,7 @@ pub(crate) struct Holding {
     pub index: u32,
     pub generation: u32,
     /// When its client was last heard, shared with the reaper.
-    pub(super) heard: Heard,
+    pub(super) heard: LastHeard,
     pub(super) heartbeats: u64,
     /// The client's step count at its last beat (`None` after a reclaim,
     /// until its first: the count it resumes from is its own).

@@ -144,7 +144,7 @@ impl Sessions {
     /// timeout (never the grace, even unbeaten) from its last beat or from
     /// this reaper's start, whichever is later; past it, its client did not
     /// come back (`disconnected`).
-    pub(crate) fn judge(
+    pub(crate) fn judge_remote(
         &self,
         index: u32,
         generation: u32,

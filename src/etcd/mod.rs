@@ -25,6 +25,8 @@
 
 mod cluster;
 mod connection;
+mod lease;
+mod mirror;
 mod plan;
 mod publisher;
 mod record;

@@ -7,7 +7,9 @@ pub(crate) mod hostname;
 pub(crate) mod inotify;
 pub(crate) mod lock;
 pub(crate) mod pidfd;
+pub(crate) mod poll;
 pub(crate) mod process;
+pub(crate) mod random;
 pub(crate) mod socket;
 pub(crate) mod unix_connect;
 

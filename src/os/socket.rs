@@ -1,11 +1,9 @@
-//! What `std` does not say about sockets: a Unix peer's credentials, a
-//! listening socket's backlog, waiting on a few descriptors at once, and
-//! random bytes for secrets.
+//! What `std` does not say about sockets: a Unix peer's credentials and a
+//! listening socket's backlog.
 
 use super::check;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
-use std::time::Duration;
+use std::os::fd::AsRawFd;
 
 /// `SO_PEERCRED`: the connecting process's pid, uid and gid, as the kernel
 /// recorded them at `connect` (the pid in the listener's PID namespace; 0 if
@@ -40,43 +38,4 @@ pub(crate) fn widen_backlog(listener: &impl AsRawFd) -> io::Result<()> {
     // asked for at the host's limit.
     let rc = unsafe { libc::listen(listener.as_raw_fd(), libc::c_int::MAX) };
     check(rc.into()).map(drop)
-}
-
-/// `poll(2)` for readability of each of `fds`, up to `timeout`: which are
-/// readable (or closed, or failed).
-pub(crate) fn readable(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> {
-    let mut polled: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-    // SAFETY: `polled` is a writable array of the length passed.
-    let rc = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, ms) };
-    match check(rc.into()) {
-        Ok(_) => Ok(polled.iter().map(|p| p.revents != 0).collect()),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(vec![false; fds.len()]),
-        Err(e) => Err(e),
-    }
-}
-
-/// Eight random bytes from the kernel (`getrandom(2)`).
-pub(crate) fn random_u64() -> io::Result<u64> {
-    let mut bytes = [0u8; 8];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        // SAFETY: the rest of `bytes` is writable for the length passed.
-        let rc = unsafe {
-            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
-        };
-        match check(rc as libc::c_long) {
-            Ok(n) => filled += n as usize,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(u64::from_ne_bytes(bytes))
 }

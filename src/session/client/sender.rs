@@ -9,7 +9,7 @@ use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::error::Error;
 use crate::event::Reason;
 use crate::layout::Slot;
-use crate::os::{eventfd, socket};
+use crate::os::{eventfd, poll};
 use crate::protocol::{self, Beat};
 use crate::session::stream::{send, Received};
 use crate::session::timing::{forward_interval, SILENT_TIMEOUTS_MAX};
@@ -219,7 +219,7 @@ impl Sender {
             }
             let wait = next_forward.saturating_duration_since(Instant::now());
             let fds = [self.dialed.stream.as_raw_fd(), self.shared.wake.as_raw_fd()];
-            let Ok(ready) = socket::readable(&fds, wait) else {
+            let Ok(ready) = poll::readable(&fds, wait) else {
                 return ConnectionEnd::Broken;
             };
             if ready[1] {
@@ -404,7 +404,7 @@ impl Sender {
                 self.end_here(Reason::Disconnected);
                 return false;
             }
-            let _ = socket::readable(&[self.shared.wake.as_raw_fd()], backoff);
+            let _ = poll::readable(&[self.shared.wake.as_raw_fd()], backoff);
             match self.dialer.dial(Some(self.dialed.reclaim)) {
                 Ok(dialed) => {
                     log::info!("session {}: reconnected", self.dialer.address);

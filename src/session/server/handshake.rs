@@ -187,7 +187,7 @@ impl Connection {
             .held
             .records(table)
             .map_err(|e| Error::os(table.name(), "open the sessions' records", e))?;
-        let secret = crate::os::socket::random_u64()
+        let secret = crate::os::random::random_u64()
             .map_err(|e| Error::os(table.name(), "draw a session secret", e))?;
         let label = prefix_within(&printable(label), LABEL_MAX).to_owned();
         let crate::registration::Placed { index, generation } = table

@@ -319,7 +319,7 @@ fn bind_with_mode(path: &std::path::Path, mode: u32) -> std::io::Result<UnixList
     let private = parent.join(format!(
         ".{file_name}.{}.{:x}",
         std::process::id(),
-        crate::os::socket::random_u64()?
+        crate::os::random::random_u64()?
     ));
     std::fs::DirBuilder::new()
         .mode(0o700)

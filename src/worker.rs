@@ -248,9 +248,16 @@ impl Worker {
             .map_or(self.generation, |s| s.generation())
     }
 
-    /// The table this worker is registered in (for a session: the private
-    /// one in this process that its sender thread forwards).
-    pub fn table(&self) -> &Table {
+    /// The table this worker is registered in, where [`slot`](Worker::slot)
+    /// is: `None` for a session, whose registration is in the reaper's
+    /// table, reached through its listener.
+    pub fn table(&self) -> Option<&Table> {
+        self.session.is_none().then_some(&self.table)
+    }
+
+    /// The table this worker's pings land in: its own, or for a session
+    /// the private one in this process that its sender thread forwards.
+    pub(crate) fn pinged_table(&self) -> &Table {
         &self.table
     }
 

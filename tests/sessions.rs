@@ -722,3 +722,25 @@ fn without_the_tls_feature_a_tls_address_says_how_to_get_it() {
     }
     const { assert!(!livereg::TLS_BUILT_IN) };
 }
+
+#[test]
+fn a_workers_table_is_the_one_its_slot_is_in() {
+    let temp = TempTable::new("slot-table", &long_options());
+    let socket = SocketPath::new("slot-table");
+    let (reaper, _events) = with_events(&temp.table, &socket.address(), None);
+    let local = temp.table.register(1, "local").unwrap();
+    let table = local.table().expect("a local worker's table is here");
+    assert_eq!(table.name(), temp.table.name());
+    let listed = table.status().unwrap();
+    assert!(listed.registrations.iter().any(|r| r.slot == local.slot()));
+    // A session's slot is in the reaper's table, which this process has
+    // not mapped: no table to answer with.
+    let remote = connect(&socket.address(), 2, "w", &ConnectOptions::default()).unwrap();
+    assert!(remote.is_remote() && remote.table().is_none());
+    let status = temp.table.status().unwrap();
+    let held = status.registrations.iter().find(|r| r.instance_id == 2);
+    assert_eq!(held.map(|r| r.slot), Some(remote.slot()));
+    remote.deregister().unwrap();
+    local.deregister().unwrap();
+    reaper.stop().unwrap();
+}

@@ -72,7 +72,7 @@ impl SessionLink {
         let mut sender = Sender {
             dialer: dialer.clone(),
             shared: shared.clone(),
-            table: worker.table().clone(),
+            table: worker.pinged_table().clone(),
             index: worker.local_slot(),
             generation: worker.local_generation(),
             dialed,

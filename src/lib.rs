@@ -84,6 +84,10 @@ mod table;
 #[cfg(not(loom))]
 mod table_locks;
 #[cfg(not(loom))]
+mod table_memory;
+#[cfg(not(loom))]
+mod table_options;
+#[cfg(not(loom))]
 mod wake;
 #[cfg(not(loom))]
 mod worker;

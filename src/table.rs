@@ -12,26 +12,24 @@
 //! | `set_info`, `info` | `info.rs` |
 //! | `metrics_text` | `metrics.rs` |
 //!
-//! Behind a handle is a [`TableMemory`]: the mapping (or a heap block for
-//! tests), its name and size. Its kernel locks (reaper role, registration
+//! How a new one is made is [`TableOptions`] (`table_options.rs`). Behind a
+//! handle is a [`TableMemory`] (`table_memory.rs`): the mapping (or a heap
+//! block for tests), its name and size. Its kernel locks (reaper role, registration
 //! lock) are in `table_locks.rs`; the futex words that wake the reaper and the
 //! waiters of a clear are in `wake.rs`.
 
-use crate::clock::{
-    coarse_resolution_ns, duration_ns, Clock, StampClock, Stamps, MIN_TIMEOUT_TICKS,
-};
+use crate::clock::{duration_ns, Clock, StampClock, Stamps, MIN_TIMEOUT_TICKS};
 use crate::error::{Error, Result};
-use crate::fork::LockDescriptor;
 use crate::layout::{
-    object_size, observations_start, slots_end, table_size, Header, InfoArea, Slot, HEADER_SIZE,
-    INFO_AREA_SIZE, INFO_SINCE_MINOR, MAGIC, MAX_CAPACITY, OBSERVATIONS_SINCE_MINOR, READY,
-    SCANS_PER_TIMEOUT, SLOT_SIZE, STAMPS_COARSE, STAMPS_PRECISE, STAMP_CLOCK_SINCE_MINOR,
-    VERSION_MAJOR, VERSION_MINOR,
+    object_size, table_size, Header, HEADER_SIZE, INFO_AREA_SIZE, INFO_SINCE_MINOR, MAGIC,
+    MAX_CAPACITY, READY, SCANS_PER_TIMEOUT, SLOT_SIZE, STAMPS_COARSE, STAMPS_PRECISE,
+    STAMP_CLOCK_SINCE_MINOR, VERSION_MAJOR, VERSION_MINOR,
 };
 use crate::location;
-use crate::sync::AtomicU64;
 use crate::sync::Ordering::{Relaxed, Release};
-use memmap2::{MmapOptions, MmapRaw};
+pub(crate) use crate::table_memory::{Backing, TableMemory};
+pub use crate::table_options::{TableOptions, DEFAULT_REGISTRATION_GRACE};
+use memmap2::MmapOptions;
 use std::alloc::{self, Layout};
 use std::fs::{File, OpenOptions, Permissions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
@@ -45,116 +43,6 @@ const READY_WAIT: Duration = Duration::from_secs(1);
 /// How often an opener looks again for a creator's `ready` word: creating
 /// takes microseconds, so a waiter rarely looks twice.
 const READY_POLL: Duration = Duration::from_millis(2);
-
-/// The registration grace when none is given: this, or the reap timeout if
-/// longer (a worker's first beat may come after a slow start).
-pub const DEFAULT_REGISTRATION_GRACE: Duration = Duration::from_secs(30);
-
-/// How a new table is made.
-///
-/// # Examples
-///
-/// ```
-/// use livereg::TableOptions;
-/// use std::time::Duration;
-///
-/// let options = TableOptions {
-///     capacity: 64,
-///     reap_timeout: Duration::from_secs(2),
-///     registration_grace: Duration::from_secs(10),
-///     ..TableOptions::default()
-/// };
-/// assert_eq!(options.mode, 0o600);
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TableOptions {
-    /// Number of slots, 1 to 1,048,576.
-    pub capacity: u32,
-    /// Permission bits of the object (default `0o600`; `0o660` shares it with
-    /// a group). The owner always needs read and write.
-    pub mode: u32,
-    /// Silence budget of a worker that has beaten at least once; zero disables
-    /// reaping.
-    pub reap_timeout: Duration,
-    /// Silence budget of a worker that registered and never beat; at least
-    /// `reap_timeout`.
-    pub registration_grace: Duration,
-    /// How long a busy worker may make no progress before it ends
-    /// `Stalled`; zero (the default) turns the check off.
-    /// At least one scan interval.
-    pub progress_timeout: Duration,
-    /// Which clock registrants stamp heartbeats with (default
-    /// [`StampClock::Auto`]: the coarse one where the timeout allows).
-    pub stamp_clock: StampClock,
-}
-
-impl Default for TableOptions {
-    fn default() -> Self {
-        TableOptions {
-            capacity: 256,
-            mode: 0o600,
-            reap_timeout: Duration::from_secs(10),
-            registration_grace: DEFAULT_REGISTRATION_GRACE,
-            progress_timeout: Duration::ZERO,
-            stamp_clock: StampClock::Auto,
-        }
-    }
-}
-
-impl TableOptions {
-    fn validate(&self) -> Result<()> {
-        let invalid = |message: String| Err(Error::InvalidArgument(message));
-        if self.capacity == 0 || self.capacity > MAX_CAPACITY {
-            return invalid(format!(
-                "capacity {} is out of range, expected 1 to {MAX_CAPACITY}",
-                self.capacity
-            ));
-        }
-        if self.mode & !0o777 != 0 || self.mode & 0o600 != 0o600 {
-            return invalid(format!(
-                "mode {:o} is not usable, expected permission bits (at most 777) including owner read/write (600)",
-                self.mode
-            ));
-        }
-        let scan = self.reap_timeout / SCANS_PER_TIMEOUT;
-        if !self.progress_timeout.is_zero()
-            && (self.reap_timeout.is_zero() || self.progress_timeout < scan)
-        {
-            return invalid(format!(
-                "progress timeout {:?} is below one scan interval ({scan:?}) or reaping is off, expected 0 (off) or at least {scan:?}",
-                self.progress_timeout
-            ));
-        }
-        if self.registration_grace < self.reap_timeout {
-            return invalid(format!(
-                "registration grace {:?} is shorter than the reap timeout {:?}, expected grace >= timeout",
-                self.registration_grace, self.reap_timeout
-            ));
-        }
-        if self.stamp_clock == StampClock::Coarse && self.stamps() == Stamps::Precise {
-            return invalid(format!(
-                "the coarse clock's resolution {:?} is more than 1/{MIN_TIMEOUT_TICKS} of the reap timeout {:?}, \
-                 expected a timeout of at least {:?} (or the precise clock)",
-                Duration::from_nanos(coarse_resolution_ns()),
-                self.reap_timeout,
-                Duration::from_nanos(coarse_resolution_ns()) * MIN_TIMEOUT_TICKS
-            ));
-        }
-        Ok(())
-    }
-
-    /// How registrants of a table made with these options stamp.
-    fn stamps(&self) -> Stamps {
-        let resolution_ns = coarse_resolution_ns();
-        let fits = resolution_ns > 0
-            && resolution_ns.saturating_mul(u64::from(MIN_TIMEOUT_TICKS))
-                <= duration_ns(self.reap_timeout);
-        match self.stamp_clock {
-            StampClock::Auto | StampClock::Coarse if fits => Stamps::Coarse { resolution_ns },
-            _ => Stamps::Precise,
-        }
-    }
-}
 
 /// A handle to a table. Cheap to clone; clones share the mapping.
 ///
@@ -179,55 +67,6 @@ impl TableOptions {
 pub struct Table {
     pub(crate) memory: Arc<TableMemory>,
     pub(crate) clock: Clock,
-}
-
-/// The memory behind a table handle.
-pub(crate) struct TableMemory {
-    pub name: String,
-    pub capacity: u32,
-    /// The layout's minor version (what the table holds beyond 1.0).
-    pub minor: u32,
-    /// How registrants stamp heartbeats: read once from the header, so a
-    /// writer changing it later changes nothing.
-    pub stamps: Stamps,
-    backing: Backing,
-    /// Serialises registrations of this process; the kernel lock orders them
-    /// against other processes.
-    registrations: Mutex<()>,
-    /// The descriptor of this handle's last failed attempt at the reaper
-    /// role, with the fork epoch it was opened in: kept for the next attempt
-    /// (see `table_locks.rs`).
-    pub(crate) reaper_candidate: Mutex<Option<(LockDescriptor, u64)>>,
-}
-
-enum Backing {
-    /// A shared object or file, mapped.
-    Mapped { file: File, map: MmapRaw },
-    /// Process-private memory, for tests (and Miri) that need no OS objects.
-    Heap {
-        base: NonNull<u8>,
-        layout: Layout,
-        reaper_taken: AtomicBool,
-    },
-}
-
-// SAFETY:
-// - the heap allocation is owned by `TableMemory` and freed only in its `Drop`;
-// - every byte of it is accessed through atomics (`Header`, `Slot`), so shared
-//   access from several threads is data-race free.
-unsafe impl Send for TableMemory {}
-// SAFETY: as above.
-unsafe impl Sync for TableMemory {}
-
-impl Drop for TableMemory {
-    fn drop(&mut self) {
-        if let Backing::Heap { base, layout, .. } = &self.backing {
-            // SAFETY:
-            // - `base` was returned by `alloc_zeroed(layout)` in `in_memory`
-            //   and is freed exactly once, here.
-            unsafe { alloc::dealloc(base.as_ptr(), *layout) };
-        }
-    }
 }
 
 impl Table {
@@ -617,135 +456,4 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32, Stamps)
         }
     };
     Ok((capacity, minor, stamps))
-}
-
-impl TableMemory {
-    #[inline]
-    fn base(&self) -> *const u8 {
-        match &self.backing {
-            Backing::Mapped { map, .. } => map.as_ptr(),
-            Backing::Heap { base, .. } => base.as_ptr(),
-        }
-    }
-
-    pub fn header(&self) -> &Header {
-        // SAFETY:
-        // - the memory is at least `table_size(capacity)` bytes (validated at
-        //   open, sized at create) and aligned to at least 128 bytes (a page
-        //   for maps, `SLOT_SIZE` for the heap), so a `Header` fits at 0;
-        // - it lives as long as `self`; all fields are atomics.
-        unsafe { &*self.base().cast::<Header>() }
-    }
-
-    /// Slot `index`.
-    ///
-    /// # Panics
-    ///
-    /// If `index >= capacity`: indexes come from this handle's own counting
-    /// or from handles it made, never from the table.
-    #[inline]
-    pub fn slot(&self, index: u32) -> &Slot {
-        assert!(
-            index < self.capacity,
-            "slot {index} out of {}",
-            self.capacity
-        );
-        // SAFETY:
-        // - `index < capacity`, and the memory holds `capacity` slots after
-        //   the header, each `SLOT_SIZE`-aligned (HEADER_SIZE is a multiple);
-        // - it lives as long as `self`; all fields are atomics.
-        unsafe {
-            &*self
-                .base()
-                .add(HEADER_SIZE + index as usize * SLOT_SIZE)
-                .cast::<Slot>()
-        }
-    }
-
-    /// Checks that the object still has every byte of the table, before
-    /// reading its slots: a process that can write the table can also
-    /// truncate it, and touching a page past the end would fault (SIGBUS).
-    /// A truncation racing the reads that follow this check is the remaining
-    /// window (see docs/semantics.md, "Hostile peers").
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Corrupt`] naming the size found and expected, or
-    /// [`Error::Io`] if the object cannot be examined.
-    pub fn check_size(&self) -> Result<()> {
-        let Backing::Mapped { file, .. } = &self.backing else {
-            return Ok(());
-        };
-        let size = file
-            .metadata()
-            .map_err(|e| Error::os(&self.name, "stat", e))?
-            .len();
-        let expected = object_size(self.capacity, self.minor) as u64;
-        if size < expected {
-            return Err(Error::Corrupt(format!(
-                "table '{}': the object shrank to {size} bytes, expected {expected}: truncated by another process",
-                self.name
-            )));
-        }
-        Ok(())
-    }
-
-    /// The info area, in tables of layout 1.2 and later.
-    pub fn info_area(&self) -> Option<&InfoArea> {
-        if self.minor < INFO_SINCE_MINOR {
-            return None;
-        }
-        // SAFETY:
-        // - a table of layout 1.2 or later is `object_size` bytes (validated
-        //   at open, sized at create), so an `InfoArea` fits after the slots,
-        //   at an offset that is a multiple of 128 (its alignment);
-        // - it lives as long as `self`; all fields are atomics.
-        Some(unsafe { &*self.base().add(slots_end(self.capacity)).cast::<InfoArea>() })
-    }
-
-    /// The reaper's observation of slot `index`'s progress (layout 1.3):
-    /// when, on the reaper's clock, its progress word last changed; 0 before
-    /// a reaper saw it.
-    pub fn progress_seen(&self, index: u32) -> Option<&AtomicU64> {
-        if self.minor < OBSERVATIONS_SINCE_MINOR || index >= self.capacity {
-            return None;
-        }
-        // SAFETY:
-        // - a table of layout 1.3 or later is `object_size` bytes (validated
-        //   at open, sized at create): one 8-byte word per slot fits from
-        //   `observations_start`, which is a multiple of 128;
-        // - `index < capacity`; the memory lives as long as `self`; atomics.
-        Some(unsafe {
-            &*self
-                .base()
-                .add(observations_start(self.capacity) + index as usize * 8)
-                .cast::<AtomicU64>()
-        })
-    }
-
-    /// The table's descriptor, when it is an OS object.
-    pub fn file(&self) -> Option<&File> {
-        match &self.backing {
-            Backing::Mapped { file, .. } => Some(file),
-            Backing::Heap { .. } => None,
-        }
-    }
-
-    /// The reaper-role flag of a heap table (a shared table's role is a
-    /// kernel lock instead).
-    pub fn heap_reaper_flag(&self) -> Option<&AtomicBool> {
-        match &self.backing {
-            Backing::Heap { reaper_taken, .. } => Some(reaper_taken),
-            Backing::Mapped { .. } => None,
-        }
-    }
-
-    /// Serialises this process's registrations (see `locks`).
-    pub fn local_registrations(&self) -> &Mutex<()> {
-        &self.registrations
-    }
-
-    pub fn no_reaper(&self) -> Error {
-        Error::NoReaper(format!("table '{}': no reaper is alive", self.name))
-    }
 }

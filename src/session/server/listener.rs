@@ -1,29 +1,25 @@
 //! A reaper's listener: one thread that accepts sessions on one address and
 //! serves every connection through one epoll set (no thread per session).
 
+use super::acceptor::Acceptor;
+use super::admission::Paused;
 use super::held::Held;
-use super::penalties::Source;
 use super::refusals::SessionRefusals;
 use super::served::{Connection, Gate, Next};
 use crate::absence::absence_threshold;
 use crate::error::{Error, Result};
 use crate::event::Reason;
-use crate::os::{epoll::Epoll, eventfd, socket};
+use crate::os::{epoll::Epoll, eventfd};
 use crate::protocol;
 use crate::session::address::Address;
 use crate::session::server::limited_log::limited_log;
-use crate::session::stream::Stream;
 use crate::session::timing::{heard_interval, listener_tick};
 use crate::session::tls::{self, TlsServer};
 use crate::sync::Ordering::Acquire;
 use crate::table::Table;
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::io::ErrorKind;
-use std::net::TcpListener;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -34,32 +30,6 @@ pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
 /// The default mode of a `unix:` listener's socket: its owner and group may
 /// connect.
 pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
-
-/// Connections that have not yet proven anything (no `Hello` accepted)
-/// that a listener keeps beside the sessions it holds. A newcomer over it
-/// closes the oldest of them once that one had [`GREETING_GRACE`]; until
-/// then newcomers wait in the kernel's backlog. So a client that says hello
-/// within the grace of being accepted always gets in, however many idle
-/// connections a peer holds open.
-pub const GREETING_MAX: usize = 64;
-
-/// How long a connection, once accepted, is sure to stay open for its
-/// `Hello` to arrive, whatever newer connections come: a client sends it
-/// right after its connect, but a busy host may run the client's next
-/// write some milliseconds after the listener accepted it. While all
-/// [`GREETING_MAX`] greeting connections are younger, the listener stops
-/// accepting (at most this long): under a flood of idle connections it
-/// admits [`GREETING_MAX`] per grace, in the order they connected.
-pub const GREETING_GRACE: Duration = Duration::from_millis(100);
-
-/// Connections accepted per turn of the listener; the others wait in the
-/// backlog while the accepted ones' greetings are read.
-const ACCEPTS_PER_TURN: usize = 16;
-
-/// After `accept` fails for want of descriptors, the listener stops
-/// accepting this long, doubling while it lasts, up to [`LONGEST_PAUSE`].
-const FIRST_PAUSE: Duration = Duration::from_millis(10);
-const LONGEST_PAUSE: Duration = Duration::from_secs(1);
 
 /// After a round of nothing but beats, the listener waits this long before
 /// the next: with many sessions, beats arrive one by one (each client's
@@ -223,170 +193,37 @@ impl Drop for Listener {
 }
 
 const STOP: u64 = 0;
-const ACCEPT: u64 = 1;
-const FIRST_CONNECTION: u64 = 2;
-
-/// A bound, non-blocking listening socket (TCP with TLS when it has a
-/// server configuration).
-enum Acceptor {
-    Unix(UnixListener),
-    Tcp(TcpListener, Option<tls::ServerConfig>),
-}
-
-impl Acceptor {
-    fn bind(config: &ListenConfig, tls: Option<tls::ServerConfig>) -> Result<Acceptor> {
-        let address = &config.address;
-        let io = |step: &str, e: std::io::Error| Error::Io {
-            context: format!("listener {address}: {step}"),
-            source: e,
-        };
-        let acceptor = match address {
-            Address::Unix(path) => {
-                remove_stale_socket(address, path)?;
-                Acceptor::Unix(bind_with_mode(path, config.socket_mode).map_err(|e| io("bind", e))?)
-            }
-            Address::Tcp(endpoint) | Address::Tls(endpoint) => {
-                let listener = TcpListener::bind(endpoint).map_err(|e| io("bind", e))?;
-                socket::widen_backlog(&listener).map_err(|e| io("listen", e))?;
-                Acceptor::Tcp(listener, tls)
-            }
-        };
-        match &acceptor {
-            Acceptor::Unix(l) => l.set_nonblocking(true),
-            Acceptor::Tcp(l, _) => l.set_nonblocking(true),
-        }
-        .map_err(|e| io("make it non-blocking", e))?;
-        Ok(acceptor)
-    }
-
-    /// The next pending connection, with how the peer is described and
-    /// where it comes from.
-    fn accept(&self) -> std::io::Result<(Stream, String, Source)> {
-        match self {
-            Acceptor::Unix(l) => {
-                let (stream, _) = l.accept()?;
-                let (peer, source) = match socket::peer_credentials(&stream) {
-                    Ok((pid, uid, gid)) => (
-                        format!("unix pid={pid} uid={uid} gid={gid}"),
-                        Source::Uid(uid),
-                    ),
-                    Err(_) => ("unix".to_owned(), Source::Unknown),
-                };
-                Ok((Stream::Unix(stream), peer, source))
-            }
-            Acceptor::Tcp(l, None) => {
-                let (stream, peer) = l.accept()?;
-                let _ = stream.set_nodelay(true);
-                Ok((
-                    Stream::Tcp(stream),
-                    format!("tcp {peer}"),
-                    Source::Ip(peer.ip()),
-                ))
-            }
-            Acceptor::Tcp(l, Some(config)) => {
-                let (stream, peer) = l.accept()?;
-                let _ = stream.set_nodelay(true);
-                // The handshake runs as the client's bytes arrive (the
-                // stream is non-blocking), within the greeting deadline.
-                Ok((
-                    tls::accept(config, stream)?,
-                    format!("tls {peer}"),
-                    Source::Ip(peer.ip()),
-                ))
-            }
-        }
-    }
-}
-
-impl AsRawFd for Acceptor {
-    fn as_raw_fd(&self) -> RawFd {
-        match self {
-            Acceptor::Unix(l) => l.as_raw_fd(),
-            Acceptor::Tcp(l, _) => l.as_raw_fd(),
-        }
-    }
-}
-
-/// Binds a Unix socket at `path` that is never reachable with a mode wider
-/// than `mode`: it is bound inside a fresh directory only its owner may
-/// enter, given its mode there, then renamed into place.
-fn bind_with_mode(path: &std::path::Path, mode: u32) -> std::io::Result<UnixListener> {
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => std::path::Path::new("."),
-    };
-    let file_name = path.file_name().unwrap_or_default().to_string_lossy();
-    let private = parent.join(format!(
-        ".{file_name}.{}.{:x}",
-        std::process::id(),
-        crate::os::random::random_u64()?
-    ));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&private)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("make {}: {e}", private.display())))?;
-    let inside = private.join("socket");
-    let bound = UnixListener::bind(&inside).and_then(|listener| {
-        std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(mode))?;
-        std::fs::rename(&inside, path)?;
-        Ok(listener)
-    });
-    let _ = std::fs::remove_file(&inside);
-    let _ = std::fs::remove_dir(&private);
-    bound
-}
-
-/// A socket left at `path` by a listener that died is removed; one that
-/// answers belongs to a live listener: refused.
-fn remove_stale_socket(address: &Address, path: &std::path::Path) -> Result<()> {
-    let Ok(metadata) = std::fs::symlink_metadata(path) else {
-        return Ok(());
-    };
-    if !metadata.file_type().is_socket() {
-        return Err(Error::InvalidArgument(format!(
-            "listener {address}: {} exists and is not a socket, expected a free path",
-            path.display()
-        )));
-    }
-    if UnixStream::connect(path).is_ok() {
-        return Err(Error::Busy(format!(
-            "listener {address}: another listener is serving it"
-        )));
-    }
-    std::fs::remove_file(path).map_err(|e| Error::Io {
-        context: format!("listener {address}: remove the stale socket"),
-        source: e,
-    })
-}
+pub(super) const ACCEPT: u64 = 1;
+pub(super) const FIRST_CONNECTION: u64 = 2;
 
 /// The listener thread's state.
-struct ListenLoop {
+pub(super) struct ListenLoop {
     /// The table, the sessions held, the token, refusals and penalties.
-    gate: Gate,
-    acceptor: Acceptor,
-    epoll: Epoll,
+    pub(super) gate: Gate,
+    pub(super) acceptor: Acceptor,
+    pub(super) epoll: Epoll,
     /// Connections by key - [`FIRST_CONNECTION`]; `None`: a free entry.
-    connections: Vec<Option<Connection>>,
+    pub(super) connections: Vec<Option<Connection>>,
     /// Connections still greeting, oldest first, as `(entry, serial)`
     /// (entries that moved on are dropped lazily).
-    greeting: VecDeque<(usize, u64)>,
+    pub(super) greeting: VecDeque<(usize, u64)>,
     /// The serial of the next connection.
-    next_serial: u64,
+    pub(super) next_serial: u64,
     /// Connections whose last read stopped at its budget: read again next
     /// turn (no edge wakes the listener for what they still hold).
-    unread: Vec<usize>,
+    pub(super) unread: Vec<usize>,
     /// While accepting is paused: until when, and why.
-    accept_paused: Option<(Instant, Paused)>,
+    pub(super) accept_paused: Option<(Instant, Paused)>,
     /// The length of the last pause, doubled by the next one while
     /// descriptors stay short.
-    last_pause: Duration,
+    pub(super) last_pause: Duration,
     /// The info area's sequence last sent to the sessions.
-    info_sequence: Option<u64>,
+    pub(super) info_sequence: Option<u64>,
     /// Whether this round saw more than beats (a connection, a greeting, a
     /// close): then the next round does not wait.
-    urgent: bool,
+    pub(super) urgent: bool,
     /// Whether a client waits for a clear: then the listener looks often.
-    clears_waited: bool,
+    pub(super) clears_waited: bool,
 }
 
 impl ListenLoop {
@@ -458,156 +295,7 @@ impl ListenLoop {
         }
     }
 
-    /// Accepts up to [`ACCEPTS_PER_TURN`] connections, reading each one's
-    /// greeting at once (a client sends it with its connect).
-    fn accept_some(&mut self) {
-        self.urgent = true;
-        for _ in 0..ACCEPTS_PER_TURN {
-            if let Err(until) = self.make_greeting_room() {
-                return self.pause_accepting(until, Paused::Greetings);
-            }
-            match self.acceptor.accept() {
-                Ok((stream, peer, source)) => {
-                    self.last_pause = Duration::ZERO;
-                    self.take(stream, peer, source);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    return self.out_of_descriptors(&e);
-                }
-                Err(e) => {
-                    limited_log!(
-                        log::Level::Warn,
-                        "table '{}': cannot accept a session: {e}",
-                        self.gate.table.name()
-                    );
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Out of descriptors: stops accepting for a while (the listening
-    /// socket would be ready, and fail, in a loop) and closes the oldest
-    /// greeting connection, so a descriptor is free when accepting resumes.
-    fn out_of_descriptors(&mut self, error: &std::io::Error) {
-        let pause = (self.last_pause * 2).clamp(FIRST_PAUSE, LONGEST_PAUSE);
-        self.last_pause = pause;
-        self.pause_accepting(Instant::now() + pause, Paused::Descriptors);
-        self.close_oldest_greeting();
-        limited_log!(
-            log::Level::Warn,
-            "table '{}': cannot accept a session: {error}; accepting paused for {pause:?} ({} connections open)",
-            self.gate.table.name(),
-            self.connections.iter().flatten().count()
-        );
-    }
-
-    /// Stops polling the listening socket until `until` (newcomers wait in
-    /// the kernel's backlog).
-    fn pause_accepting(&mut self, until: Instant, why: Paused) {
-        if self.epoll.remove(&self.acceptor).is_err() {
-            std::thread::sleep(until.saturating_duration_since(Instant::now()));
-            return;
-        }
-        self.accept_paused = Some((until, why));
-    }
-
-    /// Accepting resumes when its pause is over, or, paused for want of
-    /// room among the greeting connections, as soon as one moved on.
-    fn resume_accepting(&mut self) {
-        let Some((until, why)) = self.accept_paused else {
-            return;
-        };
-        let room = why == Paused::Greetings && {
-            self.forget_moved_on();
-            self.greeting.len() < GREETING_MAX
-        };
-        if (room || Instant::now() >= until) && self.epoll.add_level(&self.acceptor, ACCEPT).is_ok()
-        {
-            self.accept_paused = None;
-        }
-    }
-
-    /// Makes room for one more greeting connection: below [`GREETING_MAX`]
-    /// there is; at it, the oldest is closed if it had its
-    /// [`GREETING_GRACE`]. `Err`: none had, and when the oldest will have.
-    fn make_greeting_room(&mut self) -> std::result::Result<(), Instant> {
-        if self.greeting.len() < GREETING_MAX {
-            return Ok(());
-        }
-        self.forget_moved_on();
-        while self.greeting.len() >= GREETING_MAX {
-            let Some(&(entry, _)) = self.greeting.front() else {
-                break;
-            };
-            let graced = self.connections[entry]
-                .as_ref()
-                .map_or(Instant::now(), |oldest| oldest.opened + GREETING_GRACE);
-            if Instant::now() < graced {
-                return Err(graced);
-            }
-            self.close_oldest_greeting();
-        }
-        Ok(())
-    }
-
-    /// Drops from the greeting queue the connections that said hello or
-    /// were closed.
-    fn forget_moved_on(&mut self) {
-        let connections = &self.connections;
-        self.greeting
-            .retain(|&(entry, serial)| is_greeting(connections, entry, serial));
-    }
-
-    /// Serves a new connection (room was made for it among the greeting
-    /// ones): its greeting is read if it came.
-    fn take(&mut self, stream: Stream, peer: String, source: Source) {
-        if stream.set_nonblocking(true).is_err() {
-            return;
-        }
-        let entry = match self.connections.iter().position(Option::is_none) {
-            Some(free) => free,
-            None => {
-                self.connections.push(None);
-                self.connections.len() - 1
-            }
-        };
-        let key = entry as u64 + FIRST_CONNECTION;
-        let added = if stream.short_read_drains() {
-            self.epoll.add_edge(&stream, key)
-        } else {
-            self.epoll.add_level(&stream, key)
-        };
-        if added.is_err() {
-            return;
-        }
-        let serial = self.next_serial;
-        self.next_serial += 1;
-        self.connections[entry] = Some(Connection::new(stream, peer, source, serial));
-        self.greeting.push_back((entry, serial));
-        self.on_readable(entry);
-    }
-
-    /// Closes the connection that has been greeting longest.
-    fn close_oldest_greeting(&mut self) {
-        while let Some((entry, serial)) = self.greeting.pop_front() {
-            if is_greeting(&self.connections, entry, serial) {
-                if let Some(served) = &self.connections[entry] {
-                    limited_log!(
-                        log::Level::Debug,
-                        "session from {}: closed unheard to make room for a newer connection ({GREETING_MAX} were greeting)",
-                        served.peer
-                    );
-                }
-                self.close(entry, None);
-                return;
-            }
-        }
-    }
-
-    fn on_readable(&mut self, entry: usize) {
+    pub(super) fn on_readable(&mut self, entry: usize) {
         let gate = &self.gate;
         let Some(Some(served)) = self.connections.get_mut(entry) else {
             return;
@@ -653,7 +341,7 @@ impl ListenLoop {
     }
 
     /// Closes a connection; ends what it holds first if `end` says so.
-    fn close(&mut self, entry: usize, end: Option<Reason>) {
+    pub(super) fn close(&mut self, entry: usize, end: Option<Reason>) {
         let Some(served) = self.connections[entry].take() else {
             return;
         };
@@ -760,21 +448,4 @@ impl ListenLoop {
             self.close(entry, None);
         }
     }
-}
-
-/// Why the listener stopped accepting for a while.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Paused {
-    /// `accept` failed for want of descriptors.
-    Descriptors,
-    /// Every greeting connection is within its grace.
-    Greetings,
-}
-
-/// Whether `entry` is still the connection `serial`, and still greeting.
-fn is_greeting(connections: &[Option<Connection>], entry: usize, serial: u64) -> bool {
-    connections
-        .get(entry)
-        .and_then(Option::as_ref)
-        .is_some_and(|served| served.serial == serial && served.is_greeting())
 }

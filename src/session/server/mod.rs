@@ -1,11 +1,14 @@
 //! The server side of a session, run by a reaper: its listeners
-//! (`sessions.rs`, one epoll thread each in `listener.rs`), each connection
+//! (`sessions.rs`, one epoll thread each in `listener.rs`, its socket in
+//! `acceptor.rs`, what it accepts and when in `admission.rs`), each connection
 //! served (`served.rs`), the registrations they hold (`held.rs`) and their
 //! records beside the table (`records.rs`); who is held back after failed
 //! handshakes (`penalties.rs`), what was refused (`refusals.rs`), what a
 //! peer reports made printable (`printable.rs`) and what it causes logged
 //! at a bounded rate (`limited_log.rs`).
 
+mod acceptor;
+mod admission;
 mod handshake;
 mod held;
 pub(crate) mod limited_log;

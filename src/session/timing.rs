@@ -2,7 +2,7 @@
 //! timeout `T`: how often a client beats, how long a listener lets it go
 //! unheard, how often the listener looks and says it hears, when the
 //! reaper takes over from a listener that does not run, when a client that
-//! hears nothing gives up. The codec (`wire.rs`)
+//! hears nothing gives up. The codec (`wire/`)
 //! knows nothing of time; the sender, the listener and the reaper take
 //! their schedules from here.
 

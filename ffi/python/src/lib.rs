@@ -31,7 +31,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(table::unlink, module)?)?;
     module.add_function(wrap_pyfunction!(session::connect, module)?)?;
     module.add_function(wrap_pyfunction!(exiting::_stop_reapers_at_exit, module)?)?;
-    module.add_function(wrap_pyfunction!(logging::_log_from_a_thread, module)?)?;
     module.add("INFO_MAX", livereg::INFO_MAX)?;
     module.add("LABEL_MAX", livereg::LABEL_MAX)?;
     module.add("BEATS_PER_TIMEOUT", livereg::BEATS_PER_TIMEOUT)?;

@@ -130,20 +130,3 @@ pub fn exception(py: Python<'_>, message: &str, error: &PyErr) {
         error.print(py);
     }
 }
-
-/// For tests: logs `message` at WARN from a thread of the library's own and
-/// waits for that thread while holding the interpreter, as dropping a
-/// reaper waits for its listener. True if the thread ended within 10 s
-/// (it does: logging never needs the interpreter on the logging thread).
-#[pyfunction]
-pub fn _log_from_a_thread(message: String) -> bool {
-    let thread = std::thread::spawn(move || log::warn!("{message}"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !thread.is_finished() {
-        if std::time::Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    true
-}

@@ -57,6 +57,18 @@ impl Table {
                 )
             })
     }
+
+    /// The reaper `start_reaper` and `acquire_reaper` make: these
+    /// callbacks, serving sessions where `listening` says.
+    fn reaper_builder(
+        &self,
+        on_drop: Option<Py<PyAny>>,
+        on_clear: Option<Py<PyAny>>,
+        listening: session::Listening<'_>,
+    ) -> PyResult<livereg::ReaperBuilder> {
+        let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear);
+        session::listen(builder, listening)
+    }
 }
 
 #[pymethods]
@@ -220,17 +232,14 @@ impl Table {
         tls_key: Option<PathBuf>,
         tls_client_ca: Option<PathBuf>,
     ) -> PyResult<Reaper> {
-        let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear);
-        let builder = session::listen(
-            builder,
-            session::Listening {
-                addresses: listen,
-                token,
-                tls_cert,
-                tls_key,
-                tls_client_ca,
-            },
-        )?;
+        let listening = session::Listening {
+            addresses: listen,
+            token,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
+        };
+        let builder = self.reaper_builder(on_drop, on_clear, listening)?;
         py.detach(move || builder.spawn())
             .map(Reaper::new)
             .or_raise()
@@ -253,17 +262,14 @@ impl Table {
         tls_key: Option<PathBuf>,
         tls_client_ca: Option<PathBuf>,
     ) -> PyResult<DrivenReaper> {
-        let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear);
-        let builder = session::listen(
-            builder,
-            session::Listening {
-                addresses: listen,
-                token,
-                tls_cert,
-                tls_key,
-                tls_client_ca,
-            },
-        )?;
+        let listening = session::Listening {
+            addresses: listen,
+            token,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
+        };
+        let builder = self.reaper_builder(on_drop, on_clear, listening)?;
         py.detach(move || builder.build())
             .map(DrivenReaper::new)
             .or_raise()

@@ -5,9 +5,12 @@ sender with the interpreter released."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import socket
+import subprocess
+import sys
 import threading
 import time
 from typing import Callable, List
@@ -16,21 +19,56 @@ import pytest
 from conftest import loopback_address
 
 import livereg
-from livereg import _native
 
 MakeTable = Callable[..., livereg.Table]
 
 
 def test_a_thread_that_logs_is_never_stuck_on_the_interpreter_its_waiter_holds(
-    caplog: pytest.LogCaptureFixture,
+    make_table: MakeTable, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # The listener logs a wrong token at WARNING before it answers. While
+    # this thread holds the interpreter (a call through ctypes.PyDLL keeps
+    # it), a client with a wrong token must still be answered: the record is
+    # queued, and delivered once the interpreter is free.
     caplog.set_level(logging.WARNING, logger="livereg")
-    marker = f"logged from a library thread {time.monotonic_ns()}"
-    assert _native._log_from_a_thread(marker), "the logging thread waited for the interpreter"
+    address = loopback_address("tcp")
+    table = make_table()
+    reaper = table.start_reaper(listen=[address], token="right")
+    client = subprocess.Popen(
+        [sys.executable, "-c", _WRONG_TOKEN_CLIENT, address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert client.stdout is not None and client.stdin is not None
+        assert client.stdout.readline().strip() == "ready"
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        ctypes.PyDLL(None).usleep(3_000_000)  # the interpreter held throughout
+        answered_while_held = client.poll() is not None
+        out, _ = client.communicate(timeout=30)
+    finally:
+        client.kill()
+    assert "PermissionDeniedError" in out, out
+    assert answered_while_held, "the listener waited for the interpreter to answer"
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not any(marker in r.getMessage() for r in caplog.records):
+    while time.monotonic() < deadline and not any("wrong or missing token" in r.getMessage() for r in caplog.records):
         time.sleep(0.01)
-    assert any(r.name == "livereg" and marker in r.getMessage() for r in caplog.records)
+    assert any(r.name == "livereg" and "wrong or missing token" in r.getMessage() for r in caplog.records)
+    reaper.stop()
+
+
+_WRONG_TOKEN_CLIENT = """
+import sys
+import livereg
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    livereg.connect(sys.argv[1], 7, token="wrong", timeout=10.0)
+except livereg.Error as error:
+    print(type(error).__name__, flush=True)
+"""
 
 
 def test_a_session_worker_collected_while_reconnecting_leaves_the_interpreter_to_others(

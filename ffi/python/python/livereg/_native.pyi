@@ -1,6 +1,6 @@
 """Types of the native extension module (re-exported by ``livereg``)."""
 
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple, Union, final
 
 from livereg._reason import Reason
 from livereg._status import Stats, Status
@@ -28,6 +28,7 @@ class BusyError(Error): ...
 class SystemCallError(Error, OSError): ...
 class PanicError(Error): ...
 
+@final
 class DropEvent:
     @property
     def instance_id(self) -> int: ...
@@ -50,10 +51,12 @@ class DropEvent:
     @property
     def reason(self) -> Reason: ...
 
+@final
 class BusyScope:
     def __enter__(self) -> "Worker": ...
     def __exit__(self, *exc: object) -> None: ...
 
+@final
 class Worker:
     @property
     def instance_id(self) -> int: ...
@@ -74,12 +77,14 @@ class Worker:
     def __enter__(self) -> "Worker": ...
     def __exit__(self, *exc: object) -> None: ...
 
+@final
 class Reaper:
     def stop(self) -> None: ...
     def check(self) -> bool: ...
     def __enter__(self) -> "Reaper": ...
     def __exit__(self, *exc: object) -> None: ...
 
+@final
 class DrivenReaper:
     def fileno(self) -> int: ...
     def next_scan_in(self) -> float: ...
@@ -91,6 +96,7 @@ class DrivenReaper:
     def __enter__(self) -> "DrivenReaper": ...
     def __exit__(self, *exc: object) -> None: ...
 
+@final
 class Table:
     @property
     def name(self) -> str: ...
@@ -121,7 +127,7 @@ class Table:
         self,
         on_drop: Optional[Callable[[DropEvent], object]] = None,
         on_clear: Optional[Callable[[], object]] = None,
-        listen: Sequence[str] = (),
+        listen: Sequence[str] = ...,
         token: Optional[Union[str, bytes]] = None,
         tls_cert: Optional[str] = None,
         tls_key: Optional[str] = None,
@@ -131,7 +137,7 @@ class Table:
         self,
         on_drop: Optional[Callable[[DropEvent], object]] = None,
         on_clear: Optional[Callable[[], object]] = None,
-        listen: Sequence[str] = (),
+        listen: Sequence[str] = ...,
         token: Optional[Union[str, bytes]] = None,
         tls_cert: Optional[str] = None,
         tls_key: Optional[str] = None,
@@ -163,6 +169,5 @@ def connect(
     tls_key: Optional[str] = None,
 ) -> Worker: ...
 
-def _log_from_a_thread(message: str) -> bool:
-    """For tests: logs ``message`` at WARNING from a library thread and waits
-    for it while holding the interpreter; True if it ended within 10 s."""
+def _stop_reapers_at_exit() -> None:
+    """Stops every reaper of this process (registered with ``atexit``)."""

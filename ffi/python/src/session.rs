@@ -10,6 +10,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 use std::path::PathBuf;
 
+/// Whether `name` is a session address (`unix:`, `tcp://`, `tls://`)
+/// rather than a table's name: the rule `livereg.connect` and the table
+/// functions go by.
+#[pyfunction]
+pub fn is_address(name: &str) -> bool {
+    livereg::Address::is_address(name)
+}
+
 /// Registers `instance_id` through the reaper listening at `address`
 /// (`"unix:/PATH"` or `"tcp://HOST:PORT"`) and returns a `Worker` that pings
 /// as fast as a local one (its sender thread forwards the pings). `token`

@@ -294,3 +294,9 @@ def test_a_connect_timeout_no_duration_holds_is_refused_and_a_huge_one_never_pan
     # Nothing listens there: it fails as an error, never a panic.
     with pytest.raises(livereg.Error):
         livereg.connect(socket_address, 1, timeout=1e19)
+
+
+def test_an_address_is_told_from_a_table_name_as_the_library_tells_it() -> None:
+    assert livereg.is_address("unix:/run/livereg/kv.sock")
+    assert livereg.is_address("tcp://127.0.0.1:7071") and livereg.is_address("tls://kv:7071")
+    assert not livereg.is_address("lmcache-workers") and not livereg.is_address("/dev/shm/x")

@@ -70,6 +70,7 @@ __all__ = [
     "Worker",
     "connect",
     "create",
+    "is_address",
     "unlink",
 ]
 
@@ -101,6 +102,7 @@ if TYPE_CHECKING:
         Worker,
         connect,
         create,
+        is_address,
         unlink,
     )
     from livereg._native import open as open

@@ -169,5 +169,9 @@ def connect(
     tls_key: Optional[str] = None,
 ) -> Worker: ...
 
+def is_address(name: str) -> bool:
+    """Whether ``name`` is a session address (``unix:``, ``tcp://``,
+    ``tls://``) rather than a table's name."""
+
 def _stop_reapers_at_exit() -> None:
     """Stops every reaper of this process (registered with ``atexit``)."""

@@ -20,8 +20,6 @@ DEFAULT_TABLE = "lmcache-workers"
 #: The environment variable that names another table (or a listener's
 #: address), on both sides.
 TABLE_ENV = "LIVEREG_LMCACHE_TABLE"
-#: How an address of a server's listener starts (anything else names a table).
-ADDRESS_SCHEMES = ("unix:", "tcp://", "tls://")
 #: Instance ids a registration can have; 0 is the untracked prober's.
 _ID_RANGE = range(1, 1 << 64)
 #: Distinct untrackable ids logged; past this many, no more are.
@@ -32,11 +30,6 @@ def default_table() -> str:
     """The table name both sides use: ``$LIVEREG_LMCACHE_TABLE``, else
     :data:`DEFAULT_TABLE`."""
     return os.environ.get(TABLE_ENV) or DEFAULT_TABLE
-
-
-def is_address(name: str) -> bool:
-    """Whether ``name`` is a listener's address rather than a table's name."""
-    return name.startswith(ADDRESS_SCHEMES)
 
 
 class Unaccepted:

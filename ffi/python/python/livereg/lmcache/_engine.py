@@ -30,7 +30,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import livereg
-from livereg.lmcache._common import default_table, is_address, logger
+from livereg.lmcache._common import default_table, logger
 from livereg.lmcache._worker import WorkerLiveness
 
 #: The file holding a listener's token, for a ``tcp://``/``tls://`` address.
@@ -137,7 +137,7 @@ def _start(instance_id: int) -> Optional[_Engine]:
             f"incompatible:{target}",
             "livereg: engine %d runs without livereg: %s speaks a version this livereg cannot (%s); upgrade the "
             "older of the two",
-            instance_id, "listener" if is_address(target) else f"table '{target}'", error,
+            instance_id, "listener" if livereg.is_address(target) else f"table '{target}'", error,
         )
         return None
     except (livereg.Error, OSError, ValueError) as error:
@@ -146,7 +146,7 @@ def _start(instance_id: int) -> Optional[_Engine]:
             f"start:{target}",
             "livereg: engine %d runs without livereg: %s did not answer (%s); set %s to the server's table or "
             "listener",
-            instance_id, "listener" if is_address(target) else f"table '{target}'", error, "LIVEREG_LMCACHE_TABLE",
+            instance_id, "listener" if livereg.is_address(target) else f"table '{target}'", error, "LIVEREG_LMCACHE_TABLE",
         )
         return None
     if not engine.liveness.tracked:

@@ -7,7 +7,7 @@ import time
 from typing import Callable, Optional, Union
 
 import livereg
-from livereg.lmcache._common import Unaccepted, default_table, is_address, logger, read_info
+from livereg.lmcache._common import Unaccepted, default_table, logger, read_info
 
 
 #: The longest one connection attempt to a listener may take.
@@ -49,7 +49,7 @@ class WorkerLiveness:
         tls_key: Optional[str] = None,
     ) -> None:
         self.instance_id = instance_id
-        self._address = table if isinstance(table, str) and is_address(table) else None
+        self._address = table if isinstance(table, str) and livereg.is_address(table) else None
         self._session_token = token
         self._tls_ca, self._tls_cert, self._tls_key = tls_ca, tls_cert, tls_key
         self.registrations = 0

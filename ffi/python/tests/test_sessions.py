@@ -5,6 +5,8 @@ made here with unshare) registers through the reaper's listener with
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import queue
 import signal
@@ -300,3 +302,28 @@ def test_an_address_is_told_from_a_table_name_as_the_library_tells_it() -> None:
     assert livereg.is_address("unix:/run/livereg/kv.sock")
     assert livereg.is_address("tcp://127.0.0.1:7071") and livereg.is_address("tls://kv:7071")
     assert not livereg.is_address("lmcache-workers") and not livereg.is_address("/dev/shm/x")
+
+
+def test_the_typed_status_has_exactly_the_keys_of_the_status_json(make_table: MakeTable) -> None:
+    # `livereg status --json` is the one schema (the Rust `Status`); the
+    # Python types are checked against it, a session's registration included.
+    livereg_bin = os.environ.get("LIVEREG_BIN", "")
+    assert os.access(livereg_bin, os.X_OK), f"LIVEREG_BIN={livereg_bin!r} (ffi/python/test builds it)"
+    address = loopback_address("tcp")
+    table = make_table()
+    reaper = table.start_reaper(listen=[address], token="s3cret")
+    local = table.register(1, label="local")
+    remote = livereg.connect(address, 2, token="s3cret", timeout=5.0)
+    snapshot = json.loads(subprocess.check_output([livereg_bin, "status", table.name, "--json"]))
+    rows = snapshot["registrations"]
+    assert {row["instance_id"] for row in rows} == {1, 2}
+    assert {field.name for field in dataclasses.fields(livereg.Status)} == set(snapshot)
+    # (a row leaves out `remote` for a registration in the table)
+    row_fields = {field.name for field in dataclasses.fields(livereg.RegistrationStatus)}
+    assert all(set(row) <= row_fields for row in rows)
+    assert set().union(*rows) == row_fields
+    typed_stats = {name for name, value in vars(livereg.Stats).items() if isinstance(value, property)}
+    assert typed_stats <= set(snapshot) - {"registrations"}
+    remote.deregister()
+    local.deregister()
+    reaper.stop()

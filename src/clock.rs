@@ -77,7 +77,8 @@ pub enum StampClock {
     /// [`MIN_TIMEOUT_TICKS`] of its ticks, else the precise one.
     #[default]
     Auto,
-    /// `CLOCK_MONOTONIC`: stamps are exact, as before layout 1.4.
+    /// `CLOCK_MONOTONIC`: stamps are exact (every table of a layout
+    /// before 1.4).
     Precise,
     /// `CLOCK_MONOTONIC_COARSE`; refused where the reap timeout is shorter
     /// than [`MIN_TIMEOUT_TICKS`] of its ticks.

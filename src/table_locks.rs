@@ -2,8 +2,8 @@
 //! released by the kernel when its holder dies) and the registration lock
 //! (one registrant claims a slot at a time, across processes). Slot locks,
 //! held by each registrant on its own slot's byte, live in `worker.rs` and
-//! are checked by the reaper in `reaper.rs`; the byte ranges are in
-//! `os/lock.rs`.
+//! are checked by the reaper in `reaper/lock_rounds.rs`; the byte ranges are
+//! in `os/lock.rs`.
 
 use crate::error::{Error, Result};
 use crate::fork::{self, LockDescriptor};

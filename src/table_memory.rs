@@ -187,7 +187,8 @@ impl TableMemory {
         }
     }
 
-    /// Serialises this process's registrations (see `locks`).
+    /// Serialises this process's registrations (the registration lock,
+    /// `table_locks.rs`, orders them across processes).
     pub fn local_registrations(&self) -> &Mutex<()> {
         &self.registrations
     }

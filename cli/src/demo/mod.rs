@@ -50,7 +50,7 @@ enum DemoEvent {
     Said(u64, String),
 }
 
-struct Worker {
+struct WorkerProcess {
     id: u64,
     child: Child,
     stdin: Option<ChildStdin>,
@@ -125,7 +125,7 @@ pub fn run(args: Args) -> Outcome {
         duration::show(TIMEOUT),
         duration::show(TIMEOUT + TIMEOUT / livereg::SCANS_PER_TIMEOUT)
     ));
-    let mut workers: Vec<Worker> = (1..=args.workers)
+    let mut workers: Vec<WorkerProcess> = (1..=args.workers)
         .map(|id| spawn_worker(&name, id, &tell, &[]))
         .collect::<Result<_, _>>()?;
     let result = demo.scenarios(&mut workers);
@@ -143,7 +143,7 @@ fn spawn_worker(
     id: u64,
     tell: &Sender<(DemoEvent, Instant)>,
     extra: &[&str],
-) -> Result<Worker, Box<dyn std::error::Error>> {
+) -> Result<WorkerProcess, Box<dyn std::error::Error>> {
     let mut child = Command::new(std::env::current_exe()?)
         .args([
             "worker",
@@ -176,10 +176,10 @@ fn spawn_worker(
         }
     });
     let stdin = child.stdin.take();
-    Ok(Worker { id, child, stdin })
+    Ok(WorkerProcess { id, child, stdin })
 }
 
-fn signal(worker: &Worker, signal: i32) {
+fn signal(worker: &WorkerProcess, signal: i32) {
     // SAFETY:
     // - `kill` has no memory effects; the pid is our own child, which has not
     //   been waited for, so it cannot have been reused.

@@ -4,8 +4,8 @@
 //! then the shutdown.
 
 use super::{
-    eviction_bound, scan_interval, signal, spawn_worker, Demo, DemoEvent, Step, Worker, BEAT_EVERY,
-    PROGRESS_TIMEOUT, SLACK, TIMEOUT,
+    eviction_bound, scan_interval, signal, spawn_worker, Demo, DemoEvent, Step, WorkerProcess,
+    BEAT_EVERY, PROGRESS_TIMEOUT, SLACK, TIMEOUT,
 };
 use crate::duration;
 use livereg::Reason;
@@ -65,7 +65,7 @@ impl Demo {
     }
 
     /// The story, step by step; each step checks what it showed.
-    pub(super) fn scenarios(&mut self, workers: &mut [Worker]) -> Step {
+    pub(super) fn scenarios(&mut self, workers: &mut [WorkerProcess]) -> Step {
         self.start(workers)?;
         self.go_on()?;
         self.crash(workers)?;
@@ -85,7 +85,7 @@ impl Demo {
     }
 
     /// Every worker registers and beats; a full timeout evicts none.
-    fn start(&mut self, workers: &[Worker]) -> Step {
+    fn start(&mut self, workers: &[WorkerProcess]) -> Step {
         self.say(&format!(
             "starting {} workers, each beating every {}",
             workers.len(),
@@ -113,7 +113,7 @@ impl Demo {
     }
 
     /// SIGKILL: the crash is seen at once (pidfd), at the next scan at worst.
-    fn crash(&mut self, workers: &[Worker]) -> Step {
+    fn crash(&mut self, workers: &[WorkerProcess]) -> Step {
         let scan = scan_interval();
         self.say(
             "SIGKILL worker 1: a crash. Its pidfd wakes the reaper at once; its slot lock, dropped by the kernel, confirms it.",
@@ -132,7 +132,7 @@ impl Demo {
     }
 
     /// SIGSTOP: a hang is evicted by the timeout, never before it.
-    fn hang(&mut self, workers: &[Worker]) -> Step {
+    fn hang(&mut self, workers: &[WorkerProcess]) -> Step {
         let bound = eviction_bound();
         self.say("SIGSTOP worker 2: a hang. Alive, holding its lock, silent: only the timeout catches it.");
         let stopped_at = Instant::now();
@@ -153,7 +153,7 @@ impl Demo {
     }
 
     /// A clean exit deregisters and wakes the idle reaper.
-    fn clean_exit(&mut self, workers: &mut [Worker]) -> Step {
+    fn clean_exit(&mut self, workers: &mut [WorkerProcess]) -> Step {
         self.say("worker 3 exits cleanly: it deregisters, and the idle reaper is woken at once.");
         let closed_at = Instant::now();
         workers[2].stdin = None;
@@ -169,7 +169,7 @@ impl Demo {
     }
 
     /// A reset ends every registration; each worker hears it and comes back.
-    fn reset_ends_workers(&mut self, workers: &[Worker]) -> Step {
+    fn reset_ends_workers(&mut self, workers: &[WorkerProcess]) -> Step {
         self.say("a reset is requested through the table: every live registration ends.");
         let cleared_at = Instant::now();
         self.table.reset(Duration::from_secs(5))?;
@@ -201,7 +201,7 @@ impl Demo {
     }
 
     /// The hung worker, resumed, learns it was evicted and registers again.
-    fn resume_hung(&mut self, workers: &[Worker]) -> Step {
+    fn resume_hung(&mut self, workers: &[WorkerProcess]) -> Step {
         self.say("SIGCONT worker 2: its next heartbeat returns Evicted, so it registers again.");
         let resumed_at = Instant::now();
         signal(&workers[1], libc::SIGCONT);
@@ -227,7 +227,7 @@ impl Demo {
     }
 
     /// A busy worker whose engine loop hangs (its heartbeat beats on) ends stalled.
-    fn stall(&mut self, workers: &[Worker]) -> Step {
+    fn stall(&mut self, workers: &[WorkerProcess]) -> Step {
         let scan = scan_interval();
         let stuck_id = workers.len() as u64 + 1;
         let name = self.table.name().to_owned();
@@ -274,7 +274,7 @@ impl Demo {
     }
 
     /// The survivors stop cleanly: each deregisters.
-    fn shutdown(&mut self, workers: &mut [Worker]) -> Step {
+    fn shutdown(&mut self, workers: &mut [WorkerProcess]) -> Step {
         let live = self.table.status()?;
         self.say(&format!(
             "{} workers live again; stopping them cleanly",

@@ -1,6 +1,6 @@
 //! The frames of a session over a socket: how a worker that cannot map the
-//! table registers through a reaper's listener (the groundwork of sessions;
-//! the listener and the client are built on it).
+//! table registers through a reaper's listener, and what the listener
+//! answers.
 //!
 //! Every frame is a 4-byte big-endian length `L` (of what follows, at least
 //! 1 and at most [`MAX_FRAME`]), a 1-byte type, and `L - 1` bytes of payload

@@ -5,8 +5,9 @@
 :class:`RegistrationStatus`. Absent facts are ``None`` (a reaper that never
 ran has no heartbeat age; another time namespace's stamps have no age here).
 ``Table.stats()`` is a :class:`Stats`: the same snapshot without the
-registrations, a ``dict`` (what a health endpoint returns as JSON, as
-before) whose keys are also typed attributes.
+registrations, a ``dict`` (what a health endpoint returns as JSON) whose
+keys are also typed attributes. The keys are the Rust ``Status``'s, checked
+by the tests against ``livereg status --json``.
 """
 
 from __future__ import annotations

@@ -50,6 +50,8 @@ enum DemoEvent {
     Said(u64, String),
 }
 
+/// A worker process the demo started (this binary in its hidden `worker`
+/// mode), and the pipe it waits on.
 struct WorkerProcess {
     id: u64,
     child: Child,

@@ -2,6 +2,7 @@
 //! reading of it that heartbeats may stamp with, and a manual clock that
 //! tests move by hand.
 
+use crate::layout::{STAMPS_COARSE, STAMPS_PRECISE};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,8 +105,10 @@ pub const MIN_TIMEOUT_TICKS: u32 = 200;
 /// over the worst seen, checked by a test on every CI run.
 pub const STAMP_LAG_TICKS: u32 = 6;
 
-/// How a table's registrants stamp their heartbeats, recorded in its header
-/// (layout 1.4) and followed by every process.
+/// How a table's registrants stamp their heartbeats: the [`StampClock`] its
+/// creator decided (never `Auto`) with the coarse clock's tick, recorded in
+/// its header (layout 1.4) and followed by every process. Every conversion
+/// between the three (the choice, this, the header's words) is here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stamps {
     /// `CLOCK_MONOTONIC`: a stamp is the time of the heartbeat.
@@ -114,6 +117,42 @@ pub(crate) enum Stamps {
     /// the heartbeat, so the reaper judges it as `stamp + STAMP_LAG_TICKS ×
     /// resolution_ns`.
     Coarse { resolution_ns: u64 },
+}
+
+impl Stamps {
+    /// The clock decided, as a choice would name it.
+    pub(crate) fn clock(self) -> StampClock {
+        match self {
+            Stamps::Precise => StampClock::Precise,
+            Stamps::Coarse { .. } => StampClock::Coarse,
+        }
+    }
+
+    /// The stamps' resolution: the coarse clock's tick, or zero.
+    pub(crate) fn resolution(self) -> Duration {
+        match self {
+            Stamps::Precise => Duration::ZERO,
+            Stamps::Coarse { resolution_ns } => Duration::from_nanos(resolution_ns),
+        }
+    }
+
+    /// The header's words for them: `(stamp_clock, stamp_resolution_ns)`.
+    pub(crate) fn header_words(self) -> (u32, u64) {
+        match self {
+            Stamps::Precise => (STAMPS_PRECISE, 0),
+            Stamps::Coarse { resolution_ns } => (STAMPS_COARSE, resolution_ns),
+        }
+    }
+
+    /// What the header's words say, if this build knows the clock (a coarse
+    /// one's resolution is checked by the opener).
+    pub(crate) fn from_header_words(clock: u32, resolution_ns: u64) -> Option<Stamps> {
+        match clock {
+            STAMPS_PRECISE => Some(Stamps::Precise),
+            STAMPS_COARSE => Some(Stamps::Coarse { resolution_ns }),
+            _ => None,
+        }
+    }
 }
 
 /// Identities of manual clocks: far above any inode number, one per

@@ -187,10 +187,7 @@ impl Table {
         header
             .progress_timeout_ns
             .store(duration_ns(options.progress_timeout), Relaxed);
-        let (clock, resolution_ns) = match self.memory.stamps {
-            Stamps::Precise => (STAMPS_PRECISE, 0),
-            Stamps::Coarse { resolution_ns } => (STAMPS_COARSE, resolution_ns),
-        };
+        let (clock, resolution_ns) = self.memory.stamps.header_words();
         header.stamp_clock.store(clock, Relaxed);
         header.stamp_resolution_ns.store(resolution_ns, Relaxed);
         // Release: an opener that reads READY sees every field above.
@@ -273,10 +270,7 @@ impl Table {
     /// [`StampClock::Precise`] or [`StampClock::Coarse`] (never `Auto`: the
     /// creator decided).
     pub fn stamp_clock(&self) -> StampClock {
-        match self.memory.stamps {
-            Stamps::Precise => StampClock::Precise,
-            Stamps::Coarse { .. } => StampClock::Coarse,
-        }
+        self.memory.stamps.clock()
     }
 
     /// The resolution of the clock heartbeats stamp with: the coarse
@@ -285,10 +279,7 @@ impl Table {
     /// [`STAMP_LAG_TICKS`](crate::STAMP_LAG_TICKS)` × stamp_resolution` after
     /// its last heartbeat.
     pub fn stamp_resolution(&self) -> Duration {
-        match self.memory.stamps {
-            Stamps::Precise => Duration::ZERO,
-            Stamps::Coarse { resolution_ns } => Duration::from_nanos(resolution_ns),
-        }
+        self.memory.stamps.resolution()
     }
 
     /// The name the table was opened by.
@@ -434,10 +425,11 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32, Stamps)
     let stamps = if minor < STAMP_CLOCK_SINCE_MINOR {
         Stamps::Precise
     } else {
-        match header.stamp_clock.load(Relaxed) {
-            STAMPS_PRECISE => Stamps::Precise,
-            STAMPS_COARSE => {
-                let resolution_ns = header.stamp_resolution_ns.load(Relaxed);
+        let clock = header.stamp_clock.load(Relaxed);
+        let resolution_ns = header.stamp_resolution_ns.load(Relaxed);
+        match Stamps::from_header_words(clock, resolution_ns) {
+            Some(Stamps::Precise) => Stamps::Precise,
+            Some(Stamps::Coarse { resolution_ns }) => {
                 let most = timeout / u64::from(MIN_TIMEOUT_TICKS);
                 if resolution_ns == 0 || resolution_ns > most {
                     return corrupt(format!(
@@ -447,9 +439,9 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32, Stamps)
                 }
                 Stamps::Coarse { resolution_ns }
             }
-            other => {
+            None => {
                 return incompatible(format!(
-                    "stamp clock {other}, this build knows {STAMPS_PRECISE} (CLOCK_MONOTONIC) \
+                    "stamp clock {clock}, this build knows {STAMPS_PRECISE} (CLOCK_MONOTONIC) \
                      and {STAMPS_COARSE} (CLOCK_MONOTONIC_COARSE)"
                 ))
             }

@@ -27,11 +27,12 @@ reap returns the id again later.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Set, Union
 
 import livereg
-from livereg.lmcache._common import Unaccepted, create_or_reuse, default_table, logger, server_info
+from livereg.lmcache._common import Unaccepted, default_table, logger
 from livereg.lmcache._compat import adopt, clear_forces_by_default, event_types, handler_types, real_management
+from livereg.lmcache._served_table import ServedTable
 from livereg.lmcache._targets import Registration, TargetDriver, live_registrations
 
 #: The label of registrations the server holds for engines that only PING.
@@ -105,28 +106,14 @@ class LiveregManagement(_BASE):  # type: ignore[misc]
         self._on_behalf: Dict[int, livereg.Worker] = {}
         self._dropped: Dict[int, _Dropped] = {}
         self._unaccepted = Unaccepted()
-        self._table = create_or_reuse(table or default_table(), capacity, self._reap_timeout, self._reap_grace)
-        self._reaper: Optional[livereg.Reaper] = None
-        self._stopping = threading.Event()
-        self._cycle: Optional[threading.Thread] = None
-        try:
-            self._table.set_info(server_info(ctx))
-            if self._reap_timeout > 0:
-                self._reaper = self._table.start_reaper(
-                    on_drop=self._ended,
-                    on_clear=self.clear,
-                    listen=list(listen),
-                    token=token,
-                    tls_cert=tls_cert,
-                    tls_key=tls_key,
-                    tls_client_ca=tls_client_ca,
-                )
-        except BaseException:
-            self._table.close()
-            raise
-        if self._reaper is not None and self._driver.targets:
-            self._cycle = threading.Thread(target=self._cycle_loop, name="livereg-lmcache-cycle", daemon=True)
-            self._cycle.start()
+        self._served = ServedTable(ctx, table or default_table(), capacity, self._reap_timeout, self._reap_grace)
+        self._table = self._served.table
+        if self._reap_timeout > 0:
+            self._served.start_reaper(
+                self._ended, self.clear, listen, token, tls_cert, tls_key, tls_client_ca
+            )
+            if self._driver.targets:
+                self._served.repeat(self.reap_cycle, self._reap_timeout / 4, "the reap cycle", "livereg-lmcache-cycle")
 
     @property
     def context(self) -> Any:
@@ -188,14 +175,6 @@ class LiveregManagement(_BASE):  # type: ignore[misc]
                 self._driver.drop(instance_id, todo)
         return reaped
 
-    def _cycle_loop(self) -> None:
-        interval = self._reap_timeout / 4
-        while not self._stopping.wait(interval):
-            try:
-                self.reap_cycle()
-            except livereg.Error:
-                logger.exception("the reap cycle failed; trying again in %.3fs", interval)
-
     # -- the requests ------------------------------------------------------
 
     def ping(self, instance_id: Optional[int]) -> bool:
@@ -210,7 +189,7 @@ class LiveregManagement(_BASE):  # type: ignore[misc]
             return True
         for target in self._driver.targets:
             self._driver.call(target, "touch_instance", instance_id)
-        if self._reaper is not None:
+        if self._served.reaper is not None:
             self._keep_alive(instance_id)
         return True
 
@@ -312,7 +291,7 @@ class LiveregManagement(_BASE):  # type: ignore[misc]
         stats = self._table.stats()
         return {
             "worker_liveness": {
-                "enabled": self._reaper is not None,
+                "enabled": self._served.reaper is not None,
                 "reap_timeout_seconds": self._reap_timeout,
                 "registration_grace_seconds": self._reap_grace,
                 "tracked_instances": self._driver.tracked(),
@@ -328,15 +307,8 @@ class LiveregManagement(_BASE):  # type: ignore[misc]
     def close(self) -> None:
         """Stops the reaper and its cycle, and ends the registrations held
         on pingers' behalf. The table stays for workers and the next server."""
-        if self._stopping.is_set():
+        if not self._served.stop():
             return
-        self._stopping.set()
-        if self._cycle is not None:
-            self._cycle.join()
-            self._cycle = None
-        if self._reaper is not None:
-            self._reaper.stop()
-            self._reaper = None
         with self._lock:
             held, self._on_behalf = self._on_behalf, {}
         for worker in held.values():
@@ -344,7 +316,7 @@ class LiveregManagement(_BASE):  # type: ignore[misc]
                 worker.deregister()
             except livereg.EvictedError:
                 pass
-        self._table.close()
+        self._served.close()
 
     def __enter__(self) -> "LiveregManagement":
         return self

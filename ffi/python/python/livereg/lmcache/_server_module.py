@@ -13,11 +13,11 @@ it is: engines that only PING keep its rules.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import livereg
-from livereg.lmcache._common import create_or_reuse, default_table, logger, read_token_file, server_info
+from livereg.lmcache._common import default_table, logger, read_token_file
+from livereg.lmcache._served_table import ServedTable
 from livereg.lmcache._targets import TargetDriver, is_liveness_target, live_registrations
 
 #: livereg's hang budget when the config names none, in seconds. Beats cost
@@ -68,28 +68,20 @@ class LiveregServerModule:
         self._ctx = ctx
         self._driver = TargetDriver(targets)
         self._timeout = timeout
-        self._table = create_or_reuse(
-            str(config.get("table") or default_table()),
-            int(config.get("capacity", DEFAULT_CAPACITY)),
-            timeout,
-            timeout,
+        token = read_token_file(config.get("token_file"))
+        self._served = ServedTable(
+            ctx, str(config.get("table") or default_table()), int(config.get("capacity", DEFAULT_CAPACITY)), timeout, timeout
         )
-        try:
-            self._table.set_info(server_info(ctx))
-            self._reaper: Optional[livereg.Reaper] = self._table.start_reaper(
-                on_drop=self._ended,
-                listen=listen,
-                token=read_token_file(config.get("token_file")),
-                tls_cert=config.get("tls_cert"),
-                tls_key=config.get("tls_key"),
-                tls_client_ca=config.get("tls_client_ca"),
-            )
-        except BaseException:
-            self._table.close()
-            raise
-        self._stopping = threading.Event()
-        self._cycle = threading.Thread(target=self._keep_alive, name="livereg-lmcache-touch", daemon=True)
-        self._cycle.start()
+        self._table = self._served.table
+        self._served.start_reaper(
+            self._ended,
+            listen=listen,
+            token=token,
+            tls_cert=config.get("tls_cert"),
+            tls_key=config.get("tls_key"),
+            tls_client_ca=config.get("tls_client_ca"),
+        )
+        self._served.repeat(self._touch_live, self._table.reap_timeout / 4, "touching live engines", "livereg-lmcache-touch")
         logger.info(
             "livereg: table '%s', reap timeout %.3gs, %d liveness target(s)%s",
             self._table.name, self._table.reap_timeout, len(self._driver.targets),
@@ -111,13 +103,8 @@ class LiveregServerModule:
         or was reset; every target frees it now."""
         self._driver.free(event.instance_id, (event.slot, event.generation))
 
-    def _keep_alive(self) -> None:
-        interval = self._table.reap_timeout / 4
-        while not self._stopping.wait(interval):
-            try:
-                self._driver.touch(live_registrations(self._table))
-            except livereg.Error:
-                logger.exception("livereg: touching live engines failed; trying again in %.3gs", interval)
+    def _touch_live(self) -> None:
+        self._driver.touch(live_registrations(self._table))
 
     def report_status(self) -> Dict[str, Any]:
         """``{"livereg": {...}}``: the table, its timeout, live and ended
@@ -139,13 +126,8 @@ class LiveregServerModule:
     def close(self) -> None:
         """Stops the reaper (and listener) and the touching; the table stays
         for the engines and the next server."""
-        if self._reaper is None:
-            return
-        self._stopping.set()
-        self._cycle.join()
-        self._reaper.stop()
-        self._reaper = None
-        self._table.close()
+        if self._served.stop():
+            self._served.close()
 
 
 def build_server_modules(context: Any) -> List[LiveregServerModule]:

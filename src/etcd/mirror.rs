@@ -5,8 +5,8 @@
 
 use super::lease::{keep_alive_every, lease_news, LeaseConnection, LeaseHold, Wake};
 use super::plan::{plan, InEtcd, Reasons, Write};
-use super::publisher::{Ended, Shared, ENDS_QUEUE};
 use super::record::{self, ClusterRecord};
+use super::shared::{Ended, Shared, ENDS_QUEUE};
 use super::{EtcdError, EtcdOptions};
 use crate::status::RegistrationState;
 use crate::table::Table;

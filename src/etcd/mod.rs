@@ -30,6 +30,7 @@ mod mirror;
 mod plan;
 mod publisher;
 mod record;
+mod shared;
 
 pub use cluster::{ClusterStatus, ClusterTable, HostStatus};
 pub use publisher::{EndSink, Publisher};

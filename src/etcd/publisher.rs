@@ -9,8 +9,9 @@
 //! passes on ([`EndSink`]), bounded, oldest dropped.
 
 use super::mirror::Mirror;
+use super::shared::{Ended, Shared, ENDS_QUEUE};
 use super::{EtcdError, EtcdOptions};
-use crate::event::{DropEvent, Reason};
+use crate::event::DropEvent;
 use crate::fork;
 use crate::table::Table;
 use crate::wake::WakeFd;
@@ -22,9 +23,6 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::Notify;
 
-/// End reasons held for publishing; past this the oldest is dropped (its key
-/// is still deleted, without a reason).
-pub(super) const ENDS_QUEUE: usize = 4096;
 /// Publishes a table's live registrations to etcd until stopped (see the
 /// [module](super)). Stopping revokes the lease: the keys go at once.
 ///
@@ -57,22 +55,6 @@ pub struct Publisher {
 /// blocks on etcd.
 #[derive(Clone)]
 pub struct EndSink(Arc<Shared>);
-
-/// What the publisher's thread shares with its handles.
-pub(super) struct Shared {
-    pub(super) ends: Mutex<VecDeque<Ended>>,
-    pub(super) notify: Notify,
-    pub(super) stop: AtomicBool,
-    pub(super) connected: AtomicBool,
-}
-
-/// One ended registration, as the drop handler saw it.
-pub(super) struct Ended {
-    pub(super) instance_id: u64,
-    pub(super) slot: u32,
-    pub(super) generation: u32,
-    pub(super) reason: Reason,
-}
 
 impl Publisher {
     /// Starts publishing `table` on a thread of its own. It connects in the
@@ -183,6 +165,7 @@ impl EndSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Reason;
     use std::time::Duration;
 
     fn ended(instance_id: u64) -> DropEvent {

@@ -3,7 +3,6 @@
 //! non-blocking, and each accepted connection described by where it comes
 //! from (its credentials, its address) and wrapped in TLS if so configured.
 
-use super::listener::ListenConfig;
 use super::penalties::Source;
 use crate::error::{Error, Result};
 use crate::os::socket;
@@ -22,8 +21,13 @@ pub(super) enum Acceptor {
 }
 
 impl Acceptor {
-    pub(super) fn bind(config: &ListenConfig, tls: Option<tls::ServerConfig>) -> Result<Acceptor> {
-        let address = &config.address;
+    /// Binds `address` (a `unix:` socket with `socket_mode`), serving TLS
+    /// with `tls`.
+    pub(super) fn bind(
+        address: &Address,
+        socket_mode: u32,
+        tls: Option<tls::ServerConfig>,
+    ) -> Result<Acceptor> {
         let io = |step: &str, e: std::io::Error| Error::Io {
             context: format!("listener {address}: {step}"),
             source: e,
@@ -31,7 +35,7 @@ impl Acceptor {
         let acceptor = match address {
             Address::Unix(path) => {
                 remove_stale_socket(address, path)?;
-                Acceptor::Unix(bind_with_mode(path, config.socket_mode).map_err(|e| io("bind", e))?)
+                Acceptor::Unix(bind_with_mode(path, socket_mode).map_err(|e| io("bind", e))?)
             }
             Address::Tcp(endpoint) | Address::Tls(endpoint) => {
                 let listener = TcpListener::bind(endpoint).map_err(|e| io("bind", e))?;

@@ -3,7 +3,7 @@
 //! closed for a newcomer only after its grace; accepting pauses while none
 //! has had it, and while descriptors are short.
 
-use super::listener::{ListenLoop, ACCEPT, FIRST_CONNECTION};
+use super::listener::{ListenLoop, Paused, ACCEPT, FIRST_CONNECTION};
 use super::penalties::Source;
 use super::served::Connection;
 use crate::session::server::limited_log::limited_log;
@@ -186,15 +186,6 @@ impl ListenLoop {
             }
         }
     }
-}
-
-/// Why the listener stopped accepting for a while.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Paused {
-    /// `accept` failed for want of descriptors.
-    Descriptors,
-    /// Every greeting connection is within its grace.
-    Greetings,
 }
 
 /// Whether `entry` is still the connection `serial`, and still greeting.

@@ -2,7 +2,6 @@
 //! serves every connection through one epoll set (no thread per session).
 
 use super::acceptor::Acceptor;
-use super::admission::Paused;
 use super::held::Held;
 use super::refusals::SessionRefusals;
 use super::served::{Connection, Gate, Next};
@@ -132,7 +131,7 @@ impl Listener {
         }
         held.records(&table)
             .map_err(|e| Error::os(table.name(), "open the sessions' records", e))?;
-        let acceptor = Acceptor::bind(&config, tls)?;
+        let acceptor = Acceptor::bind(&address, config.socket_mode, tls)?;
         let io = |e: std::io::Error| Error::Io {
             context: format!("listener {address}"),
             source: e,
@@ -448,4 +447,13 @@ impl ListenLoop {
             self.close(entry, None);
         }
     }
+}
+
+/// Why the listener stopped accepting for a while.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Paused {
+    /// `accept` failed for want of descriptors.
+    Descriptors,
+    /// Every greeting connection is within its grace.
+    Greetings,
 }

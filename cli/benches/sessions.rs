@@ -13,14 +13,15 @@
 mod certs;
 #[path = "../../tests/common/container.rs"]
 mod container;
+#[path = "sessions/processes.rs"]
+mod processes;
 #[path = "../../benches/support/mod.rs"]
 mod support;
 
-use container::contained;
 use criterion::black_box;
 use livereg::{connect, Address, ConnectOptions, DropEvent, Reason, Table, TableOptions};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use processes::{cpu_and_threads, innermost, isolated_worker, local_worker, Daemon};
+use std::process::Child;
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 use support::{quick, BenchTable};
@@ -100,34 +101,6 @@ fn listening(
     (builder.spawn().unwrap(), events)
 }
 
-/// A `livereg reap` daemon, killed on drop (a panicking bench leaves none
-/// behind), its socket removed.
-struct Daemon(Child, String);
-
-impl Daemon {
-    fn start(args: &[&str], socket: &str) -> Daemon {
-        let child = Command::new(LIVEREG)
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Daemon(child, socket.to_owned())
-    }
-
-    fn id(&self) -> u32 {
-        self.0.id()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_file(&self.1);
-    }
-}
-
 fn median(samples: &mut [Duration]) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
@@ -163,52 +136,6 @@ fn ping(c: &mut criterion::Criterion) {
     group.finish();
 }
 
-/// A client in a container of its own (`unshare`: mount namespace with a
-/// private /dev/shm, PID and IPC namespaces; network too over `unix:`),
-/// beating every 10 ms; returns it once registered.
-fn isolated_worker(address: &str, id: u64) -> Child {
-    let mut child = contained(LIVEREG, address.starts_with("unix:"))
-        .args(["worker", address, "--instance", &id.to_string()])
-        .args(["--interval", "10ms"])
-        .args(if address.starts_with("tls://") {
-            vec!["--tls-ca".to_owned(), certs().path("ca.pem")]
-        } else {
-            Vec::new()
-        })
-        .env("LIVEREG_TOKEN", TOKEN)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("registered"), "{line}");
-    child
-}
-
-fn local_worker(table: &str, id: u64) -> Child {
-    let mut child = Command::new(LIVEREG)
-        .args([
-            "worker",
-            table,
-            "--instance",
-            &id.to_string(),
-            "--interval",
-            "10ms",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    child
-}
-
 /// SIGKILL → drop handler, per run; `address` `None` is the local baseline.
 fn kill_to_drop(address: Option<&str>, runs: usize) -> Vec<Duration> {
     let bench = BenchTable::new("session-kill", &options(Duration::from_secs(10), 64));
@@ -238,21 +165,6 @@ fn kill_to_drop(address: Option<&str>, runs: usize) -> Vec<Duration> {
             at - killed
         })
         .collect()
-}
-
-/// The innermost descendant of `pid` (the worker `unshare` runs, through
-/// the shell that `exec`s it), or `pid` itself.
-fn innermost(pid: u32) -> u32 {
-    let mut pid = pid;
-    for _ in 0..20 {
-        let children =
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        match children.split_whitespace().next() {
-            Some(child) => pid = child.parse().unwrap(),
-            None => return pid,
-        }
-    }
-    pid
 }
 
 /// SIGSTOP → `timeout` drop at T = 1 s, per run, the stops spread over the
@@ -319,18 +231,6 @@ fn connect_latency(runs: usize) -> (Vec<Duration>, Vec<Duration>) {
         worker.deregister().unwrap();
     }
     (sessions, locals)
-}
-
-/// CPU time (user + system) of process `pid`, and its thread count.
-fn cpu_and_threads(pid: u32) -> (Duration, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
-    // utime, stime: fields 14 and 15 (1-based), 12 and 13 after the comm.
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    // SAFETY: sysconf has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    let threads = fields[17].parse().unwrap();
-    (Duration::from_millis(ticks * 1000 / hz), threads)
 }
 
 /// A reaper daemon (`livereg reap`) holding `count` registrations beating
@@ -434,8 +334,7 @@ fn restart(count: u32) -> (usize, Duration) {
     let workers: Vec<livereg::Worker> = (0..count)
         .map(|i| connect(&address, u64::from(i) + 1, "r", &ConnectOptions::default()).unwrap())
         .collect();
-    first.0.kill().unwrap();
-    let _ = first.0.wait();
+    first.kill();
     let restarted = Instant::now();
     let second = daemon();
     let connected = |table: &Table| {

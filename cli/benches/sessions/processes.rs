@@ -1,0 +1,117 @@
+//! The processes the sessions bench starts and watches: a `livereg reap`
+//! daemon, session clients each in a container of its own, local workers,
+//! and what `/proc` says of them.
+
+use super::{certs, LIVEREG, TOKEN};
+use crate::container::contained;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A `livereg reap` daemon, killed on drop (a panicking bench leaves none
+/// behind), its socket removed.
+pub struct Daemon(Child, String);
+
+impl Daemon {
+    pub fn start(args: &[&str], socket: &str) -> Daemon {
+        let child = Command::new(LIVEREG)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Daemon(child, socket.to_owned())
+    }
+
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// SIGKILLs it and waits for it (its socket stays, as a killed
+    /// daemon's does).
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_file(&self.1);
+    }
+}
+
+/// A client in a container of its own (`unshare`: mount namespace with a
+/// private /dev/shm, PID and IPC namespaces; network too over `unix:`),
+/// beating every 10 ms; returns it once registered.
+pub fn isolated_worker(address: &str, id: u64) -> Child {
+    let mut child = contained(LIVEREG, address.starts_with("unix:"))
+        .args(["worker", address, "--instance", &id.to_string()])
+        .args(["--interval", "10ms"])
+        .args(if address.starts_with("tls://") {
+            vec!["--tls-ca".to_owned(), certs().path("ca.pem")]
+        } else {
+            Vec::new()
+        })
+        .env("LIVEREG_TOKEN", TOKEN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("registered"), "{line}");
+    child
+}
+
+pub fn local_worker(table: &str, id: u64) -> Child {
+    let mut child = Command::new(LIVEREG)
+        .args([
+            "worker",
+            table,
+            "--instance",
+            &id.to_string(),
+            "--interval",
+            "10ms",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    child
+}
+
+/// The innermost descendant of `pid` (the worker `unshare` runs, through
+/// the shell that `exec`s it), or `pid` itself.
+pub fn innermost(pid: u32) -> u32 {
+    let mut pid = pid;
+    for _ in 0..20 {
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        match children.split_whitespace().next() {
+            Some(child) => pid = child.parse().unwrap(),
+            None => return pid,
+        }
+    }
+    pid
+}
+
+/// CPU time (user + system) of process `pid`, and its thread count.
+pub fn cpu_and_threads(pid: u32) -> (Duration, u64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    // utime, stime: fields 14 and 15 (1-based), 12 and 13 after the comm.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    let threads = fields[17].parse().unwrap();
+    (Duration::from_millis(ticks * 1000 / hz), threads)
+}

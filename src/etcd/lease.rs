@@ -194,13 +194,23 @@ mod tests {
             .collect();
         let (least, most) = (waits.iter().min().unwrap(), waits.iter().max().unwrap());
         assert!(*least >= Duration::from_secs(2), "{least:?}");
-        assert!(*most <= Duration::from_secs(4) + Duration::from_millis(100), "{most:?}");
+        assert!(
+            *most <= Duration::from_secs(4) + Duration::from_millis(100),
+            "{most:?}"
+        );
         // Spread over the window, not in lockstep: the waits fill it.
-        assert!(*most - *least > Duration::from_secs(1), "{least:?} .. {most:?}");
+        assert!(
+            *most - *least > Duration::from_secs(1),
+            "{least:?} .. {most:?}"
+        );
         let mut distinct = waits.clone();
         distinct.sort();
         distinct.dedup();
-        assert!(distinct.len() > 190, "{} distinct waits of 200", distinct.len());
+        assert!(
+            distinct.len() > 190,
+            "{} distinct waits of 200",
+            distinct.len()
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `livereg status NAME [--json | --format F | --watch [D]]`, or
-//! `livereg status --cluster --etcd ENDPOINTS [--json]`
+//! `livereg status --cluster --etcd ENDPOINTS [--json] [--watch]`
 
 use crate::duration::{self, age};
 use crate::etcd_args::EtcdArgs;
@@ -17,8 +17,9 @@ pub struct Args {
     /// registrations are listed on the reaper's host).
     #[arg(required_unless_present = "cluster", conflicts_with = "etcd")]
     name: Option<String>,
-    /// Print one JSON object instead of the table (as `--format json`).
-    #[arg(long, conflicts_with_all = ["watch", "format"])]
+    /// Print one JSON object instead of the table (as `--format json`;
+    /// with `--cluster --watch`, one object per line).
+    #[arg(long, conflicts_with = "format")]
     json: bool,
     /// `text` (the table), `json`, or `openmetrics` (for node_exporter's
     /// textfile collector; ends in `# EOF`).
@@ -26,10 +27,11 @@ pub struct Args {
     format: Format,
     /// Redraw every D (default: the table's scan interval) until
     /// interrupted, marking registrations that ended since the last frame.
+    /// With `--cluster`: follow etcd, one line per change as it comes.
     #[arg(long, value_name = "D", num_args = 0..=1, value_parser = duration::parse)]
     watch: Option<Option<Duration>>,
     /// Show every host's registrations from etcd instead of one table.
-    #[arg(long, requires = "etcd", conflicts_with = "watch")]
+    #[arg(long, requires = "etcd")]
     cluster: bool,
     #[command(flatten)]
     token: SessionArgs,
@@ -42,7 +44,15 @@ pub fn run(args: Args) -> Outcome {
         if args.format == Format::Openmetrics {
             return Err("status --cluster: expected --format text or json, found openmetrics (metrics are per table: `livereg status NAME --format openmetrics` on each host)".into());
         }
-        return cluster::show(&args.etcd, args.json || args.format == Format::Json);
+        let json = args.json || args.format == Format::Json;
+        return match args.watch {
+            None => cluster::show(&args.etcd, json),
+            Some(None) => cluster::follow(&args.etcd, json),
+            Some(Some(_)) => Err("status --cluster --watch: follows each change as etcd tells it; expected no interval, found one".into()),
+        };
+    }
+    if args.json && args.watch.is_some() {
+        return Err("status --watch redraws the table on a terminal; expected --json only with --cluster --watch (one object per change) or without --watch".into());
     }
     let name = args.name.as_deref().unwrap_or_default();
     if Address::is_address(name) {

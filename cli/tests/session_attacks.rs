@@ -440,7 +440,10 @@ fn sessions_opened_and_dropped_in_a_loop_do_not_flood_the_log() {
     let daemon = Daemon::start(BIN, &temp.name, &[&address]);
     let mut opened = 0u64;
     let started = Instant::now();
-    while opened < 400 && started.elapsed() < Duration::from_secs(5) {
+    // A loaded machine runs the hooks late: the table (64 slots) may be full
+    // of endings not yet handled, and a hello is refused until one is. Only
+    // welcomed sessions count.
+    while opened < 400 && started.elapsed() < Duration::from_secs(20) {
         let Some(mut conn) = open(&address) else {
             continue;
         };
@@ -456,7 +459,8 @@ fn sessions_opened_and_dropped_in_a_loop_do_not_flood_the_log() {
         };
         conn.write(&hello.encode()).unwrap();
         let mut answer = [0u8; 256];
-        if conn.read(&mut answer).unwrap_or(0) > 0 {
+        let n = conn.read(&mut answer).unwrap_or(0);
+        if let Ok(Some((Frame::Welcome { .. }, _))) = Frame::decode(&answer[..n]) {
             opened += 1;
         }
     }

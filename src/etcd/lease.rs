@@ -2,18 +2,10 @@
 //! lease kept across reconnects, keep-alives and their answers, and when to
 //! try again after a failure.
 
+use super::backoff::Backoff;
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 use std::time::{Duration, Instant};
 
-/// The first retry's delay after a failure; doubled per failure up to
-/// `LAST_RETRY`. Each wait is jittered ([`jittered`]): a host tries again
-/// after between half the delay and all of it, so a host makes at most
-/// `2 / FIRST_RETRY` attempts a second however etcd fails, and the hosts
-/// that lost etcd at the same moment (a leader change, a restarted member)
-/// come back spread over the delay, each at its own phase, not in lockstep.
-const FIRST_RETRY: Duration = Duration::from_millis(200);
-/// The longest delay between attempts while etcd is away.
-const LAST_RETRY: Duration = Duration::from_secs(5);
 /// A connection holding the lease.
 pub(super) struct LeaseConnection {
     pub(super) client: Client,
@@ -58,22 +50,21 @@ pub(super) enum LeaseNews {
 /// once, and its end).
 pub(super) struct Retry {
     pub(super) at: Instant,
-    pub(super) delay: Duration,
+    pub(super) backoff: Backoff,
     pub(super) failing: bool,
 }
 
 impl Retry {
     pub(super) fn failed(&mut self, error: &dyn std::fmt::Display) {
         if self.failing {
-            log::debug!("{error}; retrying in {:?}", self.delay);
+            log::debug!("{error}; retrying in {:?} at most", self.backoff.delay());
         } else {
             log::warn!(
                 "{error}; local reaping goes on, publishing resumes when etcd answers (retrying)"
             );
         }
         self.failing = true;
-        self.at = Instant::now() + jittered(self.delay);
-        self.delay = (self.delay * 2).min(LAST_RETRY);
+        self.at = Instant::now() + self.backoff.failed();
     }
 
     /// A round went through: the outage, if any, is over.
@@ -82,7 +73,7 @@ impl Retry {
             log::info!("etcd at {endpoints}: publishing again");
         }
         self.failing = false;
-        self.delay = FIRST_RETRY;
+        self.backoff.succeeded();
     }
 }
 
@@ -101,7 +92,7 @@ impl LeaseHold {
             lease: None,
             retry: Retry {
                 at: Instant::now(),
-                delay: FIRST_RETRY,
+                backoff: Backoff::new(),
                 failing: false,
             },
         }
@@ -162,69 +153,5 @@ pub(super) async fn lease_news(connection: Option<&mut LeaseConnection>) -> Leas
         Ok(Some(_)) => LeaseNews::Expired,
         Ok(None) => LeaseNews::Broken("the keep-alive stream ended".into()),
         Err(error) => LeaseNews::Broken(format!("the keep-alive stream broke: {error}")),
-    }
-}
-
-/// A uniform point of `[delay / 2, delay]`, from the kernel's randomness
-/// (half the delay if it has none to give).
-fn jittered(delay: Duration) -> Duration {
-    let half = delay / 2;
-    let spread = u64::try_from((delay - half).as_nanos()).unwrap_or(u64::MAX);
-    let draw = crate::os::random::random_u64().unwrap_or(0);
-    half + Duration::from_nanos(draw % spread.saturating_add(1))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts_failing_together_retry_apart_within_the_delay() {
-        let failed_at = Instant::now();
-        let waits: Vec<Duration> = (0..200)
-            .map(|_| {
-                let mut retry = Retry {
-                    at: failed_at,
-                    delay: Duration::from_secs(4),
-                    failing: true,
-                };
-                retry.failed(&"etcd away");
-                retry.at - failed_at
-            })
-            .collect();
-        let (least, most) = (waits.iter().min().unwrap(), waits.iter().max().unwrap());
-        assert!(*least >= Duration::from_secs(2), "{least:?}");
-        assert!(
-            *most <= Duration::from_secs(4) + Duration::from_millis(100),
-            "{most:?}"
-        );
-        // Spread over the window, not in lockstep: the waits fill it.
-        assert!(
-            *most - *least > Duration::from_secs(1),
-            "{least:?} .. {most:?}"
-        );
-        let mut distinct = waits.clone();
-        distinct.sort();
-        distinct.dedup();
-        assert!(
-            distinct.len() > 190,
-            "{} distinct waits of 200",
-            distinct.len()
-        );
-    }
-
-    #[test]
-    fn the_delay_doubles_to_its_cap_and_a_success_starts_it_afresh() {
-        let mut retry = Retry {
-            at: Instant::now(),
-            delay: FIRST_RETRY,
-            failing: false,
-        };
-        for _ in 0..10 {
-            retry.failed(&"etcd away");
-        }
-        assert_eq!(retry.delay, LAST_RETRY);
-        retry.succeeded("etcd");
-        assert_eq!((retry.delay, retry.failing), (FIRST_RETRY, false));
     }
 }

@@ -21,8 +21,11 @@
 //! outage costs only publishing. It retries with backoff and, once back,
 //! rewrites the host's keys from the table.
 //!
-//! [`ClusterStatus::fetch`] reads every host's keys and lease TTLs back.
+//! [`ClusterStatus::fetch`] reads every host's keys and lease TTLs back;
+//! [`ClusterWatch`] follows them: a snapshot, then each registration,
+//! end (with its reason) and host gone as it happens.
 
+mod backoff;
 mod cluster;
 mod connection;
 mod lease;
@@ -31,10 +34,14 @@ mod plan;
 mod publisher;
 mod record;
 mod shared;
+mod view;
+mod watch;
 
 pub use cluster::{ClusterStatus, ClusterTable, HostStatus};
 pub use publisher::{EndSink, Publisher};
 pub use record::ClusterRecord;
+pub use view::{ClusterChange, ClusterEvent};
+pub use watch::{ClusterWatch, WatchCounts};
 
 pub use crate::os::hostname::hostname;
 use std::time::Duration;
@@ -181,6 +188,15 @@ pub enum EtcdError {
         context: String,
         /// How long it waited.
         timeout: Duration,
+    },
+    /// etcd ended or canceled a watch (it is opened again on the next
+    /// read).
+    #[error("etcd at {endpoints}: {why}")]
+    WatchBroke {
+        /// The endpoints asked.
+        endpoints: String,
+        /// What etcd did.
+        why: String,
     },
     /// The publisher is stopping: it sends no more requests.
     #[error("the etcd publisher is stopping")]

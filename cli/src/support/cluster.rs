@@ -1,16 +1,20 @@
 //! Beyond one host: `livereg reap … --etcd ENDPOINTS` publishes the table,
-//! `livereg status --cluster --etcd ENDPOINTS` shows every host's.
+//! `livereg status --cluster --etcd ENDPOINTS` shows every host's, and with
+//! `--watch` follows them, one line per change.
 
 use crate::duration::age;
 use crate::etcd_args::{EtcdArgs, PublishArgs, PASSWORD_ENV};
+use crate::signals;
 use crate::Outcome;
 use livereg::etcd::{
-    ClusterStatus, EndSink, EtcdCredentials, EtcdOptions, EtcdTls, Publisher, DEFAULT_PREFIX,
+    ClusterChange, ClusterEvent, ClusterRecord, ClusterStatus, ClusterWatch, EndSink,
+    EtcdCredentials, EtcdOptions, EtcdTls, Publisher, DEFAULT_PREFIX,
 };
 use livereg::{DropEvent, Table};
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Where a reaper's drop handler sends end reasons. The publisher starts
 /// once the reaper holds the table, and the reaper's first scan may end
@@ -101,6 +105,129 @@ pub fn show(args: &EtcdArgs, json: bool) -> Outcome {
         out!("{}", render(&cluster).trim_end());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How often `--watch` looks for Ctrl-C while no change comes.
+const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
+/// `livereg status --cluster --watch`: the live registrations, then one
+/// line per change (`--json`: one object per line) until SIGINT, SIGTERM
+/// or a closed stdout. etcd going away is said once on stderr, and its
+/// return; the watch resumes where it stopped.
+pub fn follow(args: &EtcdArgs, json: bool) -> Outcome {
+    signals::catch_termination();
+    let mut fleet = ClusterWatch::start(&etcd_options(args)?)?;
+    let mut lines = Vec::new();
+    if !json {
+        let hosts: std::collections::BTreeSet<&str> =
+            fleet.live().map(|r| r.host.as_str()).collect();
+        lines.push(format!(
+            "{}  etcd {}/ at revision {}: {} host{}, {} live registration{} (Ctrl-C to stop)",
+            time_of_day(),
+            args.etcd_prefix
+                .as_deref()
+                .unwrap_or(DEFAULT_PREFIX)
+                .trim_end_matches('/'),
+            fleet.revision(),
+            hosts.len(),
+            plural(hosts.len()),
+            fleet.live().count(),
+            plural(fleet.live().count())
+        ));
+    }
+    for record in fleet.live() {
+        lines.push(if json {
+            serde_json::json!({"event": "live", "revision": fleet.revision(), "record": record})
+                .to_string()
+        } else {
+            format!("{}  live        {}", time_of_day(), describe(record))
+        });
+    }
+    if !print(&lines) {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut away = false;
+    while signals::take().is_none() {
+        let line = match fleet.next(SIGNAL_POLL) {
+            Ok(None) => continue,
+            Ok(Some(change)) => {
+                if std::mem::take(&mut away) {
+                    note!("etcd: following again from revision {}", fleet.revision());
+                }
+                if json {
+                    serde_json::to_string(&change)?
+                } else {
+                    render_change(&change)
+                }
+            }
+            Err(error) => {
+                if !std::mem::replace(&mut away, true) {
+                    note!("{error} (retrying; nothing is lost while away)");
+                }
+                continue;
+            }
+        };
+        if !print(&[line]) {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the lines to stdout; false once nobody reads it.
+fn print(lines: &[String]) -> bool {
+    let mut stdout = std::io::stdout().lock();
+    lines.iter().all(|line| writeln!(stdout, "{line}").is_ok()) && stdout.flush().is_ok()
+}
+
+/// One change as a line: the time it was read, its revision, what happened.
+fn render_change(change: &ClusterChange) -> String {
+    let what = match &change.event {
+        ClusterEvent::Registered { record } => format!("registered  {}", describe(record)),
+        ClusterEvent::Ended { record } => format!(
+            "ended       {}/{}/{}  {}",
+            record.host,
+            record.table,
+            record.instance_id,
+            record
+                .ended
+                .map_or("(no reason published)".to_owned(), |r| r.to_string())
+        ),
+        ClusterEvent::HostGone { host, records } => format!(
+            "host gone   {host}  (its lease expired; {} registration{}: {})",
+            records.len(),
+            plural(records.len()),
+            records
+                .iter()
+                .map(|r| format!("{}/{}", r.table, r.instance_id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    format!("{}  rev {}  {what}", time_of_day(), change.revision)
+}
+
+/// `host/table/id  label 'L'  pid P  slot S gen G`.
+fn describe(r: &ClusterRecord) -> String {
+    format!(
+        "{}/{}/{}  label '{}'  pid {}  slot {} gen {}",
+        r.host, r.table, r.instance_id, r.label, r.pid, r.slot, r.generation
+    )
+}
+
+/// The wall-clock time of day, UTC, `HH:MM:SS.mmm`.
+fn time_of_day() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let seconds = now.as_secs();
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        seconds / 3600 % 24,
+        seconds / 60 % 60,
+        seconds % 60,
+        now.subsec_millis()
+    )
 }
 
 /// How to reach etcd, from the shared options: endpoints, prefix, TLS

@@ -53,3 +53,8 @@ impl Running {
 pub fn show(_args: &EtcdArgs, _json: bool) -> Outcome {
     Err(format!("status --cluster: {MISSING}").into())
 }
+
+/// `livereg status --cluster --watch`: the one-line refusal.
+pub fn follow(_args: &EtcdArgs, _json: bool) -> Outcome {
+    Err(format!("status --cluster --watch: {MISSING}").into())
+}

@@ -14,9 +14,11 @@ mod etcd_server;
 
 mod faults;
 mod library;
+mod proxy;
 mod publishing;
 mod security;
 mod takeover;
+mod watch;
 
 use common::{unique_name, TempTable, UnlinkOnDrop};
 use etcd_client::{Client, EventType, GetOptions};

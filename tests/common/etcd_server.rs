@@ -39,6 +39,9 @@ pub struct EtcdServer {
     child: Option<Child>,
     /// Flags beyond the defaults (e.g. `--max-txn-ops 2`).
     extra: Vec<String>,
+    /// Its member name, and every member's `name=peer URL`.
+    name: String,
+    initial_cluster: String,
 }
 
 impl EtcdServer {
@@ -69,9 +72,65 @@ impl EtcdServer {
             dir,
             child: None,
             extra: extra.iter().map(|flag| flag.to_string()).collect(),
+            name: "test".into(),
+            initial_cluster: format!("test=http://127.0.0.1:{peer_port}"),
         };
         server.resume();
         server
+    }
+
+    /// A cluster of `members` plaintext members on loopback, every one
+    /// healthy (a leader elected) when this returns.
+    pub fn cluster(tag: &str, members: usize) -> Vec<EtcdServer> {
+        let ports: Vec<(u16, u16, u16)> = (0..members)
+            .map(|_| (free_port(), free_port(), free_port()))
+            .collect();
+        let initial_cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer, _))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut servers: Vec<EtcdServer> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, &(client_port, peer_port, health_port))| {
+                let dir = std::env::temp_dir()
+                    .join(format!("livereg-etcd-{tag}-{}-m{i}", std::process::id()));
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::create_dir_all(&dir).expect("make etcd's data dir");
+                EtcdServer {
+                    endpoint: format!("http://127.0.0.1:{client_port}"),
+                    client_port,
+                    peer_port,
+                    health_port,
+                    dir,
+                    child: None,
+                    extra: Vec::new(),
+                    name: format!("m{i}"),
+                    initial_cluster: initial_cluster.clone(),
+                }
+            })
+            .collect();
+        for server in &mut servers {
+            server.spawn();
+        }
+        for server in &servers {
+            server.wait_healthy();
+        }
+        servers
+    }
+
+    /// Whether this member leads its cluster now (from its metrics).
+    pub fn is_leader(&self) -> bool {
+        self.get(self.health_port, "/metrics")
+            .lines()
+            .any(|l| l.trim() == "etcd_server_is_leader 1")
+    }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// `127.0.0.1:PORT`, as `--etcd` takes it.
@@ -96,6 +155,13 @@ impl EtcdServer {
 
     /// Starts etcd (again) on the same ports and data and waits until healthy.
     pub fn resume(&mut self) {
+        self.spawn();
+        self.wait_healthy();
+    }
+
+    /// Starts the process (a cluster's member is healthy only once a quorum
+    /// runs: see [`EtcdServer::wait_healthy`]).
+    fn spawn(&mut self) {
         assert!(self.child.is_none(), "etcd already runs");
         let binary = std::env::var("LIVEREG_ETCD").unwrap_or_else(|_| "etcd".into());
         let client = self.endpoint.clone();
@@ -103,13 +169,13 @@ impl EtcdServer {
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::File::create(self.dir.join("etcd.log")).expect("etcd's log");
         let child = Command::new(&binary)
-            .args(["--name", "test", "--data-dir"])
+            .args(["--name", &self.name, "--data-dir"])
             .arg(self.dir.join("data"))
             .args(["--listen-client-urls", &client])
             .args(["--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("test={peer}")])
+            .args(["--initial-cluster", &self.initial_cluster])
             .args(["--listen-metrics-urls", &health])
             .args(&self.extra)
             .stdout(Stdio::null())
@@ -122,6 +188,11 @@ impl EtcdServer {
                 )
             });
         self.child = Some(child);
+    }
+
+    /// Waits until `/health` says healthy (for a cluster's member: a leader
+    /// is elected).
+    fn wait_healthy(&self) {
         let deadline = Instant::now() + START_TIMEOUT;
         while !self.healthy() {
             assert!(
@@ -135,15 +206,23 @@ impl EtcdServer {
 
     /// `GET /health` answers `"health":"true"`.
     fn healthy(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.health_port)) else {
-            return false;
+        self.get(self.health_port, "/health")
+            .contains(r#""health":"true""#)
+    }
+
+    /// `GET path` on a port of this member's; empty if it does not answer.
+    fn get(&self, port: u16, path: &str) -> String {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+            return String::new();
         };
         let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-        let request = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
         let mut answer = String::new();
-        stream.write_all(request.as_bytes()).is_ok()
-            && stream.read_to_string(&mut answer).is_ok()
-            && answer.contains(r#""health":"true""#)
+        if stream.write_all(request.as_bytes()).is_err() {
+            return String::new();
+        }
+        let _ = stream.read_to_string(&mut answer);
+        answer
     }
 
     /// A client of this etcd, with the runtime to drive it.
@@ -202,17 +281,10 @@ impl EtcdServer {
         events
     }
 
-    /// etcd's own metrics (`GET /metrics`), Prometheus text.
+    /// etcd's own metrics (`GET /metrics`), Prometheus text; empty while it
+    /// does not answer.
     pub fn metrics(&self) -> String {
-        let mut stream =
-            TcpStream::connect(("127.0.0.1", self.client_port)).expect("connect to etcd");
-        let request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-        stream.write_all(request.as_bytes()).expect("ask etcd");
-        let mut answer = String::new();
-        stream
-            .read_to_string(&mut answer)
-            .expect("read etcd's metrics");
-        answer
+        self.get(self.client_port, "/metrics")
     }
 }
 

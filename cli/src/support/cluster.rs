@@ -137,8 +137,12 @@ pub fn follow(args: &EtcdArgs, json: bool) -> Outcome {
     }
     for record in fleet.live() {
         lines.push(if json {
-            serde_json::json!({"event": "live", "revision": fleet.revision(), "record": record})
-                .to_string()
+            // Shaped as a change is: revision, event, record.
+            format!(
+                r#"{{"revision":{},"event":"live","record":{}}}"#,
+                fleet.revision(),
+                serde_json::to_string(record)?
+            )
         } else {
             format!("{}  live        {}", time_of_day(), describe(record))
         });

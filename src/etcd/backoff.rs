@@ -42,6 +42,14 @@ impl Backoff {
     }
 }
 
+/// A uniform point of `[0, window]`: where in a period a client acts, each
+/// at its own phase.
+pub(super) fn spread(window: Duration) -> Duration {
+    let span = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+    let draw = crate::os::random::random_u64().unwrap_or(0);
+    Duration::from_nanos(draw % span.saturating_add(1))
+}
+
 /// A uniform point of `[delay / 2, delay]`, from the kernel's randomness
 /// (half the delay if it has none to give).
 fn jittered(delay: Duration) -> Duration {
@@ -80,6 +88,18 @@ mod tests {
             distinct.len() > 190,
             "{} distinct waits of 200",
             distinct.len()
+        );
+    }
+
+    #[test]
+    fn a_spread_covers_its_window() {
+        let window = Duration::from_secs(3);
+        let points: Vec<Duration> = (0..200).map(|_| spread(window)).collect();
+        assert!(points.iter().all(|p| *p <= window));
+        let (least, most) = (points.iter().min().unwrap(), points.iter().max().unwrap());
+        assert!(
+            *least < Duration::from_millis(300) && *most > Duration::from_millis(2700),
+            "{least:?} .. {most:?}"
         );
     }
 

@@ -2,7 +2,7 @@
 //! lease kept across reconnects, keep-alives and their answers, and when to
 //! try again after a failure.
 
-use super::backoff::Backoff;
+use super::backoff::{spread, Backoff};
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 use std::time::{Duration, Instant};
 
@@ -128,10 +128,16 @@ impl LeaseHold {
                 self.retry.at = Instant::now();
                 self.lease = None;
             }
-            // The connection broke: reconnect with backoff.
+            // The connection broke: its member went (every host of that
+            // member at the same moment). Each comes back at its own point
+            // of its next keep-alive period, which its lease outlasts, not
+            // all at once; then with backoff.
             Wake::Lease(LeaseNews::Broken(why)) => {
                 self.retry
                     .failed(&format_args!("etcd at {endpoints}: {why}"));
+                if let Some(s) = &self.connection {
+                    self.retry.at = Instant::now() + spread(s.keep_alive_every);
+                }
             }
         }
         self.connection = None;

@@ -3,6 +3,7 @@
 //! (keys of live registrations under the lease, ends with their reasons),
 //! while [`LeaseHold`] keeps the lease.
 
+use super::backoff::spread;
 use super::lease::{keep_alive_every, lease_news, LeaseConnection, LeaseHold, Wake};
 use super::plan::{plan, InEtcd, Reasons, Write};
 use super::record::{self, ClusterRecord};
@@ -147,11 +148,11 @@ impl Mirror {
                 .ask("read the lease", client.lease_time_to_live(id, None))
                 .await?;
             if left.ttl() > 0 {
-                held = Some((id, left.granted_ttl()));
+                held = Some((id, left.granted_ttl(), left.ttl()));
             }
         }
         let (lease, ttl) = match held {
-            Some(held) => held,
+            Some((id, granted, _)) => (id, granted),
             None => {
                 let ttl = self.options.ttl.as_secs_f64().ceil().max(1.0) as i64;
                 let granted = self
@@ -164,24 +165,30 @@ impl Mirror {
             .ask("keep the lease alive", client.lease_keep_alive(lease))
             .await?;
         let prefix = self.table_prefix();
-        let held_keys = self
-            .ask(
-                "read this table's keys",
-                client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
-            )
-            .await?;
-        self.published = held_keys
-            .kvs()
-            .iter()
-            .map(|kv| {
-                let key = String::from_utf8_lossy(kv.key()).into_owned();
-                let held = InEtcd {
-                    record: serde_json::from_slice(kv.value()).ok(),
-                    ours: kv.lease() == lease,
-                };
-                (key, held)
-            })
-            .collect();
+        // A kept lease kept its keys, which are what this publisher last
+        // wrote (or, after a write whose answer was lost, what the next
+        // round writes again: every write is idempotent). A new lease reads
+        // what etcd holds.
+        if held.is_none() {
+            let held_keys = self
+                .ask(
+                    "read this table's keys",
+                    client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())),
+                )
+                .await?;
+            self.published = held_keys
+                .kvs()
+                .iter()
+                .map(|kv| {
+                    let key = String::from_utf8_lossy(kv.key()).into_owned();
+                    let held = InEtcd {
+                        record: serde_json::from_slice(kv.value()).ok(),
+                        ours: kv.lease() == lease,
+                    };
+                    (key, held)
+                })
+                .collect();
+        }
         log::info!(
             "etcd at {}: publishing table '{}' as host '{}' under {prefix} (lease {lease:x}, {}, TTL {ttl}s, keep-alive every {:?})",
             self.options.endpoint_list(),
@@ -196,8 +203,17 @@ impl Mirror {
             keeper,
             answers,
             keep_alive_every: keep_alive_every(ttl),
-            // A kept lease is refreshed at once.
-            next_keep_alive: Instant::now(),
+            // The first keep-alive at a random point of its period (for a
+            // kept lease, of half what it has left, if less): hosts that
+            // start or reconnect together keep their leases alive each at
+            // its own phase, not in bursts.
+            next_keep_alive: Instant::now()
+                + spread(match held {
+                    Some((_, _, left)) => {
+                        keep_alive_every(ttl).min(Duration::from_secs(left as u64) / 2)
+                    }
+                    None => keep_alive_every(ttl),
+                }),
             ttl: Duration::from_secs(ttl.max(1) as u64),
             answered: Instant::now(),
         })

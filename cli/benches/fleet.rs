@@ -45,6 +45,8 @@ struct Row {
     steady_goal_per_host: f64,
     leader_cpu: f64,
     end_to_consumers: Vec<Duration>,
+    /// A client's put seen by a bare etcd watch, same cluster, same run.
+    bare: Vec<Duration>,
     host_gone: Duration,
     leader_whole: Duration,
     /// The busiest second after the leader was killed, against the steady
@@ -117,6 +119,9 @@ fn run(n: usize, ttl: Duration) -> Row {
     let (after, cpu_after) = (last_sample.1, cpu_seconds(&cluster[leader]));
     let steady = (after - before) / window.as_secs_f64();
     let leader_cpu = (cpu_after - cpu_before) / window.as_secs_f64();
+
+    // The baseline: a client's own put, seen by a bare etcd watch.
+    let bare = count.bare_puts(&cluster[0], if quick() { 5 } else { 30 });
 
     // Ends told on reaped hosts, each read by every consumer.
     let ends = if quick() { 6 } else { 60 };
@@ -210,6 +215,7 @@ fn run(n: usize, ttl: Duration) -> Row {
         steady_goal_per_host: 3.0 / ttl.as_secs_f64(),
         leader_cpu,
         end_to_consumers,
+        bare,
         host_gone,
         leader_whole,
         recovery_peak_ratio: peak / steady.max(f64::MIN_POSITIVE),
@@ -224,6 +230,9 @@ fn render(row: &Row) -> String {
     let mut ends = row.end_to_consumers.clone();
     ends.sort();
     let at = |q: f64| ends[((ends.len() - 1) as f64 * q).round() as usize];
+    let mut bare = row.bare.clone();
+    bare.sort();
+    let bare_median = bare[bare.len() / 2];
     let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
     let s = |d: Duration| format!("{:.2} s", d.as_secs_f64());
     let reconnects = match row.reconnects.as_slice() {
@@ -237,7 +246,7 @@ fn render(row: &Row) -> String {
         ),
     };
     format!(
-        "| {} | {} | {:.3} ({:.2}x the goal) | {:.1} % of a core | {} / {} / {} | {} ({}) | {} | {:.2}x ({:.2}x) | {} | {} | {} |",
+        "| {} | {} | {:.3} ({:.2}x the goal) | {:.1} % of a core | {} / {} / {} (bare put → watch: {}; p50 {:.1}x it) | {} ({}) | {} | {:.2}x ({:.2}x) | {} | {} | {} |",
         row.hosts,
         s(row.startup),
         row.steady_per_host,
@@ -246,6 +255,8 @@ fn render(row: &Row) -> String {
         ms(at(0.5)),
         ms(at(0.99)),
         ms(ends[ends.len() - 1]),
+        ms(bare_median),
+        at(0.5).as_secs_f64() / bare_median.as_secs_f64(),
         s(row.host_gone),
         if row.host_gone <= row.ttl + Duration::from_secs(1) { "≤ TTL + 1 s" } else { "PAST TTL + 1 s" },
         s(row.leader_whole),
@@ -334,6 +345,24 @@ impl KeyCount {
             client,
             under: format!("{prefix}/"),
         }
+    }
+
+    /// `runs` puts of a key of the bench's own, each timed from the call
+    /// to a bare watch on `member` seeing it.
+    fn bare_puts(&mut self, member: &EtcdServer, runs: usize) -> Vec<Duration> {
+        let key = format!("{}bare", self.under.trim_end_matches('/'));
+        let events = member.watch(&key);
+        (0..runs)
+            .map(|run| {
+                let put = Instant::now();
+                let write = self.client.put(key.as_str(), run.to_string(), None);
+                self.runtime.block_on(write).expect("a bare put");
+                let seen = events
+                    .recv_timeout(Duration::from_secs(10))
+                    .expect("the bare put seen");
+                seen.at - put
+            })
+            .collect()
     }
 
     fn keys(&mut self) -> Option<usize> {

@@ -16,6 +16,7 @@ mod faults;
 mod library;
 mod proxy;
 mod publishing;
+mod reconnects;
 mod security;
 mod takeover;
 mod watch;

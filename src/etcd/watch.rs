@@ -273,10 +273,8 @@ impl Follower {
     }
 
     /// Reads the next batch of changes into `ready` (perhaps none: a watch
-    /// created, a progress note), reopening the watch first if it is closed.
-    ///
-    /// Cancel-safe: what is read is applied at once, and a cut-short
-    /// reconnect starts over.
+    /// created, a progress note), reopening the watch first if it is
+    /// closed (after the backoff's wait).
     async fn read(&mut self) -> Result<(), EtcdError> {
         if self.stream.is_none() {
             if let Some(at) = self.retry_at {

@@ -11,17 +11,7 @@ fn the_library_publisher_reads_back_and_a_clean_stop_revokes_its_keys_at_once() 
     options.prefix.clone_from(&prefix);
     options.host = "lib".into();
     options.ttl = Duration::from_secs(30);
-    let publisher = Publisher::start(&table.table, options).unwrap();
-    let ends = publisher.sink();
-    let reaper = table
-        .table
-        .reaper()
-        .on_drop(move |event| {
-            ends.ended(event);
-            Ok(())
-        })
-        .spawn()
-        .unwrap();
+    let (publisher, reaper) = publish_reaped(&table.table, options);
     let events = etcd.watch(&prefix);
     let handle = Table::open(&table.name).unwrap();
     let (nine, ten) = (

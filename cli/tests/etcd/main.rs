@@ -192,6 +192,22 @@ impl Reader {
     }
 }
 
+/// `table` published under `options`, beside a reaper whose drop handler
+/// tells the publisher each end's reason (as `livereg reap --etcd` does).
+fn publish_reaped(table: &Table, options: EtcdOptions) -> (Publisher, livereg::ReaperThread) {
+    let publisher = Publisher::start(table, options).unwrap();
+    let ends = publisher.sink();
+    let reaper = table
+        .reaper()
+        .on_drop(move |event| {
+            ends.ended(event);
+            Ok(())
+        })
+        .spawn()
+        .unwrap();
+    (publisher, reaper)
+}
+
 /// Every host's registrations under `prefix`, read through the library.
 fn fetch(endpoints: &[String], prefix: &str) -> ClusterStatus {
     let mut options = EtcdOptions::new(endpoints.iter().cloned());

@@ -181,17 +181,7 @@ fn a_watch_resumed_after_a_break_a_compaction_or_a_restart_loses_and_repeats_not
     let mut options = watch_options(&etcd.address(), &prefix);
     options.host = "h".into();
     options.ttl = Duration::from_secs(30);
-    let publisher = Publisher::start(&table.table, options).unwrap();
-    let ends = publisher.sink();
-    let _reaper = table
-        .table
-        .reaper()
-        .on_drop(move |event| {
-            ends.ended(event);
-            Ok(())
-        })
-        .spawn()
-        .unwrap();
+    let (_publisher, _reaper) = publish_reaped(&table.table, options);
     let handle = Table::open(&table.name).unwrap();
     let mut reader = Reader::new(&etcd);
     let under = format!("{prefix}/h/");

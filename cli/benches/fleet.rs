@@ -44,6 +44,11 @@ struct Row {
     steady_per_host: f64,
     steady_goal_per_host: f64,
     leader_cpu: f64,
+    /// The bench process's growth per host (a publisher, its thread and
+    /// runtime, its wake-up thread, a table of 16 slots).
+    rss_per_host: f64,
+    /// The bench process's CPU per host at steady state (fraction of a core).
+    cpu_per_host: f64,
     end_to_consumers: Vec<Duration>,
     /// A client's put seen by a bare etcd watch, same cluster, same run.
     bare: Vec<Duration>,
@@ -72,8 +77,8 @@ fn main() {
         Err(_) => vec![100, 300, 1000],
     };
     let ttl = Duration::from_secs(if quick() { 3 } else { 10 });
-    println!("| hosts | up (all keys in etcd) | steady etcd requests/s per host (goal: keep-alives at TTL/3 = {:.2}) | etcd leader CPU | end → all 3 consumers p50 / p99 / max | host SIGKILLed → its keys gone at every consumer (TTL {} s) | leader SIGKILLed → every host whole | busiest second / steady mean: recovery (steady's own) | hosts reconnected: count, first / median / last | keys lost meanwhile | views = tables |", 3.0 / ttl.as_secs_f64(), ttl.as_secs());
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| hosts | up (all keys in etcd) | steady etcd requests/s per host (goal: keep-alives at TTL/3 = {:.2}) | etcd leader CPU | per host: memory, CPU at steady state | end → all 3 consumers p50 / p99 / max | host SIGKILLed → its keys gone at every consumer (TTL {} s) | leader SIGKILLed → every host whole | busiest second / steady mean: recovery (steady's own) | hosts reconnected: count, first / median / last | keys lost meanwhile | views = tables |", 3.0 / ttl.as_secs_f64(), ttl.as_secs());
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for n in sizes {
         let row = run(n, ttl);
         println!("{}", render(&row));
@@ -89,6 +94,7 @@ fn run(n: usize, ttl: Duration) -> Row {
     options.prefix.clone_from(&prefix);
     let mut count = KeyCount::new(cluster.iter().map(|m| m.endpoint.clone()), &prefix);
 
+    let rss_before = resident_kib();
     let started = Instant::now();
     let mut hosts: Vec<Host> = (0..n)
         .map(|i| Host::start(i, &options, ttl, i < REAPED))
@@ -99,6 +105,7 @@ fn run(n: usize, ttl: Duration) -> Row {
         count.keys() == Some(expected)
     });
     let startup = started.elapsed();
+    let rss_per_host = resident_kib().saturating_sub(rss_before) as f64 / n as f64;
     let consumers = Consumers::start(CONSUMERS, &options, expected);
 
     // Steady state: past the start's keep-alive phase, nothing changing.
@@ -107,6 +114,7 @@ fn run(n: usize, ttl: Duration) -> Row {
     let window = Duration::from_secs(window);
     let leader = leader(&cluster);
     let (before, cpu_before) = (requests(&cluster), cpu_seconds(&cluster[leader]));
+    let own_cpu_before = own_cpu_seconds();
     let mut steady_peak: f64 = 0.0;
     let mut last_sample = (Instant::now(), before);
     for _ in 0..window.as_secs() {
@@ -119,6 +127,10 @@ fn run(n: usize, ttl: Duration) -> Row {
     let (after, cpu_after) = (last_sample.1, cpu_seconds(&cluster[leader]));
     let steady = (after - before) / window.as_secs_f64();
     let leader_cpu = (cpu_after - cpu_before) / window.as_secs_f64();
+    // This process: the hosts' publishers (each looks at its table every
+    // second, and keeps its lease alive), the consumers, the bench's own
+    // once-a-second sampling.
+    let cpu_per_host = (own_cpu_seconds() - own_cpu_before) / window.as_secs_f64() / n as f64;
 
     // The baseline: a client's own put, seen by a bare etcd watch.
     let bare = count.bare_puts(&cluster[0], if quick() { 5 } else { 30 });
@@ -214,6 +226,8 @@ fn run(n: usize, ttl: Duration) -> Row {
         steady_per_host: steady / (n + 1) as f64,
         steady_goal_per_host: 3.0 / ttl.as_secs_f64(),
         leader_cpu,
+        rss_per_host,
+        cpu_per_host,
         end_to_consumers,
         bare,
         host_gone,
@@ -246,12 +260,14 @@ fn render(row: &Row) -> String {
         ),
     };
     format!(
-        "| {} | {} | {:.3} ({:.2}x the goal) | {:.1} % of a core | {} / {} / {} (bare put → watch: {}; p50 {:.1}x it) | {} ({}) | {} | {:.2}x ({:.2}x) | {} | {} | {} |",
+        "| {} | {} | {:.3} ({:.2}x the goal) | {:.1} % of a core | {:.0} KiB, {:.1} µs/s | {} / {} / {} (bare put → watch: {}; p50 {:.1}x it) | {} ({}) | {} | {:.2}x ({:.2}x) | {} | {} | {} |",
         row.hosts,
         s(row.startup),
         row.steady_per_host,
         row.steady_per_host / row.steady_goal_per_host,
         row.leader_cpu * 100.0,
+        row.rss_per_host,
+        row.cpu_per_host * 1e6,
         ms(at(0.5)),
         ms(at(0.99)),
         ms(ends[ends.len() - 1]),
@@ -311,7 +327,11 @@ fn requests_of(cluster: &[EtcdServer], members: &[usize]) -> f64 {
 /// CPU seconds a member's process has used.
 fn cpu_seconds(member: &EtcdServer) -> f64 {
     let pid = member.pid().expect("the member runs");
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+}
+
+/// User and system CPU seconds from a `/proc/PID/stat` line.
+fn stat_cpu_seconds(stat: &str) -> f64 {
     let after_name = stat.rsplit(')').next().unwrap_or_default();
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     let ticks: f64 = fields
@@ -321,6 +341,21 @@ fn cpu_seconds(member: &EtcdServer) -> f64 {
     // SAFETY: `sysconf` reads a constant of the system.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     ticks / per_second
+}
+
+/// This process's resident memory (`VmRSS`), KiB.
+fn resident_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU seconds this process has used.
+fn own_cpu_seconds() -> f64 {
+    stat_cpu_seconds(&std::fs::read_to_string("/proc/self/stat").unwrap_or_default())
 }
 
 /// Counts the keys under the prefix, through any member that answers.

@@ -119,7 +119,12 @@ impl Mirror {
                 .min(Instant::now() + BACKSTOP),
             None => hold.retry.at,
         };
+        // Biased, the keep-alive answers before the timer: answers that
+        // came during a long round are read before their deadline is
+        // judged.
         tokio::select! {
+            biased;
+            news = lease_news(hold.connection.as_mut()) => Wake::Lease(news),
             () = self.shared.notify.notified() => Wake::Round,
             ready = wake.readable_mut() => {
                 if let Ok(mut ready) = ready {
@@ -129,7 +134,6 @@ impl Mirror {
                 Wake::Round
             }
             () = tokio::time::sleep_until(until.into()) => Wake::Round,
-            news = lease_news(hold.connection.as_mut()) => Wake::Lease(news),
         }
     }
 
@@ -222,11 +226,7 @@ impl Mirror {
     /// One round: the keep-alive if due, then etcd brought in step with the
     /// table.
     async fn step(&mut self, connection: &mut LeaseConnection) -> Result<(), EtcdError> {
-        if Instant::now() >= connection.next_keep_alive {
-            self.ask("keep the lease alive", connection.keeper.keep_alive())
-                .await?;
-            connection.next_keep_alive = Instant::now() + connection.keep_alive_every;
-        }
+        self.keep_alive_if_due(connection).await?;
         let live = match self.live() {
             Ok(live) => live,
             Err(error) => {
@@ -262,6 +262,9 @@ impl Mirror {
         mut operations: Vec<Write>,
     ) -> Result<(), EtcdError> {
         while !operations.is_empty() {
+            // A round of many batches (thousands of registrations, a slow
+            // etcd) may outlast the lease: it is kept alive between them.
+            self.keep_alive_if_due(connection).await?;
             let rest = operations.split_off(operations.len().min(self.txn_ops));
             match self.write(connection, context, operations.clone()).await {
                 Ok(()) => operations = rest,
@@ -276,6 +279,17 @@ impl Mirror {
                 }
                 Err(error) => return Err(error),
             }
+        }
+        Ok(())
+    }
+
+    /// Sends a keep-alive if one is due. (Its answer is read where the
+    /// loop waits.)
+    async fn keep_alive_if_due(&self, connection: &mut LeaseConnection) -> Result<(), EtcdError> {
+        if Instant::now() >= connection.next_keep_alive {
+            self.ask("keep the lease alive", connection.keeper.keep_alive())
+                .await?;
+            connection.next_keep_alive = Instant::now() + connection.keep_alive_every;
         }
         Ok(())
     }

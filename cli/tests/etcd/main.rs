@@ -25,7 +25,7 @@ use common::{unique_name, TempTable, UnlinkOnDrop};
 use etcd_client::{Client, EventType, GetOptions};
 use etcd_server::{EtcdServer, Seen};
 use livereg::etcd::{ClusterStatus, EtcdOptions, Publisher};
-use livereg::Table;
+use livereg::{Table, TableOptions};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

@@ -191,3 +191,41 @@ fn the_cluster_view_does_not_count_a_key_whose_registration_ended() {
         .collect();
     assert_eq!(ids, [1]);
 }
+
+#[test]
+fn a_round_longer_than_the_lease_keeps_the_lease_alive_as_it_writes() {
+    // Two operations per transaction: 8,000 registrations take 4,000 of them,
+    // each a commit of its own: a round several times the 2 s TTL.
+    let etcd = EtcdServer::start_with("long-round", &["--max-txn-ops", "2"]);
+    let prefix = prefix("long-round");
+    let options = TableOptions {
+        capacity: 8192,
+        ..common::long_options()
+    };
+    let table = Table::in_memory(&options).unwrap();
+    let _workers: Vec<_> = (1..=8000)
+        .map(|id| table.register(id, "w").unwrap())
+        .collect();
+    let mut publishing = EtcdOptions::new([etcd.address()]);
+    publishing.prefix.clone_from(&prefix);
+    publishing.host = "long".into();
+    publishing.ttl = TTL;
+    let publisher = Publisher::start(&table, publishing).unwrap();
+    let mut reader = Reader::new(&etcd);
+    let under = format!("{prefix}/long/");
+    let started = Instant::now();
+    wait_for("all 8,000 keys", Duration::from_secs(90), || {
+        reader.ids(&under).len() == 8000
+    });
+    let took = started.elapsed();
+    // One lease all along: it never expired under the writes.
+    let leases: std::collections::BTreeSet<i64> = reader
+        .keys(&under)
+        .values()
+        .map(|(_, lease)| *lease)
+        .collect();
+    assert_eq!(leases.len(), 1, "keys under {leases:?} after {took:?}");
+    std::thread::sleep(TTL + Duration::from_secs(1));
+    assert_eq!(reader.ids(&under).len(), 8000, "the lease lived on");
+    assert!(publisher.is_connected());
+}

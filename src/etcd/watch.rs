@@ -6,8 +6,9 @@
 //! the watch breaks (a member restarted, a leader change, the network) it
 //! resumes from the revision after the last one read, so no event is lost
 //! or told twice; when etcd has compacted that history away, the prefix is
-//! listed again and compared with the view ([`super::view`]). Reconnects
-//! back off as the publisher's do, jittered.
+//! listed again and compared with the view ([`super::view`]). A watch quiet
+//! for a while asks etcd for its progress, so a member that hangs is left
+//! too. Reconnects back off as the publisher's do, jittered.
 
 use super::backoff::Backoff;
 use super::record::{self, ClusterRecord};
@@ -20,8 +21,14 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long connecting, listing or opening the watch may take.
+/// How long connecting, listing, opening the watch or a progress answer
+/// may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// After this long without a message the watch asks etcd for its progress:
+/// a member that hangs (stopped, partitioned, its disk stuck) says nothing
+/// at all, and is left for another within `QUIET + REQUEST_TIMEOUT`.
+const QUIET: Duration = Duration::from_secs(5);
 
 /// Changes read but not yet taken by [`ClusterWatch::next`]; past this the
 /// watch thread waits for the consumer (etcd keeps the history meanwhile,
@@ -287,7 +294,23 @@ impl Follower {
             }
         }
         let stream = self.stream.as_mut().expect("a watch is open");
-        match stream.message().await {
+        let message = match tokio::time::timeout(QUIET, stream.message()).await {
+            Ok(message) => message,
+            // A quiet fleet, or a member that hangs: ask it.
+            Err(_) => match stream.request_progress().await {
+                Err(error) => return Err(self.failed(self.etcd_error("ask for progress", error))),
+                Ok(()) => match tokio::time::timeout(REQUEST_TIMEOUT, stream.message()).await {
+                    Ok(message) => message,
+                    Err(_) => {
+                        let why = format!(
+                            "no answer to a progress request within {REQUEST_TIMEOUT:?} (the member hangs)"
+                        );
+                        return Err(self.failed(self.broke(why)));
+                    }
+                },
+            },
+        };
+        match message {
             Ok(Some(answer)) => self.heed(answer).await,
             Ok(None) => Err(self.failed(self.broke("the watch stream ended".into()))),
             Err(error) => Err(self.failed(self.etcd_error("watch", error))),

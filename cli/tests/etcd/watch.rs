@@ -266,3 +266,39 @@ fn a_watch_resumed_after_a_break_a_compaction_or_a_restart_loses_and_repeats_not
     assert_eq!(live_ids(&fleet), read);
     drop((four, five));
 }
+
+#[test]
+fn a_watch_on_a_member_that_hangs_says_so_and_goes_on_when_it_answers() {
+    let etcd = EtcdServer::start("watch-hang");
+    let prefix = prefix("watch-hang");
+    let table = TempTable::new("watch-hang", &common::long_options());
+    let mut options = watch_options(&etcd.address(), &prefix);
+    options.host = "h".into();
+    options.ttl = Duration::from_secs(30);
+    let (_publisher, _reaper) = publish_reaped(&table.table, options);
+    let handle = Table::open(&table.name).unwrap();
+    let mut fleet = ClusterWatch::start(&watch_options(&etcd.address(), &prefix)).unwrap();
+    let _one = handle.register(1, "one").unwrap();
+    assert_eq!(
+        changes(&mut fleet, 1, Duration::from_secs(10)),
+        ["registered h/1"]
+    );
+
+    // A stopped etcd accepts nothing and answers nothing: the watch is
+    // quiet, asks for its progress, and gives the member up.
+    etcd.signal(libc::SIGSTOP);
+    let stopped = Instant::now();
+    let mut said = None;
+    while said.is_none() && stopped.elapsed() < Duration::from_secs(30) {
+        if let Err(error) = fleet.next(Duration::from_millis(100)) {
+            said = Some(error.to_string());
+        }
+    }
+    let said = said.expect("the watch said nothing of a hung etcd within 30 s");
+    assert!(!fleet.is_connected(), "{said}");
+    etcd.signal(libc::SIGCONT);
+    let _two = handle.register(2, "two").unwrap();
+    let seen = changes(&mut fleet, 1, Duration::from_secs(30));
+    assert_eq!(seen, ["registered h/2"], "after: {said}");
+    assert!(fleet.is_connected());
+}

@@ -93,23 +93,29 @@ impl TableMemory {
     /// registrant; zero for a listener, which must never wait on a lock
     /// another process holds). (Its own descriptor: a forked child shares
     /// the table's, and with it any lock taken through it.)
+    ///
+    /// The mutex is held only while the kernel lock is too: a registrant
+    /// polling for a lock another process holds lets go of the mutex between
+    /// its attempts, so a listener in the same process waits at most for
+    /// another thread's claim in progress (microseconds), never for another
+    /// process.
     pub fn lock_registrations<'a>(
         &'a self,
         file: Option<&'a File>,
         wait: Duration,
     ) -> Result<RegistrationGuard<'a>> {
-        let local = self
-            .local_registrations()
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let Some(file) = file else {
-            return Ok(RegistrationGuard {
-                _local: local,
-                file: None,
-            });
-        };
         let started = Instant::now();
         loop {
+            let local = self
+                .local_registrations()
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let Some(file) = file else {
+                return Ok(RegistrationGuard {
+                    _local: local,
+                    file: None,
+                });
+            };
             match lock::try_lock(file, lock::REGISTRATION_LOCK) {
                 Ok(true) => {
                     return Ok(RegistrationGuard {
@@ -118,6 +124,7 @@ impl TableMemory {
                     })
                 }
                 Ok(false) if started.elapsed() < wait => {
+                    drop(local);
                     std::thread::sleep(REGISTRATION_LOCK_POLL);
                 }
                 Ok(false) => {

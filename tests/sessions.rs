@@ -744,3 +744,71 @@ fn a_workers_table_is_the_one_its_slot_is_in() {
     local.deregister().unwrap();
     reaper.stop().unwrap();
 }
+
+/// Takes the table's registration lock through a descriptor of this test's
+/// own (an open file description, as another process's registrant stopped
+/// in the middle of registering holds it); released when the file is
+/// dropped.
+fn hold_registration_lock(table: &str) -> std::fs::File {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/dev/shm/{table}"))
+        .unwrap();
+    // SAFETY: a zeroed `flock` is valid; the fields F_OFD_SETLK reads are set below.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as i16;
+    lock.l_whence = libc::SEEK_SET as i16;
+    lock.l_start = (1i64 << 40) - 2; // the registration lock's byte
+    lock.l_len = 1;
+    // SAFETY: `file` is open; `lock` is a valid flock with l_pid 0.
+    let taken = unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            libc::F_OFD_SETLK,
+            &mut lock,
+        )
+    };
+    assert_eq!(taken, 0, "{}", std::io::Error::last_os_error());
+    file
+}
+
+#[test]
+fn a_local_registrant_waiting_on_another_process_never_freezes_the_listener() {
+    let temp = TempTable::new("session-local-wait", &one_second());
+    let socket = SocketPath::new("session-local-wait");
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let beating = connect(&socket.address(), 1, "w", &ConnectOptions::default()).unwrap();
+    let held = hold_registration_lock(&temp.name);
+    std::thread::scope(|scope| {
+        // A thread of the reaper's own process registers (and one sets its
+        // info) while the lock is held elsewhere: each waits up to 5 s.
+        let registrant = scope.spawn(|| temp.table.register(2, "local"));
+        std::thread::sleep(Duration::from_millis(100));
+        let started = Instant::now();
+        let refused = connect(&socket.address(), 3, "w", &ConnectOptions::default())
+            .map(drop)
+            .unwrap_err();
+        let answered = started.elapsed();
+        assert!(matches!(refused, Error::Busy(_)), "{refused}");
+        assert!(answered < Duration::from_secs(1), "BUSY after {answered:?}");
+        // Three timeouts of beats: the listener keeps going round its loop.
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until {
+            beating.heartbeat().unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        no_event(&events, Duration::ZERO);
+        drop(held);
+        // The registrant (still within its wait, or refused BUSY after 5 s)
+        // ends either way; the lock is free now.
+        match registrant.join().unwrap() {
+            Ok(worker) => worker.deregister().unwrap(),
+            Err(e) => assert!(matches!(e, Error::Busy(_)), "{e}"),
+        }
+    });
+    let admitted = connect(&socket.address(), 3, "w", &ConnectOptions::default()).unwrap();
+    admitted.deregister().unwrap();
+    beating.deregister().unwrap();
+    reaper.stop().unwrap();
+}

@@ -209,11 +209,25 @@ impl Table {
     /// - [`Error::InvalidArgument`]: a bad name.
     pub fn open(name: &str) -> Result<Table> {
         let path = location::resolve(name)?;
+        // A shared-memory name is never a symbolic link (anyone may plant
+        // one in /dev/shm); a path given with '/' is the caller's to choose.
+        let no_follow = if name.contains('/') {
+            0
+        } else {
+            libc::O_NOFOLLOW
+        };
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(no_follow)
             .open(&path)
-            .map_err(|e| Error::os(name, "open", e))?;
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => Error::Permission(format!(
+                    "table '{name}': {} is a symbolic link, expected the table itself: refusing to follow it",
+                    path.display()
+                )),
+                _ => Error::os(name, "open", e),
+            })?;
         let size = wait_until_ready(name, &file)?;
         let corrupt = |detail: String| Error::Corrupt(format!("table '{name}': {detail}"));
         let mapped_len = usize::try_from(size)

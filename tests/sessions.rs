@@ -812,3 +812,91 @@ fn a_local_registrant_waiting_on_another_process_never_freezes_the_listener() {
     beating.deregister().unwrap();
     reaper.stop().unwrap();
 }
+
+/// Starts a reaper with a listener on `temp`'s table and returns why it
+/// was refused.
+fn listener_refused(temp: &TempTable, socket: &SocketPath) -> Error {
+    match temp
+        .table
+        .reaper()
+        .listen(Address::parse(&socket.address()).unwrap(), None)
+        .spawn()
+    {
+        Ok(reaper) => {
+            reaper.stop().unwrap();
+            panic!("the listener started")
+        }
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn a_planted_symlink_or_foreign_file_beside_the_table_is_refused_and_never_written() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let temp = TempTable::new("session-planted", &long_options());
+    let socket = SocketPath::new("session-planted");
+    let beside = format!("/dev/shm/{}.sessions", temp.name);
+    // (In /dev/shm, so that a hard link to it can be planted too.)
+    let victim = format!("/dev/shm/{}.victim", unique_name("planted"));
+    std::fs::write(&victim, b"root's own").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    // A symbolic link to another file: never followed.
+    std::os::unix::fs::symlink(&victim, &beside).unwrap();
+    let refused = listener_refused(&temp, &socket).to_string();
+    assert!(
+        refused.contains(&beside) && refused.contains("symbolic link"),
+        "{refused}"
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"root's own");
+    std::fs::remove_file(&beside).unwrap();
+
+    // A file another user made, open to everyone: its secrets would be theirs.
+    std::fs::write(&beside, b"").unwrap();
+    std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::os::unix::fs::chown(&beside, Some(65534), Some(65534)).unwrap();
+    let refused = listener_refused(&temp, &socket).to_string();
+    assert!(
+        refused.contains(&beside) && refused.contains("owned by uid 65534"),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::metadata(&beside).unwrap().len(),
+        0,
+        "written through"
+    );
+    std::fs::remove_file(&beside).unwrap();
+
+    // A second name of another file (a hard link planted where the records go).
+    std::fs::hard_link(&victim, &beside).unwrap();
+    let refused = listener_refused(&temp, &socket).to_string();
+    assert!(refused.contains("linked under 2 names"), "{refused}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"root's own");
+    std::fs::remove_file(&beside).unwrap();
+
+    // With nothing planted, the listener makes its own, mode 0600.
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(Address::parse(&socket.address()).unwrap(), None)
+        .spawn()
+        .unwrap();
+    assert_eq!(std::fs::metadata(&beside).unwrap().mode() & 0o777, 0o600);
+    reaper.stop().unwrap();
+    std::fs::remove_file(&victim).unwrap();
+}
+
+#[test]
+fn a_symlink_planted_at_a_table_name_is_not_followed() {
+    let temp = TempTable::new("planted-table", &long_options());
+    let link = unique_name("planted-link");
+    std::os::unix::fs::symlink(
+        format!("/dev/shm/{}", temp.name),
+        format!("/dev/shm/{link}"),
+    )
+    .unwrap();
+    let refused = livereg::Table::open(&link).map(drop).unwrap_err();
+    let _ = std::fs::remove_file(format!("/dev/shm/{link}"));
+    assert!(matches!(refused, Error::Permission(_)), "{refused}");
+    assert!(refused.to_string().contains("symbolic link"), "{refused}");
+}

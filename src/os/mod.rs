@@ -8,6 +8,7 @@ pub(crate) mod inotify;
 pub(crate) mod lock;
 pub(crate) mod pidfd;
 pub(crate) mod poll;
+pub(crate) mod private_file;
 pub(crate) mod process;
 pub(crate) mod random;
 pub(crate) mod socket;

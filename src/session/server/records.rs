@@ -1,16 +1,20 @@
 //! What the table's slots have no room for, about each session's
 //! registration (see `crate::session`): the secret its client reclaims it with after a reconnect,
 //! the peer's address and the host the client reports. A file beside the
-//! table (`NAME.sessions`, mode 0600: the secrets are the reaper's), one
+//! table (`NAME.sessions`, mode 0600: the secrets are the reaper's; opened
+//! without following a link and refused if another user could have planted
+//! or read it, as `os::private_file` checks), one
 //! 128-byte record per slot, written by the listener and read by `status`;
 //! it outlives a reaper's restart, so the next one can check reclaims.
 //! Heap tables keep the records with their memory, where every reaper of
 //! the table finds them.
 
+use crate::os::private_file;
 use crate::table::{Table, TableMemory};
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::Mutex;
 use std::sync::{Arc, Weak};
 
@@ -117,25 +121,26 @@ impl Records {
         let Some(path) = table.path() else {
             return Ok(Records::Heap(heap_records(&table.memory)));
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(crate::location::sessions_beside(&path))?;
+        let file = private_file::open_or_create(&crate::location::sessions_beside(&path))?;
         Ok(Records::File(file))
     }
 
-    /// Every record of a table's file, by slot (empty if there is none or
-    /// it cannot be read): for `status`.
+    /// Every record of a table's file, by slot (empty if there is none, it
+    /// cannot be read, or it is not the table owner's own): for `status`.
     pub(crate) fn read_all(table: &Table) -> HashMap<u32, Record> {
-        let Some(path) = table.path() else {
+        let (Some(path), Some(owner)) = (
+            table.path(),
+            table.memory.file().and_then(|f| f.metadata().ok()),
+        ) else {
             return HashMap::new();
         };
-        let Ok(bytes) = std::fs::read(crate::location::sessions_beside(&path)) else {
+        let beside = crate::location::sessions_beside(&path);
+        let mut bytes = Vec::new();
+        let read = private_file::open_owned_by(&beside, owner.uid())
+            .and_then(|mut file| file.read_to_end(&mut bytes));
+        if read.is_err() {
             return HashMap::new();
-        };
+        }
         bytes
             .chunks(RECORD_SIZE)
             .enumerate()

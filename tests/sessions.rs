@@ -900,3 +900,34 @@ fn a_symlink_planted_at_a_table_name_is_not_followed() {
     assert!(matches!(refused, Error::Permission(_)), "{refused}");
     assert!(refused.to_string().contains("symbolic link"), "{refused}");
 }
+
+#[test]
+fn a_client_frozen_while_reconnecting_reclaims_from_a_reaper_that_came_after_the_thaw() {
+    let temp = TempTable::new("session-frozen-reconnect", &one_second());
+    let socket = SocketPath::new("session-frozen-reconnect");
+    let (reaper, _) = with_events(&temp.table, &socket.address(), None);
+    let mut client = Isolated::spawn(&socket.address(), 11, "ping", None);
+    client.line("registered");
+    // The reaper goes; the client's sender backs off between dials, and is
+    // stopped there for 2.5 timeouts.
+    reaper.stop().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    client.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(2500));
+    client.signal(libc::SIGCONT);
+    std::thread::sleep(Duration::from_millis(100));
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    // The thawed client reclaims its registration: nothing ends, for twice
+    // the timeout.
+    no_event(&events, Duration::from_secs(2));
+    let live = temp.table.status().unwrap();
+    assert_eq!(live.tracked_instances, 1, "{live:?}");
+    // Held by the new listener: its socket's closing is its end.
+    client.signal(libc::SIGKILL);
+    let (event, _) = next_event(&events, Duration::from_secs(5));
+    assert_eq!(
+        (event.instance_id, event.reason),
+        (11, Reason::Disconnected)
+    );
+    reaper.stop().unwrap();
+}

@@ -384,8 +384,16 @@ impl Sender {
     /// registration. False (the worker's slot ended `Disconnected`) if the
     /// listener refused, or no listener took it back within the reap
     /// timeout; false too if the worker deregistered meanwhile.
+    ///
+    /// The outage is the time this thread ran without reaching a listener:
+    /// a step that overran what it may take by more than the absence
+    /// threshold was a gap in its own running (its process stopped, its
+    /// host frozen), no listener's absence, and the outage counts anew from
+    /// its end, as [`Sender::run_connection`] counts silence.
     fn reconnect(&mut self) -> bool {
-        let lost = Instant::now();
+        let mut lost = Instant::now();
+        let away = absence_threshold(self.dialed.reap_timeout);
+        let overran = |started: Instant, may_take: Duration| started.elapsed() > may_take + away;
         let mut backoff = FIRST_BACKOFF;
         log::warn!(
             "session {}: connection lost, reconnecting",
@@ -404,8 +412,17 @@ impl Sender {
                 self.end_here(Reason::Disconnected);
                 return false;
             }
+            let waited = Instant::now();
             let _ = poll::readable(&[self.shared.wake.as_raw_fd()], backoff);
-            match self.dialer.dial(Some(self.dialed.reclaim)) {
+            if overran(waited, backoff) {
+                lost = Instant::now();
+            }
+            let dialing = Instant::now();
+            let dialed = self.dialer.dial(Some(self.dialed.reclaim));
+            if overran(dialing, self.dialer.timeout) {
+                lost = Instant::now();
+            }
+            match dialed {
                 Ok(dialed) => {
                     log::info!("session {}: reconnected", self.dialer.address);
                     if let Some(info) = &dialed.info {

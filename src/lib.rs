@@ -111,8 +111,8 @@ pub use reaper::{Reaper, ReaperBuilder, ScanReport};
 pub use registration::{Registration, PREVIOUS_DROP_WAIT};
 #[cfg(not(loom))]
 pub use session::{
-    connect, remote_clear, remote_reset, remote_status, wire, Address, ConnectOptions,
-    SessionRefusals, TlsClient, TlsServer, DEFAULT_CONNECT_TIMEOUT, TLS_BUILT_IN,
+    connect, read_token_file, remote_clear, remote_reset, remote_status, wire, Address,
+    ConnectOptions, SessionRefusals, TlsClient, TlsServer, DEFAULT_CONNECT_TIMEOUT, TLS_BUILT_IN,
 };
 #[cfg(not(loom))]
 pub use status::{ExitDetection, RegistrationState, RegistrationStatus, RemoteStatus, Status};

@@ -17,6 +17,7 @@ mod server;
 mod stream;
 mod timing;
 mod tls;
+mod token_file;
 #[doc(hidden)]
 pub mod wire;
 
@@ -30,3 +31,4 @@ pub(crate) use server::{
     ListenConfig, Record, Records, Sessions, SlotSilence, DEFAULT_SOCKET_MODE,
 };
 pub use tls::{TlsClient, TlsServer, TLS_BUILT_IN};
+pub use token_file::read_token_file;

@@ -68,36 +68,15 @@ impl TokenArgs {
     }
 }
 
-/// The first line of a token file, without its line ending.
+/// The token in a token file, read as every livereg client reads one
+/// ([`livereg::read_token_file`]: its first line, trimmed; refused if
+/// others can read it).
 ///
 /// # Errors
 ///
-/// The file cannot be read, others than its owner and group may read it
-/// (a secret everyone on the host can read is none), or its first line is
-/// empty.
+/// The file's problem, in words naming it.
 pub fn read_token(path: &Path) -> Result<Vec<u8>, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?
-        .permissions()
-        .mode();
-    if mode & 0o004 != 0 {
-        return Err(format!(
-            "the token file {} is readable by everyone (mode {:04o}), expected a mode others cannot read (0600, 0640 or 0440): chmod o-r it",
-            path.display(),
-            mode & 0o7777
-        ));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
-    let token = text.lines().next().unwrap_or("").trim_end_matches('\r');
-    if token.is_empty() {
-        return Err(format!(
-            "the token file {} is empty, expected the token on its first line",
-            path.display()
-        ));
-    }
-    Ok(token.as_bytes().to_vec())
+    livereg::read_token_file(path).map_err(|e| e.to_string())
 }
 
 /// A table, or a listener's address.

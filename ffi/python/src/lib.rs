@@ -31,6 +31,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(table::unlink, module)?)?;
     module.add_function(wrap_pyfunction!(session::connect, module)?)?;
     module.add_function(wrap_pyfunction!(session::is_address, module)?)?;
+    module.add_function(wrap_pyfunction!(session::read_token_file, module)?)?;
     module.add_function(wrap_pyfunction!(exiting::_stop_reapers_at_exit, module)?)?;
     module.add("INFO_MAX", livereg::INFO_MAX)?;
     module.add("LABEL_MAX", livereg::LABEL_MAX)?;

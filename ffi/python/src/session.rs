@@ -18,6 +18,16 @@ pub fn is_address(name: &str) -> bool {
     livereg::Address::is_address(name)
 }
 
+/// The token in the file at `path`, read as every livereg client reads one:
+/// its first line with the whitespace around it removed; refused
+/// (`PermissionDeniedError`) if others can read the file, refused
+/// (`InvalidArgumentError`) if the first line is empty or over 256 bytes.
+#[pyfunction]
+pub fn read_token_file(py: Python<'_>, path: PathBuf) -> PyResult<Py<PyBytes>> {
+    let token = py.detach(move || livereg::read_token_file(&path)).or_raise()?;
+    Ok(PyBytes::new(py, &token).unbind())
+}
+
 /// Registers `instance_id` through the reaper listening at `address`
 /// (`"unix:/PATH"` or `"tcp://HOST:PORT"`) and returns a `Worker` that pings
 /// as fast as a local one (its sender thread forwards the pings). `token`

@@ -176,7 +176,7 @@ def test_a_token_file_others_can_read_is_refused_naming_its_mode(table_name: str
     token = tmp_path / "token"
     token.write_text("secret\n")
     token.chmod(0o644)
-    with pytest.raises(PermissionError, match="readable by others \\(mode 0644\\)"):
+    with pytest.raises(PermissionError, match="readable by everyone \\(mode 0644\\)"):
         module(table_name, listen="tcp://127.0.0.1:0", token_file=str(token))
     token.chmod(0o640)
     module(table_name, listen="tcp://127.0.0.1:0", token_file=str(token)).close()

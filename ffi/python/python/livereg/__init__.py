@@ -71,6 +71,7 @@ __all__ = [
     "connect",
     "create",
     "is_address",
+    "read_token_file",
     "unlink",
 ]
 
@@ -103,6 +104,7 @@ if TYPE_CHECKING:
         connect,
         create,
         is_address,
+        read_token_file,
         unlink,
     )
     from livereg._native import open as open

@@ -1,5 +1,6 @@
 """Types of the native extension module (re-exported by ``livereg``)."""
 
+import os
 from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple, Union, final
 
 from livereg._reason import Reason
@@ -172,6 +173,13 @@ def connect(
 def is_address(name: str) -> bool:
     """Whether ``name`` is a session address (``unix:``, ``tcp://``,
     ``tls://``) rather than a table's name."""
+
+def read_token_file(path: Union[str, "os.PathLike[str]"]) -> bytes:
+    """The token in the file at ``path``: its first line, with the
+    whitespace around it removed, as every livereg client reads a token
+    file. Raises ``PermissionDeniedError`` if others can read the file,
+    ``InvalidArgumentError`` for an empty first line or a token over 256
+    bytes, ``NotFoundError`` for a missing file."""
 
 def _stop_reapers_at_exit() -> None:
     """Stops every reaper of this process (registered with ``atexit``)."""

@@ -136,20 +136,7 @@ def create_or_reuse(name: str, capacity: int, timeout: float, grace: float) -> l
 
 
 def read_token_file(path: Optional[str]) -> Optional[bytes]:
-    """The token in ``path`` (surrounding whitespace stripped), or None.
-
-    Raises ``PermissionError`` for a file others can read (a token anyone on
-    the node can read admits anyone), ``ValueError`` for an empty one."""
-    if not path:
-        return None
-    with open(path, "rb") as file:
-        mode = os.fstat(file.fileno()).st_mode & 0o777
-        if mode & 0o004:
-            raise PermissionError(
-                f"token file {path} is readable by others (mode {mode:04o}); expected no access for others "
-                f"(chmod o-rwx {path})"
-            )
-        token = file.read().strip()
-    if not token:
-        raise ValueError(f"token file {path} is empty (expected the listener's token)")
-    return token
+    """The token in ``path``, or None without a path: read as every livereg
+    client reads a token file (:func:`livereg.read_token_file`: its first
+    line, trimmed; ``PermissionDeniedError`` if others can read it)."""
+    return livereg.read_token_file(path) if path else None

@@ -30,7 +30,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import livereg
-from livereg.lmcache._common import default_table, logger
+from livereg.lmcache._common import default_table, logger, read_token_file
 from livereg.lmcache._worker import WorkerLiveness
 
 #: The file holding a listener's token, for a ``tcp://``/``tls://`` address.
@@ -66,18 +66,29 @@ class _Engine:
     """One instance id's livereg registration, and the transfer context whose
     ``register`` call is replayed when the server lost its state."""
 
-    def __init__(self, instance_id: int) -> None:
+    def __init__(self, instance_id: int, token: Optional[bytes]) -> None:
         self.instance_id = instance_id
         self.context: Any = None
         self._replay: Optional[Callable[[], object]] = None
+        #: Held by a replay from check to answer, and by the engine's own
+        #: end before it asks the server: a replay is either answered before
+        #: the server is told the end, or never sent.
+        self._replaying = threading.Lock()
         self.liveness = WorkerLiveness(
             _target(), instance_id, label=ENGINE_LABEL, on_register=self._registered,
-            wait=_REGISTER_WAIT, token=_token(), tls_ca=os.environ.get(TLS_CA_ENV) or None,
+            wait=_REGISTER_WAIT, token=token, tls_ca=os.environ.get(TLS_CA_ENV) or None,
         )
 
     def bind(self, context: Any, replay: Callable[[], object]) -> None:
         """``context`` registers now; ``replay`` registers it again."""
         self.context, self._replay = context, replay
+
+    def ending(self, context: Any) -> None:
+        """``context`` is about to tell the server it ends: no replay of it
+        is sent from now on, and one being answered is waited for."""
+        with self._replaying:
+            if self.context is context:
+                self._replay = None
 
     def _registered(self, why: str) -> None:
         """livereg registered the engine (again): after an eviction or a
@@ -91,11 +102,15 @@ class _Engine:
                          daemon=True).start()
 
     def _replay_until_done(self, replay: Callable[[], object]) -> None:
+        # (The context's request client may be used from this thread:
+        # LMCache's clients queue each request for one thread of their own
+        # that alone touches the socket.)
         for attempt in range(1, _REPLAY_ATTEMPTS + 1):
-            if self._replay is not replay:
-                return  # a newer context registers, or this one ended
             try:
-                replay()
+                with self._replaying:
+                    if self._replay is not replay:
+                        return  # a newer context registers, or this one ended
+                    replay()
                 logger.warning("instance %d: KV caches registered again", self.instance_id)
                 return
             except Exception as error:
@@ -115,22 +130,31 @@ def _target() -> str:
 
 
 def _token() -> Optional[bytes]:
-    path = os.environ.get(TOKEN_FILE_ENV)
-    if not path:
-        return None
-    with open(path, "rb") as file:
-        return file.read().strip()
+    return read_token_file(os.environ.get(TOKEN_FILE_ENV))
 
 
-def _start(instance_id: int) -> Optional[_Engine]:
-    """The engine of ``instance_id``: this process's, or a new registration;
-    None (logged once) when nothing answers or the id cannot be held."""
+def _start(instance_id: int, context: Any, replay: Callable[[], object]) -> Optional[_Engine]:
+    """Binds ``context`` (which ``replay`` registers again) to the engine of
+    ``instance_id``: this process's, or a new registration; None (logged
+    once) when nothing answers or the id cannot be held. The engine is
+    looked up and bound under one lock, the one :func:`_stop` takes: a
+    context is never bound to an engine that was ended meanwhile."""
     with _lock:
         engine = _engines.get(instance_id)
-    if engine is not None:
-        return engine
+        if engine is not None:
+            engine.bind(context, replay)
+            return engine
     try:
-        engine = _Engine(instance_id)
+        token = _token()
+    except livereg.Error as error:
+        _log_once(
+            f"token:{os.environ.get(TOKEN_FILE_ENV)}",
+            "livereg: engine %d runs without livereg: %s (%s names the file holding the listener's token)",
+            instance_id, error, TOKEN_FILE_ENV,
+        )
+        return None
+    try:
+        engine = _Engine(instance_id, token)
     except livereg.IncompatibleError as error:
         target = _target()
         _log_once(
@@ -152,8 +176,11 @@ def _start(instance_id: int) -> Optional[_Engine]:
     if not engine.liveness.tracked:
         return None
     with _lock:
-        _engines[instance_id] = engine
-    return engine
+        started = _engines.setdefault(instance_id, engine)
+        started.bind(context, replay)
+    if started is not engine:
+        engine.close()  # another thread started this id's engine meanwhile
+    return started
 
 
 def _stop(context: Any) -> None:
@@ -167,6 +194,15 @@ def _stop(context: Any) -> None:
             return
         del _engines[instance_id]
     engine.close()
+
+
+def _ending(context: Any) -> None:
+    """``context`` is about to tell the server it ends: its engine sends no
+    replay of it after that."""
+    with _lock:
+        engine = _engines.get(getattr(context, "_instance_id", None))  # type: ignore[arg-type]
+    if engine is not None:
+        engine.ending(context)
 
 
 def _forget_after_fork() -> None:
@@ -187,15 +223,12 @@ def _wrap_register(original: Callable[..., Any]) -> Callable[..., Any]:
     def register(self: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(_inside, "depth", 0):
             return original(self, *args, **kwargs)  # a subclass calling its base
-        engine = None
         try:
             instance_id = getattr(self, "_instance_id", None)
             if isinstance(instance_id, int) and not isinstance(instance_id, bool):
-                engine = _start(instance_id)
+                _start(instance_id, self, lambda: _call(original, self, args, kwargs))
         except Exception:
             logger.exception("livereg: could not register the engine; it runs without livereg")
-        if engine is not None:
-            engine.bind(self, lambda: _call(original, self, args, kwargs))
         return _call(original, self, args, kwargs)
 
     setattr(register, _WRAPPED, original)
@@ -212,6 +245,10 @@ def _call(original: Callable[..., Any], self: Any, args: Tuple[Any, ...], kwargs
 
 def _wrap_end(original: Callable[..., Any]) -> Callable[..., Any]:
     def end(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            _ending(self)
+        except Exception:
+            logger.exception("livereg: could not stop the engine's replays")
         try:
             return original(self, *args, **kwargs)
         finally:

@@ -12,6 +12,7 @@ the function.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from types import ModuleType
@@ -41,6 +42,16 @@ def when_imported(name: str, then: Callable[[ModuleType], None]) -> None:
                 sys.meta_path.insert(0, _Finder())
             return
     _call(then, module)
+
+
+def _new_lock_after_fork() -> None:
+    """In a forked child: another thread of the parent may have held the
+    lock at the fork, and no thread of the child will ever release it."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def _call(then: Callable[[ModuleType], None], module: ModuleType) -> None:

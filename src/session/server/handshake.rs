@@ -4,7 +4,6 @@
 //! told and counted.
 
 use super::held::LastHeard;
-use super::penalties::Source;
 use super::printable::printable;
 use super::records::Record;
 use super::refusals::SessionRefusals;
@@ -39,7 +38,7 @@ impl Connection {
         else {
             return Next::Close(None);
         };
-        if let Err(refusal) = admit(gate, self.source, version, &token) {
+        if let Err(refusal) = self.admit(gate, version, &token) {
             return self.refuse(&gate.refusals, &refusal);
         }
         let outcome = match reclaim {
@@ -87,7 +86,8 @@ impl Connection {
         token: &[u8],
         instance_id: u64,
     ) -> Next {
-        let json = admit(gate, self.source, version, token)
+        let json = self
+            .admit(gate, version, token)
             .and_then(|()| gate.table.status())
             .and_then(|mut status| {
                 status
@@ -124,7 +124,8 @@ impl Connection {
         reset: bool,
         wait: Duration,
     ) -> Next {
-        match admit(gate, self.source, version, token)
+        match self
+            .admit(gate, version, token)
             .and_then(|()| gate.table.request_clear(reset))
         {
             Ok(ticket) => {
@@ -143,6 +144,10 @@ impl Connection {
     /// the client why.
     fn refuse(&mut self, refusals: &SessionRefusals, refusal: &Error) -> Next {
         refusals.refused(refusal.code());
+        if self.refusing.is_some() {
+            // A source held back answered wrong: told once its wait is over.
+            return Next::KeepOpen;
+        }
         self.tell_refused(refusal)
     }
 
@@ -270,33 +275,45 @@ impl Connection {
     }
 }
 
-/// Whether a client may speak: its source not waiting after failed
-/// handshakes, its protocol version, its token.
-fn admit(gate: &Gate, source: Source, version: u16, token: &[u8]) -> Result<()> {
-    let now = Instant::now();
-    if let Some(wait) = gate.penalties.borrow().wait(source, now) {
-        return Err(Error::Busy(format!(
-            "too many failed handshakes from {source}: try again in {} ms",
+impl Connection {
+    /// Whether a client may speak: its protocol version, its token. The
+    /// token is compared first, in constant time, whatever its source did:
+    /// the right one is admitted at once, so guessers sharing an address
+    /// (a node, a NAT, a pod network) lock out nobody. A wrong one counts
+    /// against its source; once the source failed a few times, the answer
+    /// to each further wrong one is held until its wait is over
+    /// ([`Connection::refusing`], told by `settle`): what is slowed is
+    /// wrong answers.
+    fn admit(&mut self, gate: &Gate, version: u16, token: &[u8]) -> Result<()> {
+        if !is_served(version) {
+            return Err(Error::Incompatible(format!(
+                "session protocol version {version}, this reaper speaks {OLDEST_SERVED} to {VERSION}: upgrade the {}",
+                if version > VERSION { "reaper" } else { "client" }
+            )));
+        }
+        let Some(expected) = gate.token.as_deref() else {
+            return Ok(());
+        };
+        if same_secret(expected, token) {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut penalties = gate.penalties.borrow_mut();
+        let held_back = penalties.wait(self.source, now).is_some();
+        penalties.failed(self.source, now);
+        let Some(wait) = penalties.wait(self.source, now).filter(|_| held_back) else {
+            return Err(Error::Permission(
+                "wrong or missing token: the listener's token file says who may connect".into(),
+            ));
+        };
+        let message = format!(
+            "too many failed handshakes from {}, and a wrong or missing token: answered after {} ms",
+            self.source,
             wait.as_millis().max(1)
-        )));
+        );
+        self.refusing = Some((now + wait, Error::Busy(message.clone())));
+        Err(Error::Busy(message))
     }
-    if !is_served(version) {
-        return Err(Error::Incompatible(format!(
-            "session protocol version {version}, this reaper speaks {OLDEST_SERVED} to {VERSION}: upgrade the {}",
-            if version > VERSION { "reaper" } else { "client" }
-        )));
-    }
-    if gate
-        .token
-        .as_deref()
-        .is_some_and(|expected| !same_secret(expected, token))
-    {
-        gate.penalties.borrow_mut().failed(source, now);
-        return Err(Error::Permission(
-            "wrong or missing token: the listener's token file says who may connect".into(),
-        ));
-    }
-    Ok(())
 }
 
 impl Holding {

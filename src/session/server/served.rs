@@ -47,6 +47,10 @@ pub(crate) struct Connection {
     pub(super) told: Instant,
     /// The protocol version its client speaks (once it said hello).
     pub(super) version: u16,
+    /// A wrong token from a source held back: its answer, and when it is
+    /// given (a guesser waits for each wrong answer; the right token is
+    /// never held).
+    pub(super) refusing: Option<(Instant, crate::error::Error)>,
 }
 
 /// A clear a client waits for.
@@ -95,6 +99,7 @@ impl Connection {
             request: None,
             told: Instant::now(),
             version: VERSION,
+            refusing: None,
         }
     }
 
@@ -113,7 +118,8 @@ impl Connection {
         self.inbox.more()
     }
 
-    /// Reads what the client sent and acts on each frame.
+    /// Reads what the client sent and acts on each frame (a connection
+    /// whose refusal is held has nothing more to say: read and dropped).
     pub(crate) fn on_readable(&mut self, gate: &Gate) -> Next {
         let (frames, closed) = match self.inbox.receive(&mut self.stream) {
             Ok(Received::Frames(frames)) => (frames, false),
@@ -127,6 +133,13 @@ impl Connection {
                 return Next::Close(Some(Reason::Disconnected));
             }
         };
+        if self.refusing.is_some() {
+            return if closed {
+                Next::Close(None)
+            } else {
+                Next::KeepOpen
+            };
+        }
         for frame in frames {
             let next = match (&self.holding, frame) {
                 (None, hello @ Frame::Hello { .. }) => self.greet(gate, hello),
@@ -185,14 +198,22 @@ impl Connection {
         }
     }
 
-    /// Whether the client waits for a clear.
+    /// Whether the client waits for a clear, or for its held refusal.
     pub(crate) fn is_waiting(&self) -> bool {
-        self.request.is_some()
+        self.request.is_some() || self.refusing.is_some()
     }
 
     /// If the clear the client waits for is over (carried out, failed, or
-    /// past its deadline), answers `Done` or `Refused` and closes.
+    /// past its deadline), answers `Done` or `Refused` and closes; a held
+    /// refusal is told once its time came.
     pub(crate) fn settle(&mut self, table: &Table) -> Next {
+        if let Some((at, _)) = &self.refusing {
+            if Instant::now() < *at {
+                return Next::KeepOpen;
+            }
+            let (_, refusal) = self.refusing.take().expect("checked above");
+            return self.tell_refused(&refusal);
+        }
         let Some(Requested { ticket, at, wait }) = self.request else {
             return Next::KeepOpen;
         };

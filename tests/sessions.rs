@@ -931,3 +931,46 @@ fn a_client_frozen_while_reconnecting_reclaims_from_a_reaper_that_came_after_the
     );
     reaper.stop().unwrap();
 }
+
+#[test]
+fn a_timeout_ended_by_a_listener_reports_its_silence_to_the_reaper_that_drops_it() {
+    let temp = TempTable::new("session-silence-handed-over", &one_second());
+    let socket = SocketPath::new("session-silence-handed-over");
+    // A reaper whose listener ends the session, and which dies before any
+    // scan of it handles the drop.
+    let first = temp
+        .table
+        .reaper()
+        .listen(Address::parse(&socket.address()).unwrap(), None)
+        .build()
+        .unwrap();
+    let worker = connect(&socket.address(), 21, "w", &ConnectOptions::default()).unwrap();
+    worker.heartbeat().unwrap();
+    let last_beat = Instant::now();
+    // The engine loop hangs; the sender tells the listener, which ends it.
+    wait_for(|| {
+        temp.table
+            .status()
+            .unwrap()
+            .registrations
+            .iter()
+            .any(|r| r.instance_id == 21 && r.state == livereg::RegistrationState::Ending)
+    });
+    let silent = last_beat.elapsed();
+    drop(first);
+    let (sender, events) = mpsc::channel();
+    let mut second = temp
+        .table
+        .reaper()
+        .on_drop(move |event| Ok(sender.send(event.clone())?))
+        .build()
+        .unwrap();
+    second.scan().unwrap();
+    let event = events.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!((event.instance_id, event.reason), (21, Reason::Timeout));
+    let timeout = temp.table.reap_timeout();
+    assert!(
+        event.silent_for >= timeout && event.silent_for <= silent + Duration::from_secs(1),
+        "{event:?}, ended after {silent:?} of silence"
+    );
+}

@@ -31,7 +31,7 @@ impl Reaper {
             Decision::Corrupt => Verdict::Corrupt,
             Decision::Drop(reason) => Verdict::Ended {
                 reason,
-                silent_ns: self.silence_before_end(index, generation, reason, now_ns),
+                silent_ns: self.silence_before_end(index, slot, generation, reason, now_ns),
             },
             Decision::JudgeProgress => self.judge_progress(index, slot, generation, now_ns),
             Decision::Reset => match protocol::end(slot, generation, Reason::Cleared) {
@@ -128,15 +128,37 @@ impl Reaper {
 
     /// How long a registration that another party ended `timeout` (a
     /// listener, for a session's silence) had been silent: from the last
-    /// beat this reaper saw of it. 0 for every other ending.
-    fn silence_before_end(&self, index: u32, generation: u32, reason: Reason, now_ns: u64) -> u64 {
-        let word = self.seen[index as usize].word;
+    /// beat this reaper saw of it, or, where it saw none of that
+    /// registration (it started after the end: the reaper that owned the
+    /// listener died before its scan dropped it), from the last beat the
+    /// ender recorded, if it is on this reaper's clock. 0 for every other
+    /// ending.
+    fn silence_before_end(
+        &self,
+        index: u32,
+        slot: &Slot,
+        generation: u32,
+        reason: Reason,
+        now_ns: u64,
+    ) -> u64 {
+        if reason != Reason::Timeout {
+            return 0;
+        }
+        let seen = self.seen[index as usize].word;
+        let on_own_clock = slot.flags.load(Relaxed) & FLAG_REMOTE != 0
+            || (self.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == self.clock_id);
+        let recorded = slot.final_beat.load(Acquire);
+        let word = if protocol::beat_matches(seen, generation)
+            && matches!(protocol::decode_beat(seen), Beat::At(_))
+        {
+            seen
+        } else if on_own_clock && protocol::beat_matches(recorded, generation) {
+            recorded
+        } else {
+            return 0;
+        };
         match protocol::decode_beat(word) {
-            Beat::At(stamp)
-                if reason == Reason::Timeout && protocol::beat_matches(word, generation) =>
-            {
-                now_ns.saturating_sub(stamp.ns_near(now_ns))
-            }
+            Beat::At(stamp) => now_ns.saturating_sub(stamp.ns_near(now_ns)),
             _ => 0,
         }
     }

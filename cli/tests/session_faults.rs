@@ -81,6 +81,44 @@ fn a_reaper_stopped_for_twice_the_timeout_then_resumed_evicts_no_session() {
     let _ = std::fs::remove_file(path);
 }
 
+/// More sessions than one `epoll_wait` returns (64): after a pause the
+/// listener reads them in several batches, and counts none of them applied
+/// (their silence, a busy one's progress) before it has read it.
+#[test]
+fn a_reaper_stopped_with_more_ready_sessions_than_one_wait_returns_evicts_none() {
+    let options = TableOptions {
+        capacity: 128,
+        progress_timeout: Duration::from_secs(1),
+        ..one_second()
+    };
+    let temp = TempTable::new("paused-many", &options);
+    let (address, path) = socket_address("paused-many");
+    let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let workers: Vec<_> = (1..=100)
+        .map(|id| connect(&address, id, "w", &with_token()).unwrap())
+        .collect();
+    for worker in &workers {
+        worker.set_busy(true).unwrap();
+    }
+    let stepping = |how_long| {
+        for _ in 0..(how_long / 50) {
+            for worker in &workers {
+                worker.heartbeat().expect("pings never fail");
+                worker.progress().expect("steps never fail");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    stepping(500);
+    daemon.signal(libc::SIGSTOP);
+    stepping(2000);
+    daemon.signal(libc::SIGCONT);
+    stepping(2500);
+    assert_eq!(daemon.drops(), Vec::<String>::new(), "{}", daemon.log());
+    drop(daemon);
+    let _ = std::fs::remove_file(path);
+}
+
 #[test]
 fn a_reaper_restarted_within_the_timeout_loses_no_session() {
     let temp = TempTable::new("short-restart", &one_second());

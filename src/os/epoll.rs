@@ -5,6 +5,8 @@ use super::check;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+/// The most entries one [`Epoll::wait`] returns.
+pub(crate) const WAIT_MAX: usize = 64;
 /// An entry that fired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Ready {
@@ -89,9 +91,10 @@ impl Epoll {
     }
 
     /// `epoll_wait`: blocks until an entry fires, or `timeout` (if any)
-    /// passes; returns the entries that fired (none on a timeout).
+    /// passes; returns the entries that fired (none on a timeout), at most
+    /// [`WAIT_MAX`]: a full batch may leave others ready.
     pub(crate) fn wait(&self, timeout: Option<std::time::Duration>) -> io::Result<Vec<Ready>> {
-        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; WAIT_MAX];
         let timeout_ms = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
         // SAFETY: `events` is a writable array of the length passed.
         let n = unsafe {
@@ -113,5 +116,29 @@ impl Epoll {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Vec::new()),
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_returns_at_most_a_batch_and_the_rest_at_the_next() {
+        let epoll = Epoll::new().unwrap();
+        let ready: Vec<_> = (0..100)
+            .map(|_| crate::os::eventfd::event_nonblocking().unwrap())
+            .collect();
+        for (key, event) in ready.iter().enumerate() {
+            epoll.add_level(event, key as u64).unwrap();
+            crate::os::eventfd::signal(event);
+        }
+        let first = epoll.wait(Some(std::time::Duration::ZERO)).unwrap();
+        assert_eq!(first.len(), WAIT_MAX, "a full batch: more may be ready");
+        for fired in &first {
+            crate::os::eventfd::drain(&ready[fired.key as usize]);
+        }
+        let rest = epoll.wait(Some(std::time::Duration::ZERO)).unwrap();
+        assert_eq!(rest.len(), 100 - WAIT_MAX);
     }
 }

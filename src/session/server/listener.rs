@@ -8,7 +8,8 @@ use super::served::{Connection, Gate, Next};
 use crate::absence::absence_threshold;
 use crate::error::{Error, Result};
 use crate::event::Reason;
-use crate::os::{epoll::Epoll, eventfd};
+use crate::os::epoll::{Epoll, WAIT_MAX};
+use crate::os::eventfd;
 use crate::protocol;
 use crate::session::address::Address;
 use crate::session::server::limited_log::limited_log;
@@ -229,6 +230,8 @@ impl ListenLoop {
     fn run(&mut self) {
         let tick = listener_tick(self.gate.table.reap_timeout());
         let mut next_tick = Instant::now() + tick;
+        // Whether the last wait returned a full batch: others may be ready.
+        let mut more_ready = false;
         loop {
             self.note_running();
             let mut wait = next_tick.saturating_duration_since(Instant::now());
@@ -238,7 +241,7 @@ impl ListenLoop {
             if let Some((until, _)) = self.accept_paused {
                 wait = wait.min(until.saturating_duration_since(Instant::now()));
             }
-            if !self.unread.is_empty() {
+            if !self.unread.is_empty() || more_ready {
                 wait = Duration::ZERO;
             }
             let fired = match self.epoll.wait(Some(wait)) {
@@ -256,7 +259,8 @@ impl ListenLoop {
             // Before anything read or judged: the wait is where a frozen
             // listener resumes.
             let resumed_ns = self.note_running();
-            let beats_only = !fired.is_empty() && self.unread.is_empty();
+            more_ready = fired.len() == WAIT_MAX;
+            let beats_only = !fired.is_empty() && self.unread.is_empty() && !more_ready;
             self.urgent = false;
             for entry in std::mem::take(&mut self.unread) {
                 self.on_readable(entry);
@@ -284,8 +288,9 @@ impl ListenLoop {
                 self.tick();
                 next_tick = Instant::now() + tick;
             }
-            if self.unread.is_empty() {
-                // Everything its clients sent before `resumed_ns` is applied.
+            if self.unread.is_empty() && !more_ready {
+                // Everything its clients sent before `resumed_ns` is applied
+                // (no read stopped at its budget, no batch left others ready).
                 self.gate.held.caught_up(resumed_ns);
             }
             if beats_only && !self.urgent {

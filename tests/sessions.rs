@@ -974,3 +974,42 @@ fn a_timeout_ended_by_a_listener_reports_its_silence_to_the_reaper_that_drops_it
         "{event:?}, ended after {silent:?} of silence"
     );
 }
+
+/// A listener that refuses the question's version after most of its
+/// timeout, then never answers the previous version's: the question still
+/// ends within its timeout in all, not twice it.
+#[test]
+fn a_question_asked_again_in_the_previous_version_ends_within_its_timeout() {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("tcp://{}", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        let (mut first, _) = listener.accept().unwrap();
+        let _ = first.read(&mut [0u8; 1024]);
+        std::thread::sleep(Duration::from_millis(1600));
+        let refusal = livereg::wire::Frame::Refused {
+            code: Error::Incompatible(String::new()).code() as u8,
+            message: "session protocol version 99, this reaper speaks 1 to 1: upgrade the reaper"
+                .into(),
+        };
+        let _ = first.write_all(&refusal.encode());
+        // The second try is read and never answered.
+        let (mut second, _) = listener.accept().unwrap();
+        let _ = second.read(&mut [0u8; 1024]);
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    let options = ConnectOptions {
+        token: Some(b"t".to_vec()),
+        connect_timeout: Some(Duration::from_secs(2)),
+        ..ConnectOptions::default()
+    };
+    let started = Instant::now();
+    let error = livereg::remote_status(&address, Some(1), &options).unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(error, Error::Timeout(_)), "{error}");
+    assert!(
+        took < Duration::from_millis(3000),
+        "answered after {took:?}"
+    );
+    server.join().unwrap();
+}

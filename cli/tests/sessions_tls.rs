@@ -341,3 +341,29 @@ fn a_tls_handshake_gets_in_through_hundreds_of_idle_connections() {
     drop(holding);
     reaper.stop().unwrap();
 }
+
+/// A peer that accepts and never says a word: the TLS handshake of a
+/// question (`status`, `probe`, `clear`) times out, and says so as a
+/// timeout, within the question's timeout.
+#[test]
+fn a_tls_handshake_that_never_ends_is_a_timeout() {
+    let certs = TestCerts::new("silent-peer");
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("tls://{}", silent.local_addr().unwrap());
+    let holder = std::thread::spawn(move || {
+        let (held, _) = silent.accept().unwrap();
+        std::thread::sleep(Duration::from_secs(4));
+        drop(held);
+    });
+    let mut options = client(&certs, "ca.pem", false);
+    options.connect_timeout = Some(Duration::from_secs(1));
+    let started = Instant::now();
+    let error = livereg::remote_status(&address, Some(1), &options).unwrap_err();
+    assert!(matches!(error, Error::Timeout(_)), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "after {:?}",
+        started.elapsed()
+    );
+    holder.join().unwrap();
+}

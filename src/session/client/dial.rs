@@ -12,7 +12,7 @@ use crate::session::tls::{self, TlsClient};
 use crate::session::wire::{Frame, Reclaim, HOST_MAX, OLDEST_SERVED, VERSION};
 use crate::text::prefix_within;
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A connection that said hello and was welcomed.
 pub(crate) struct Dialed {
@@ -345,7 +345,8 @@ pub(crate) fn unexpected(address: &Address, expected: &str, found: &Frame) -> Er
 
 /// Sends `frame` as a connection's only frame and returns the listener's
 /// one answer (a `Refused` as its error), waiting `timeout` to connect and
-/// `timeout` plus `longer` for the answer.
+/// `timeout` plus `longer` in all for the answer, a second try in the
+/// previous protocol's version included.
 pub(crate) fn exchange(
     address: &Address,
     tls: Option<&tls::ClientConfig>,
@@ -353,7 +354,8 @@ pub(crate) fn exchange(
     frame: &Frame,
     longer: Duration,
 ) -> Result<Frame> {
-    match exchange_once(address, tls, timeout, frame, longer) {
+    let deadline = deadline_after(timeout.saturating_add(longer));
+    match exchange_once(address, tls, timeout, frame, deadline) {
         // A listener of the previous protocol: asked again in its version.
         Err(Error::Incompatible(refusal)) if is_version_refusal(&refusal) => {
             let previous = match frame.clone() {
@@ -377,40 +379,52 @@ pub(crate) fn exchange(
                 },
                 _ => return Err(Error::Incompatible(refusal)),
             };
-            exchange_once(address, tls, timeout, &previous, longer)
+            let left = time_left(deadline);
+            if left.is_zero() {
+                return Err(Error::Timeout(format!(
+                    "session {address}: no answer within {:?}",
+                    timeout.saturating_add(longer)
+                )));
+            }
+            exchange_once(address, tls, timeout.min(left), &previous, deadline)
         }
         other => other,
     }
 }
 
-/// [`exchange`] in the frame's own version.
+/// [`exchange`] in the frame's own version, answered by `deadline`. A TLS
+/// handshake (made with the first write) that does not end in time is a
+/// timeout too.
 fn exchange_once(
     address: &Address,
     tls: Option<&tls::ClientConfig>,
     timeout: Duration,
     frame: &Frame,
-    longer: Duration,
+    deadline: Option<Instant>,
 ) -> Result<Frame> {
     let mut stream = open(address, timeout, tls)?;
     let io = |step: &str, e: std::io::Error| Error::Io {
         context: format!("session {address}: {step}"),
         source: e,
     };
-    let answer_within = timeout.saturating_add(longer);
+    let answer_within = time_left(deadline).max(Duration::from_millis(1));
     stream
         .set_read_timeout(Some(answer_within))
         .map_err(|e| io("set a read timeout", e))?;
-    send(&mut stream, frame).map_err(|e| io("send", e))?;
+    stream
+        .set_write_timeout(Some(answer_within))
+        .map_err(|e| io("set a write timeout", e))?;
+    send(&mut stream, frame).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Timeout(format!(
+            "session {address}: the handshake did not end within {answer_within:?} ({e})"
+        )),
+        _ => io("send", e),
+    })?;
     let mut inbox = Inbox::default();
     loop {
         let (frames, closed) = match inbox.receive(&mut stream) {
             Ok(Received::Frames(frames)) => (frames, false),
             Ok(Received::Closed(frames)) => (frames, true),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                return Err(Error::Timeout(format!(
-                    "session {address}: no answer within {answer_within:?}"
-                )))
-            }
             Err(e) => return Err(io("read the answer", e)),
         };
         match frames.into_iter().next() {
@@ -426,6 +440,12 @@ fn exchange_once(
                         "closed without an answer",
                     ),
                 ))
+            }
+            // (A read that timed out returns no frame.)
+            None if time_left(deadline).is_zero() => {
+                return Err(Error::Timeout(format!(
+                    "session {address}: no answer within {answer_within:?}"
+                )))
             }
             None => {}
         }

@@ -45,9 +45,14 @@ async fn connect_one(
     endpoint: &str,
     timeout: Duration,
 ) -> Result<Client, etcd_client::Error> {
+    // Every request and stream says it needs a leader (etcd's `hasleader`
+    // metadata): a member cut off from its leader refuses requests, and
+    // cancels watches, rather than answering from its own store, which
+    // misses what the majority commits.
     let mut connect = ConnectOptions::new()
         .with_connect_timeout(timeout)
-        .with_timeout(timeout);
+        .with_timeout(timeout)
+        .with_require_leader(true);
     if let Some(tls) = &options.tls {
         let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
         if let Some((cert, key)) = &tls.identity {

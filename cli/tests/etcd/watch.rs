@@ -302,3 +302,40 @@ fn a_watch_on_a_member_that_hangs_says_so_and_goes_on_when_it_answers() {
     assert_eq!(seen, ["registered h/2"], "after: {said}");
     assert!(fleet.is_connected());
 }
+
+#[test]
+fn a_watch_on_a_member_cut_off_from_its_leader_leaves_it() {
+    let cluster = EtcdServer::cluster("watch-minority", 3);
+    let prefix = prefix("watch-minority");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let follower = loop {
+        if cluster.iter().any(EtcdServer::is_leader) {
+            break cluster.iter().position(|m| !m.is_leader()).unwrap();
+        }
+        assert!(Instant::now() < deadline, "no leader elected");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut fleet =
+        ClusterWatch::start(&watch_options(&cluster[follower].address(), &prefix)).unwrap();
+    // Its two peers stop: the member has no leader, and its own store
+    // would still answer.
+    let peers: Vec<&EtcdServer> = (0..cluster.len())
+        .filter(|&i| i != follower)
+        .map(|i| &cluster[i])
+        .collect();
+    for peer in &peers {
+        peer.signal(libc::SIGSTOP);
+    }
+    let stopped = Instant::now();
+    let mut said = None;
+    while said.is_none() && stopped.elapsed() < Duration::from_secs(40) {
+        if let Err(error) = fleet.next(Duration::from_millis(100)) {
+            said = Some(error.to_string());
+        }
+    }
+    for peer in &peers {
+        peer.signal(libc::SIGCONT);
+    }
+    let said = said.expect("the watch stayed on a member without a leader for 40 s");
+    assert!(!fleet.is_connected(), "{said}");
+}

@@ -7,7 +7,7 @@ mod common;
 #[path = "common/container.rs"]
 mod container;
 
-use common::{long_options, unique_name, TempTable};
+use common::{hold_registration_lock, long_options, unique_name, TempTable};
 use container::contained;
 use livereg::{connect, Address, ConnectOptions, DropEvent, Error, Reason, TableOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -745,34 +745,6 @@ fn a_workers_table_is_the_one_its_slot_is_in() {
     reaper.stop().unwrap();
 }
 
-/// Takes the table's registration lock through a descriptor of this test's
-/// own (an open file description, as another process's registrant stopped
-/// in the middle of registering holds it); released when the file is
-/// dropped.
-fn hold_registration_lock(table: &str) -> std::fs::File {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(format!("/dev/shm/{table}"))
-        .unwrap();
-    // SAFETY: a zeroed `flock` is valid; the fields F_OFD_SETLK reads are set below.
-    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-    lock.l_type = libc::F_WRLCK as i16;
-    lock.l_whence = libc::SEEK_SET as i16;
-    lock.l_start = (1i64 << 40) - 2; // the registration lock's byte
-    lock.l_len = 1;
-    // SAFETY: `file` is open; `lock` is a valid flock with l_pid 0.
-    let taken = unsafe {
-        libc::fcntl(
-            std::os::fd::AsRawFd::as_raw_fd(&file),
-            libc::F_OFD_SETLK,
-            &mut lock,
-        )
-    };
-    assert_eq!(taken, 0, "{}", std::io::Error::last_os_error());
-    file
-}
-
 #[test]
 fn a_local_registrant_waiting_on_another_process_never_freezes_the_listener() {
     let temp = TempTable::new("session-local-wait", &one_second());
@@ -784,6 +756,7 @@ fn a_local_registrant_waiting_on_another_process_never_freezes_the_listener() {
         // A thread of the reaper's own process registers (and one sets its
         // info) while the lock is held elsewhere: each waits up to 5 s.
         let registrant = scope.spawn(|| temp.table.register(2, "local"));
+        let publisher = scope.spawn(|| temp.table.set_info(b"{}"));
         std::thread::sleep(Duration::from_millis(100));
         let started = Instant::now();
         let refused = connect(&socket.address(), 3, "w", &ConnectOptions::default())
@@ -805,6 +778,9 @@ fn a_local_registrant_waiting_on_another_process_never_freezes_the_listener() {
         match registrant.join().unwrap() {
             Ok(worker) => worker.deregister().unwrap(),
             Err(e) => assert!(matches!(e, Error::Busy(_)), "{e}"),
+        }
+        if let Err(e) = publisher.join().unwrap() {
+            assert!(matches!(e, Error::Busy(_)), "{e}");
         }
     });
     let admitted = connect(&socket.address(), 3, "w", &ConnectOptions::default()).unwrap();

@@ -136,3 +136,30 @@ pub fn spawn_helper(helper: &str, table: &str) -> std::process::Child {
         .spawn()
         .expect("spawn the helper")
 }
+
+/// Takes the table's registration lock through a descriptor of this test's
+/// own, as a registrant stopped in the middle of registering holds it;
+/// released when the file is dropped.
+pub fn hold_registration_lock(table: &str) -> std::fs::File {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/dev/shm/{table}"))
+        .unwrap();
+    // SAFETY: a zeroed `flock` is valid; the fields F_OFD_SETLK reads are set below.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as i16;
+    lock.l_whence = libc::SEEK_SET as i16;
+    lock.l_start = (1i64 << 40) - 2; // the registration lock's byte
+    lock.l_len = 1;
+    // SAFETY: `file` is open; `lock` is a valid flock with l_pid 0.
+    let taken = unsafe {
+        libc::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            libc::F_OFD_SETLK,
+            &mut lock,
+        )
+    };
+    assert_eq!(taken, 0, "{}", std::io::Error::last_os_error());
+    file
+}

@@ -24,7 +24,9 @@ pub fn is_address(name: &str) -> bool {
 /// (`InvalidArgumentError`) if the first line is empty or over 256 bytes.
 #[pyfunction]
 pub fn read_token_file(py: Python<'_>, path: PathBuf) -> PyResult<Py<PyBytes>> {
-    let token = py.detach(move || livereg::read_token_file(&path)).or_raise()?;
+    let token = py
+        .detach(move || livereg::read_token_file(&path))
+        .or_raise()?;
     Ok(PyBytes::new(py, &token).unbind())
 }
 

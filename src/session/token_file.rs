@@ -116,6 +116,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // reads files: Miri's isolation has no file system
     fn the_first_line_trimmed_is_the_token() {
         for (tag, text) in [
             ("plain", &b"abc"[..]),
@@ -130,6 +131,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // reads files: Miri's isolation has no file system
     fn a_file_others_can_read_an_empty_one_or_a_long_one_is_refused() {
         let open = TokenFile::new("open", b"abc\n", 0o644);
         let refused = read_token_file(&open.0).unwrap_err();

@@ -60,6 +60,25 @@ impl Drop for Running {
     }
 }
 
+/// A free loopback port that no other test of this process was given: the
+/// kernel may hand a port just released to the next test's probe, and two
+/// tests would then share one listener.
+fn port_of_its_own() -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
 /// A table with a `tcp://` listener's address and token file.
 struct Setup {
     name: String,
@@ -86,11 +105,7 @@ impl Setup {
             "{}",
             String::from_utf8_lossy(&created.stderr)
         );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = port_of_its_own();
         let token_file = std::env::temp_dir().join(format!("{name}.token"));
         std::fs::write(&token_file, TOKEN).unwrap();
         std::fs::set_permissions(
@@ -119,8 +134,12 @@ impl Setup {
                 token,
             ],
         );
+        // This reaper, not another test's on a port the kernel gave twice:
+        // the table's reaper is its process, and it listens.
+        let pid = u64::from(reaper.0.id());
         self.wait_until("the reaper to listen", || {
-            std::net::TcpStream::connect(self.address.trim_start_matches("tcp://")).is_ok()
+            self.status()["reaper_pid"] == pid
+                && std::net::TcpStream::connect(self.address.trim_start_matches("tcp://")).is_ok()
         });
         reaper
     }

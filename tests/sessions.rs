@@ -813,7 +813,9 @@ fn a_planted_symlink_or_foreign_file_beside_the_table_is_refused_and_never_writt
     let socket = SocketPath::new("session-planted");
     let beside = format!("/dev/shm/{}.sessions", temp.name);
     // (In /dev/shm, so that a hard link to it can be planted too.)
-    let victim = format!("/dev/shm/{}.victim", unique_name("planted"));
+    let victim_name = format!("{}.victim", unique_name("planted"));
+    let _removed = common::UnlinkOnDrop(victim_name.clone()); // even if the test fails
+    let victim = format!("/dev/shm/{victim_name}");
     std::fs::write(&victim, b"root's own").unwrap();
     std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
 
@@ -859,7 +861,6 @@ fn a_planted_symlink_or_foreign_file_beside_the_table_is_refused_and_never_writt
         .unwrap();
     assert_eq!(std::fs::metadata(&beside).unwrap().mode() & 0o777, 0o600);
     reaper.stop().unwrap();
-    std::fs::remove_file(&victim).unwrap();
 }
 
 #[test]

@@ -160,6 +160,7 @@ impl Listener {
             info_sequence: None,
             urgent: false,
             clears_waited: false,
+            refusals_due: None,
         };
         listen_loop.info_sequence = listen_loop.current_info_sequence();
         let thread = std::thread::Builder::new()
@@ -224,6 +225,9 @@ pub(super) struct ListenLoop {
     pub(super) urgent: bool,
     /// Whether a client waits for a clear: then the listener looks often.
     pub(super) clears_waited: bool,
+    /// When the earliest held refusal is to be told (a source held back
+    /// after failed handshakes): the listener wakes then, not before.
+    pub(super) refusals_due: Option<Instant>,
 }
 
 impl ListenLoop {
@@ -240,6 +244,9 @@ impl ListenLoop {
             }
             if let Some((until, _)) = self.accept_paused {
                 wait = wait.min(until.saturating_duration_since(Instant::now()));
+            }
+            if let Some(due) = self.refusals_due {
+                wait = wait.min(due.saturating_duration_since(Instant::now()));
             }
             if !self.unread.is_empty() || more_ready {
                 wait = Duration::ZERO;
@@ -281,8 +288,8 @@ impl ListenLoop {
                 }
             }
             self.resume_accepting();
-            if self.clears_waited {
-                self.settle_clears();
+            if self.clears_waited || self.refusals_due.is_some_and(|due| due <= Instant::now()) {
+                self.settle_waits();
             }
             if Instant::now() >= next_tick {
                 self.tick();
@@ -311,7 +318,8 @@ impl ListenLoop {
                 self.close(entry, end);
             }
             Next::KeepOpen => {
-                self.clears_waited |= served.is_waiting();
+                self.clears_waited |= served.waits_for_clear();
+                self.refusals_due = earliest(self.refusals_due, served.refusal_due());
                 if served.more_unread() {
                     self.unread.push(entry);
                 }
@@ -319,22 +327,27 @@ impl ListenLoop {
         }
     }
 
-    /// Answers the clients whose clear is over; after a reset, tells every
-    /// session at once whether it ended.
-    fn settle_clears(&mut self) {
+    /// Answers the clients whose clear is over, and the held refusals whose
+    /// time came; after a reset, tells every session at once whether it
+    /// ended.
+    fn settle_waits(&mut self) {
         self.clears_waited = false;
+        self.refusals_due = None;
         let mut settled = false;
         for entry in 0..self.connections.len() {
             let Some(served) = self.connections[entry].as_mut() else {
                 continue;
             };
-            let waiting = served.is_waiting();
+            let cleared = served.waits_for_clear();
             match served.settle(&self.gate.table) {
                 Next::Close(end) => {
-                    settled |= waiting;
+                    settled |= cleared;
                     self.close(entry, end);
                 }
-                Next::KeepOpen => self.clears_waited |= served.is_waiting(),
+                Next::KeepOpen => {
+                    self.clears_waited |= served.waits_for_clear();
+                    self.refusals_due = earliest(self.refusals_due, served.refusal_due());
+                }
             }
         }
         if settled {
@@ -461,4 +474,12 @@ pub(super) enum Paused {
     Descriptors,
     /// Every greeting connection is within its grace.
     Greetings,
+}
+
+/// The earlier of two moments, either of which may be none.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }

@@ -200,7 +200,17 @@ impl Connection {
 
     /// Whether the client waits for a clear, or for its held refusal.
     pub(crate) fn is_waiting(&self) -> bool {
-        self.request.is_some() || self.refusing.is_some()
+        self.waits_for_clear() || self.refusing.is_some()
+    }
+
+    /// Whether the client waits for a clear (the listener looks often).
+    pub(crate) fn waits_for_clear(&self) -> bool {
+        self.request.is_some()
+    }
+
+    /// When its held refusal is to be told, if one is.
+    pub(crate) fn refusal_due(&self) -> Option<Instant> {
+        self.refusing.as_ref().map(|(at, _)| *at)
     }
 
     /// If the clear the client waits for is over (carried out, failed, or

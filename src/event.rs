@@ -120,6 +120,9 @@ pub struct DropEvent {
     /// Its last heartbeat on its own monotonic clock, or `None` if it never beat.
     pub last_heartbeat_ns: Option<u64>,
     /// How long it had been silent when the reaper ended it, as the reaper
-    /// judged it (zero for deregistrations, clears and replacements).
+    /// judged it (zero for deregistrations, clears and replacements). For a
+    /// `timeout` another reaper decided and died before dropping, whose last
+    /// beat is on a clock this reaper cannot read (a worker in another time
+    /// namespace), the reap timeout: the least silence that ending needed.
     pub silent_for: Duration,
 }

@@ -131,7 +131,8 @@ impl Reaper {
     /// beat this reaper saw of it, or, where it saw none of that
     /// registration (it started after the end: the reaper that owned the
     /// listener died before its scan dropped it), from the last beat the
-    /// ender recorded, if it is on this reaper's clock. 0 for every other
+    /// ender recorded, if it is on this reaper's clock, else the timeout
+    /// (the least any ender of a `timeout` required). 0 for every other
     /// ending.
     fn silence_before_end(
         &self,
@@ -155,7 +156,11 @@ impl Reaper {
         } else if on_own_clock && protocol::beat_matches(recorded, generation) {
             recorded
         } else {
-            return 0;
+            // Ended by a reaper that died before its drop, its last beat on
+            // a clock this one cannot read (a worker in another time
+            // namespace): what is known is that its ender required a
+            // timeout of silence.
+            return self.timeout_ns;
         };
         match protocol::decode_beat(word) {
             Beat::At(stamp) => now_ns.saturating_sub(stamp.ns_near(now_ns)),

@@ -50,6 +50,8 @@ mod text;
 #[cfg(not(loom))]
 mod absence;
 #[cfg(not(loom))]
+mod beat_thread;
+#[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]
 mod error;
@@ -92,6 +94,8 @@ mod wake;
 #[cfg(not(loom))]
 mod worker;
 
+#[cfg(not(loom))]
+pub use beat_thread::{raise_in_this_thread, BeatThread, OnEnd};
 #[cfg(not(loom))]
 pub use clock::{
     coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns, Clock, ManualClock, StampClock,

@@ -11,6 +11,7 @@ pub(crate) mod poll;
 pub(crate) mod private_file;
 pub(crate) mod process;
 pub(crate) mod random;
+pub(crate) mod signal;
 pub(crate) mod socket;
 pub(crate) mod unix_connect;
 

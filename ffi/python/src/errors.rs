@@ -59,6 +59,10 @@ pub fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
             )?,
         };
         class.bind(py).setattr("code", code.value)?;
+        if code.value == livereg::codes::LIVEREG_EVICTED {
+            // Why the registration ended, a `livereg.Reason` when known.
+            class.bind(py).setattr("reason", py.None())?;
+        }
         module.add(name.as_str(), class.bind(py))?;
         classes.push(class);
     }
@@ -106,9 +110,23 @@ pub fn unless_evicted(py: Python<'_>, result: PyResult<()>) -> PyResult<()> {
     }
 }
 
-/// The exception for a library error, with the library's message.
+/// The exception for a library error, with the library's message (and an
+/// `EvictedError`'s `reason`, when the slot still said it).
 pub fn raise(error: livereg::Error) -> PyErr {
-    new(error.code(), error.to_string())
+    let reason = match &error {
+        livereg::Error::Evicted { reason, .. } => *reason,
+        _ => None,
+    };
+    let raised = new(error.code(), error.to_string());
+    if let Some(reason) = reason {
+        Python::attach(|py| {
+            if let Ok(value) = crate::event::reason_enum(py).and_then(|e| e.call1((reason as u8,)))
+            {
+                let _ = raised.value(py).setattr("reason", value);
+            }
+        });
+    }
+    raised
 }
 
 /// Converts a library result.

@@ -55,7 +55,7 @@ impl From<&livereg::DropEvent> for DropEvent {
 }
 
 /// `livereg.Reason`, the enum the package defines in Python.
-fn reason_enum(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+pub(crate) fn reason_enum(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static REASON: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     REASON
         .get_or_try_init(py, || {

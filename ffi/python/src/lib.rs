@@ -3,6 +3,7 @@
 //! is Python by nature: the `Reason` enum, the asyncio driver, the LMCache
 //! adapter.
 
+mod beat_thread;
 mod callbacks;
 mod errors;
 mod event;
@@ -23,6 +24,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<table::Table>()?;
     module.add_class::<worker::Worker>()?;
     module.add_class::<worker::BusyScope>()?;
+    module.add_class::<beat_thread::BeatThread>()?;
     module.add_class::<reaper::Reaper>()?;
     module.add_class::<reaper::DrivenReaper>()?;
     module.add_class::<event::DropEvent>()?;

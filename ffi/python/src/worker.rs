@@ -108,6 +108,34 @@ impl Worker {
         self.with_live(|worker| worker.set_busy(busy))
     }
 
+    /// Beats every `interval` seconds from a native thread until the
+    /// registration ends or the returned `BeatThread` is stopped: a hang
+    /// that holds the GIL does not stop these beats, so it is judged by
+    /// progress (`STALLED`), not taken for silence. If it ends `STALLED`,
+    /// the thread raises `stall_signal` in itself (for a
+    /// `faulthandler.register(stall_signal, file=..., all_threads=True)`,
+    /// which dumps every thread's stack even while another holds the GIL),
+    /// then copies `stall_report` (that file) to stderr, naming the frame
+    /// where thread `step_thread` (a `threading.get_ident()`) hangs.
+    #[pyo3(signature = (interval, stall_signal=None, stall_report=None, step_thread=None))]
+    fn beat_in_background(
+        &self,
+        interval: f64,
+        stall_signal: Option<i32>,
+        stall_report: Option<String>,
+        step_thread: Option<u64>,
+    ) -> PyResult<crate::beat_thread::BeatThread> {
+        let interval = crate::seconds::seconds(interval, "interval")?;
+        let shared = self.handle().clone().ok_or_else(|| self.deregistered())?;
+        let report = crate::beat_thread::StallReport {
+            signal: stall_signal,
+            file: stall_report,
+            step_thread,
+            instance_id: self.instance_id,
+        };
+        crate::beat_thread::BeatThread::start(&shared, interval, report)
+    }
+
     /// A context manager: busy inside the `with` block, idle after it.
     fn busy(slf: Py<Self>) -> BusyScope {
         BusyScope { worker: slf }

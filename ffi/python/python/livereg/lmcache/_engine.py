@@ -31,6 +31,8 @@ from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import livereg
 from livereg.lmcache._common import default_table, logger, read_token_file
+from livereg.lmcache._stacks import engine_key, stall_report
+from livereg.lmcache._steps import core_label, publish_to, steps_followed, stop_publishing
 from livereg.lmcache._worker import WorkerLiveness
 
 #: The file holding a listener's token, for a ``tcp://``/``tls://`` address.
@@ -74,10 +76,17 @@ class _Engine:
         #: end before it asks the server: a replay is either answered before
         #: the server is told the end, or never sent.
         self._replaying = threading.Lock()
+        # Inside vLLM, the engine's steps are followed (``_steps``): it is
+        # judged by its progress, and let go with its EngineCore.
+        followed = steps_followed()
         self.liveness = WorkerLiveness(
-            _target(), instance_id, label=ENGINE_LABEL, on_register=self._registered,
-            wait=_REGISTER_WAIT, token=token, tls_ca=os.environ.get(TLS_CA_ENV) or None,
+            _target(), instance_id, label=f"{ENGINE_LABEL} {engine_key()}" if followed else ENGINE_LABEL,
+            on_register=self._registered, wait=_REGISTER_WAIT, token=token,
+            tls_ca=os.environ.get(TLS_CA_ENV) or None, steps=followed,
+            stacks=stall_report() if followed else None, follows=core_label() if followed else None,
         )
+        if followed:
+            publish_to(self.liveness)
 
     def bind(self, context: Any, replay: Callable[[], object]) -> None:
         """``context`` registers now; ``replay`` registers it again."""
@@ -97,9 +106,24 @@ class _Engine:
         if why == "start" or replay is None:
             return
         logger.warning("instance %d: registering its KV caches again (%s)", self.instance_id, why)
+        if why == "moved again" and self._replay_once(replay):
+            return  # before the step that found the engine let go goes on
         # Off the beat thread: beats go on while the server answers.
         threading.Thread(target=self._replay_until_done, args=(replay,), name="livereg-lmcache-replay",
                          daemon=True).start()
+
+    def _replay_once(self, replay: Callable[[], object]) -> bool:
+        """One replay, here and now; False (logged) if it failed."""
+        try:
+            with self._replaying:
+                if self._replay is replay:
+                    replay()
+        except Exception as error:
+            logger.warning("instance %d: registering the KV caches again failed (%s); trying on", self.instance_id,
+                           error)
+            return False
+        logger.warning("instance %d: KV caches registered again", self.instance_id)
+        return True
 
     def _replay_until_done(self, replay: Callable[[], object]) -> None:
         # (The context's request client may be used from this thread:
@@ -122,6 +146,7 @@ class _Engine:
     def close(self) -> None:
         """A clean end: deregistered."""
         self._replay = None
+        stop_publishing(self.liveness)
         self.liveness.close()
 
 

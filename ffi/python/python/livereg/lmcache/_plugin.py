@@ -6,6 +6,8 @@ transfer contexts and only then loads the engine side."""
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import threading
 from types import ModuleType
 
@@ -14,6 +16,11 @@ from livereg.lmcache._on_import import when_imported
 #: The package that holds LMCache's transfer contexts; its import brings in
 #: every transfer-context class.
 TRANSFER_CONTEXTS = "lmcache.v1.multiprocess.transfer_context"
+#: vLLM's modules whose step functions publish progress (``_steps``).
+VLLM_ENGINE_CORE = "vllm.v1.engine.core"
+VLLM_WORKERS = "vllm.v1.worker.worker_base"
+#: The variable holding the engine key (``_stacks.ENGINE_ENV``).
+ENGINE_ENV = "LIVEREG_VLLM_ENGINE"
 
 _lock = threading.Lock()
 _installed = False
@@ -28,8 +35,13 @@ def install() -> None:
     with ``$LIVEREG_LMCACHE_TOKEN_FILE`` and ``$LIVEREG_LMCACHE_TLS_CA`` for
     an address.
 
-    Imports nothing of LMCache: the transfer contexts are wrapped when the
-    process itself imports them (at once if it already has), so a process
+    Inside vLLM, the engine's steps publish progress too (see
+    ``livereg.lmcache._steps``): an engine that hangs is let go. Marks the
+    process tree with an engine key (``$LIVEREG_VLLM_ENGINE``) if it has
+    none.
+
+    Imports nothing of LMCache or vLLM: the transfer contexts (and vLLM's
+    step functions) are wrapped when the process itself imports them (at once if it already has), so a process
     that never uses LMCache pays microseconds and logs nothing. Idempotent;
     never raises."""
     global _installed
@@ -38,9 +50,28 @@ def install() -> None:
             if _installed:
                 return
             _installed = True
+        # The engine's key, made by its first process and inherited by those
+        # it starts (its EngineCore, its workers): their registrations and
+        # stall reports are found by it.
+        if not os.environ.get(ENGINE_ENV):
+            os.environ[ENGINE_ENV] = secrets.token_hex(6)
         when_imported(TRANSFER_CONTEXTS, _wrap)
+        when_imported(VLLM_ENGINE_CORE, _wrap_engine_core)
+        when_imported(VLLM_WORKERS, _wrap_workers)
     except Exception:
         logging.getLogger("livereg.lmcache").exception("livereg: install() failed; engines run without livereg")
+
+
+def _wrap_engine_core(module: ModuleType) -> None:
+    from livereg.lmcache._steps import wrap_engine_core
+
+    wrap_engine_core(module)
+
+
+def _wrap_workers(module: ModuleType) -> None:
+    from livereg.lmcache._steps import wrap_workers
+
+    wrap_workers(module)
 
 
 def _wrap(package: ModuleType) -> None:

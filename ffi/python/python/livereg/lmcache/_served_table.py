@@ -17,8 +17,10 @@ class ServedTable:
     see :func:`create_or_reuse`) with ``ctx``'s info published in it; closed
     again if that fails."""
 
-    def __init__(self, ctx: Any, name: str, capacity: int, timeout: float, grace: float) -> None:
-        self.table = create_or_reuse(name, capacity, timeout, grace)
+    def __init__(
+        self, ctx: Any, name: str, capacity: int, timeout: float, grace: float, progress_timeout: float = 0.0
+    ) -> None:
+        self.table = create_or_reuse(name, capacity, timeout, grace, progress_timeout)
         self.reaper: Optional[livereg.Reaper] = None
         self._stopping = threading.Event()
         self._thread: Optional[threading.Thread] = None

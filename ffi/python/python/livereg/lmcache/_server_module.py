@@ -18,16 +18,22 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import livereg
 from livereg.lmcache._common import default_table, logger, read_token_file
 from livereg.lmcache._served_table import ServedTable
-from livereg.lmcache._targets import TargetDriver, is_liveness_target, live_registrations
+from livereg.lmcache._targets import STATELESS_LABEL_PREFIX, TargetDriver, is_liveness_target, live_registrations
 
 #: livereg's hang budget when the config names none, in seconds. Beats cost
 #: nothing, so it need not respect LMCache's 30 s floor for its 10 s pings.
 DEFAULT_REAP_TIMEOUT = 10.0
+#: How long a busy engine may go without completing a step before it is let
+#: go (``STALLED``), when the config names none, in seconds: a real step
+#: takes milliseconds to seconds, and the slowest legitimate one (a long
+#: prefill chunk, a first compile of a new shape on a cold cache) well under
+#: a minute; vLLM itself waits 300 s for a step's answer before it dies.
+DEFAULT_PROGRESS_TIMEOUT = 60.0
 #: Table slots when the config names none.
 DEFAULT_CAPACITY = 256
 
 _CONFIG_KEYS = (
-    "table", "reap_timeout_seconds", "capacity", "listen", "token_file", "tls_cert", "tls_key", "tls_client_ca",
+    "table", "reap_timeout_seconds", "progress_timeout_seconds", "capacity", "listen", "token_file", "tls_cert", "tls_key", "tls_client_ca",
 )
 
 
@@ -42,6 +48,10 @@ class LiveregServerModule:
       ``lmcache-workers``);
     - ``reap_timeout_seconds``: livereg's hang budget (default 10): an engine
       whose beats stop that long is freed; a dead one at once;
+    - ``progress_timeout_seconds``: how long an engine with work in flight
+      may go without completing a step (default 60; 0 turns it off): past
+      it, it ends ``STALLED`` and is freed, however it beats (the engine
+      plugin publishes vLLM's steps);
     - ``capacity``: table slots (default 256);
     - ``listen``: one address or a list (``unix:/PATH``, ``tcp://HOST:PORT``,
       ``tls://HOST:PORT``) where engines in isolated containers register
@@ -63,6 +73,12 @@ class LiveregServerModule:
         timeout = float(config.get("reap_timeout_seconds", DEFAULT_REAP_TIMEOUT))
         if timeout <= 0:
             raise ValueError(f"livereg server module: reap_timeout_seconds must be > 0, got {timeout}")
+        progress_timeout = float(config.get("progress_timeout_seconds", DEFAULT_PROGRESS_TIMEOUT))
+        if progress_timeout < 0 or (0 < progress_timeout < timeout / 4):
+            raise ValueError(
+                "livereg server module: progress_timeout_seconds must be 0 (off) or at least a scan "
+                f"(reap_timeout_seconds / 4 = {timeout / 4:g}), got {progress_timeout:g}"
+            )
         listen = config.get("listen") or []
         listen = [listen] if isinstance(listen, str) else list(listen)
         self._ctx = ctx
@@ -70,7 +86,8 @@ class LiveregServerModule:
         self._timeout = timeout
         token = read_token_file(config.get("token_file"))
         self._served = ServedTable(
-            ctx, str(config.get("table") or default_table()), int(config.get("capacity", DEFAULT_CAPACITY)), timeout, timeout
+            ctx, str(config.get("table") or default_table()), int(config.get("capacity", DEFAULT_CAPACITY)), timeout,
+            timeout, progress_timeout,
         )
         self._table = self._served.table
         self._served.start_reaper(
@@ -83,8 +100,9 @@ class LiveregServerModule:
         )
         self._served.repeat(self._touch_live, self._table.reap_timeout / 4, "touching live engines", "livereg-lmcache-touch")
         logger.info(
-            "livereg: table '%s', reap timeout %.3gs, %d liveness target(s)%s",
-            self._table.name, self._table.reap_timeout, len(self._driver.targets),
+            "livereg: table '%s', reap timeout %.3gs, progress timeout %s, %d liveness target(s)%s",
+            self._table.name, self._table.reap_timeout,
+            f"{self._table.progress_timeout:.3g}s" if self._table.progress_timeout else "off", len(self._driver.targets),
             f", listening on {', '.join(listen)}" if listen else "",
         )
 
@@ -100,7 +118,15 @@ class LiveregServerModule:
 
     def _ended(self, event: livereg.DropEvent) -> None:
         """The reaper's drop handler: the engine crashed, hung, deregistered
-        or was reset; every target frees it now."""
+        or was reset; every target frees it now. (A vLLM EngineCore's own
+        registration holds nothing here: its workers let go themselves.)"""
+        if event.reason == livereg.Reason.STALLED:
+            logger.warning(
+                "livereg: %s (instance %d, pid %d) stalled: busy with no step for %.1fs; its state is let go",
+                event.label or "an engine", event.instance_id, event.pid, event.silent_ns / 1e9,
+            )
+        if event.label.startswith(STATELESS_LABEL_PREFIX):
+            return
         self._driver.free(event.instance_id, (event.slot, event.generation))
 
     def _touch_live(self) -> None:
@@ -115,6 +141,7 @@ class LiveregServerModule:
             "livereg": {
                 "table": self._table.name,
                 "reap_timeout_seconds": self._table.reap_timeout,
+                "progress_timeout_seconds": self._table.progress_timeout,
                 "tracked_instances": stats["tracked_instances"],
                 "reaper_alive": stats["reaper_alive"],
                 "ended": stats["ended"],

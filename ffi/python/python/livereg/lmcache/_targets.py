@@ -153,6 +153,16 @@ class TargetDriver:
         return sum(int(self.call(target, "tracked_instance_count") or 0) for target in self.targets)
 
 
+#: Labels of registrations that hold no state in LMCache's server (a vLLM
+#: EngineCore's: ``livereg.lmcache._steps.CORE_LABEL``): never touched.
+STATELESS_LABEL_PREFIX = "vllm-core"
+
+
 def live_registrations(table: Any) -> Dict[int, Registration]:
-    """Live registrations of ``table``: instance id → (slot, generation)."""
-    return {r.instance_id: (r.slot, r.generation) for r in table.status().registrations if r.state == "live"}
+    """Live registrations of ``table`` that hold state in the server:
+    instance id → (slot, generation)."""
+    return {
+        r.instance_id: (r.slot, r.generation)
+        for r in table.status().registrations
+        if r.state == "live" and not r.label.startswith(STATELESS_LABEL_PREFIX)
+    }

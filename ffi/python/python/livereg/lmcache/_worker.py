@@ -1,4 +1,6 @@
-"""An engine's registration kept alive from a daemon thread, with no RPC."""
+"""An engine's registration kept alive from a daemon thread, with no RPC;
+for an engine that publishes its progress, beaten from a native thread and
+let go while it hangs."""
 
 from __future__ import annotations
 
@@ -8,10 +10,14 @@ from typing import Callable, Optional, Union
 
 import livereg
 from livereg.lmcache._common import Unaccepted, default_table, logger, read_info
+from livereg.lmcache._stacks import StallReport
 
 
 #: The longest one connection attempt to a listener may take.
 _CONNECT_TIMEOUT = 2.0
+#: How long registering again after a stall may wait for the ended
+#: registration's drop (a step waits for it).
+_MOVED_WAIT = 5.0
 
 
 class WorkerLiveness:
@@ -33,6 +39,18 @@ class WorkerLiveness:
     An id livereg cannot hold (0, the reference's untracked prober, a
     negative one, one past 64 bits) registers nothing: it is logged once and
     the object does nothing, as a PING of it would.
+
+    With ``steps=True`` the engine publishes its progress through
+    :meth:`step_started` and :meth:`step_done`, and is judged by it: it is
+    also beaten from a native thread (a hang that holds the GIL keeps
+    beating, so it ends ``STALLED``, not ``TIMEOUT``), its threads' stacks
+    go to stderr when it stalls (``stacks``: a
+    :class:`livereg.lmcache._stacks.StallReport`), and once stalled it
+    registers again (``on_register("moved again")``) only when a step
+    completes or starts: a hung engine stays let go. ``follows`` is the
+    label of another registration of the same engine (its scheduler's): once
+    it was seen live and is gone, this one is let go too (deregistered) until
+    it moves again; read from the table, so not for a session.
     """
 
     def __init__(
@@ -47,8 +65,25 @@ class WorkerLiveness:
         tls_ca: Optional[str] = None,
         tls_cert: Optional[str] = None,
         tls_key: Optional[str] = None,
+        steps: bool = False,
+        stacks: Optional[StallReport] = None,
+        follows: Optional[str] = None,
     ) -> None:
         self.instance_id = instance_id
+        self._steps, self._stacks, self._follows = steps, stacks, follows
+        self._followed_seen = False
+        #: Ended by a stall (or its scheduler's) and not registered again yet.
+        self._let_go = False
+        #: Whether a step is running (between step_started and step_done):
+        #: then its own progress judges it, not its scheduler's end.
+        self._in_step = False
+        #: Set by a step once the engine moves after a stall.
+        self._moved = threading.Event()
+        #: Held while a let-go registration registers again (by the beat
+        #: thread, or by the step that finds it let go).
+        self._resuming = threading.Lock()
+        self._native: Optional[livereg.BeatThread] = None
+        self.interval = interval or 0.0
         self._address = table if isinstance(table, str) and livereg.is_address(table) else None
         self._session_token = token
         self._tls_ca, self._tls_cert, self._tls_key = tls_ca, tls_cert, tls_key
@@ -71,8 +106,6 @@ class WorkerLiveness:
             self._table = table if isinstance(table, livereg.Table) else livereg.open(table or default_table())
         self._token = self._table.probe() if self._table is not None else None
         self._worker = self._register("start", deadline=time.monotonic() + wait)
-        timeout = self._worker.reap_timeout or (self._table.registration_grace if self._table else 1.0)
-        self.interval = interval if interval is not None else max(0.001, timeout / livereg.BEATS_PER_TIMEOUT)
         self._thread = threading.Thread(target=self._beat, name=f"livereg-beat-{instance_id}", daemon=True)
         self._thread.start()
 
@@ -116,6 +149,13 @@ class WorkerLiveness:
                 if self._stopping.wait(0.05):
                     raise
         worker.ping()
+        if not self.interval:
+            timeout = worker.reap_timeout or (self._table.registration_grace if self._table else 1.0)
+            self.interval = max(0.001, timeout / livereg.BEATS_PER_TIMEOUT)
+        if self._steps:
+            self._beat_natively(worker)
+        if self._stacks is not None:
+            self._stacks.clear()  # registered: whatever stalled moves again
         self.registrations += 1
         logger.info("instance %d registered (%s)", self.instance_id, why)
         self._server = read_info(worker.info()).get("server")
@@ -136,20 +176,66 @@ class WorkerLiveness:
             return
         self._unsent = None
 
+    def _beat_natively(self, worker: livereg.Worker) -> None:
+        if self._native is not None:
+            self._native.stop()
+        stacks = self._stacks
+        self._native = worker.beat_in_background(
+            self.interval,
+            stall_signal=stacks.signal if stacks else None,
+            stall_report=stacks.path if stacks else None,
+            step_thread=stacks.step_thread if stacks else None,
+        )
+
     def _beat(self) -> None:
         while not self._stopping.wait(self.interval):
             try:
+                if self._let_go:
+                    self._register_once_moved()
+                    continue
                 self._beat_once()
             except livereg.Error:
                 if self._stopping.is_set():
                     return  # closed while registering again
                 logger.exception("instance %d: heartbeat failed; trying again", self.instance_id)
 
+    def _register_once_moved(self) -> None:
+        """Registers again (``on_register("moved again")``) if the engine
+        was let go and has moved since."""
+        with self._resuming:
+            if not (self._let_go and self._moved.is_set()) or self._stopping.is_set():
+                return
+            self._moved.clear()
+            self._followed_seen = False
+            self._worker = self._register("moved again", deadline=time.monotonic() + _MOVED_WAIT)
+            self._let_go = False
+
     def _beat_once(self) -> None:
         try:
             self._worker.ping()
-        except livereg.EvictedError:
+        except livereg.EvictedError as error:
+            if self._steps and error.reason == livereg.Reason.STALLED:
+                logger.warning(
+                    "instance %d stalled: busy with no progress for the table's progress timeout; let go until it "
+                    "moves again", self.instance_id,
+                )
+                self._let_go = True
+                self._register_once_moved()  # a step may have completed already
+                return
             self._worker = self._register("evicted")
+        if self._follows is not None and not self._in_step and self._followed_gone():
+            logger.warning(
+                "instance %d: its engine's %r ended while it lives: let go until it moves again",
+                self.instance_id, self._follows,
+            )
+            with self._resuming:
+                try:
+                    self._worker.deregister()
+                except livereg.EvictedError:
+                    pass
+                self._moved.clear()
+                self._let_go = True
+            return
         if self._unsent is not None:
             self._told(self._unsent)
         if self._table is not None:
@@ -170,6 +256,56 @@ class WorkerLiveness:
             self._server = server
             if restarted:
                 self._told("server restarted")  # the registration held (a session reclaimed it)
+
+    def _followed_gone(self) -> bool:
+        """Whether the followed registration was seen live and is gone."""
+        if self._table is None:
+            return False
+        live = any(
+            r.label == self._follows and r.state == livereg.RegistrationState.LIVE
+            for r in self._table.status().registrations
+        )
+        if live:
+            self._followed_seen = True
+            return False
+        return self._followed_seen
+
+    def step_started(self) -> None:
+        """The engine has work in flight: it must complete a step within the
+        table's progress timeout (see :meth:`step_done`). Let go, the
+        engine moves again: it registers again first, ``on_register``
+        included (the server holds its state before the step uses it)."""
+        if self._let_go:
+            self._moved.set()
+            try:
+                self._register_once_moved()
+            except livereg.Error:
+                logger.exception("instance %d: registering again failed; tried again at the next beat",
+                                 self.instance_id)
+        self._in_step = True
+        try:
+            self._worker.set_busy(True)
+        except livereg.EvictedError as error:
+            self._ended_by(error)
+
+    def step_done(self, busy: bool = False) -> None:
+        """One step completed; ``busy``: work is still in flight."""
+        self._in_step = busy
+        try:
+            worker = self._worker
+            worker.progress()
+            if not busy:
+                worker.set_busy(False)
+        except livereg.EvictedError as error:
+            self._ended_by(error)
+
+    def _ended_by(self, error: livereg.EvictedError) -> None:
+        # A step right after the stall (before the beat thread saw it), or
+        # while let go: the engine moves.
+        if error.reason == livereg.Reason.STALLED:
+            self._let_go = True
+        if self._let_go:
+            self._moved.set()
 
     @property
     def chunk_size(self) -> Optional[int]:
@@ -200,6 +336,8 @@ class WorkerLiveness:
         if self._stopping.is_set():
             return
         self._stopping.set()
+        if self._native is not None:
+            self._native.stop()
         if self._thread is not threading.current_thread():
             # The beat thread notices within one connect attempt at most.
             self._thread.join(_CONNECT_TIMEOUT + self.interval + 1.0)

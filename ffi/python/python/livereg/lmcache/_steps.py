@@ -1,0 +1,193 @@
+"""Progress from inside vLLM: the engine's own loop says when it has work
+in flight and when a step completes, so an engine that hangs with its beat
+thread running is seen (``STALLED``).
+
+Two places of vLLM's V1 engine run its steps, each wrapped when the process
+imports it (found in vLLM 0.32's ``vllm/v1``; the same names since the V1
+engine became the default):
+
+- ``vllm.v1.engine.core.EngineCore.step`` and ``step_with_batch_queue``
+  (the scheduler loop of ``VLLM::EngineCore``, called only while requests
+  are unfinished): busy from the call on, one step when it returns, idle
+  once the scheduler holds no request. This process has no KV caches of its
+  own: it holds a registration of its own (label ``vllm-core KEY``) from
+  its first step, and its engine's workers let go with it.
+- ``vllm.v1.worker.worker_base.WorkerWrapperBase.execute_model`` (every
+  ``VLLM::Worker``, whatever its device) and the worker class's
+  ``sample_tokens``: busy from ``execute_model`` on, one step when the
+  model's output is made (``execute_model``'s own answer, or
+  ``sample_tokens``'), then idle.
+
+An idle engine never stalls; a slow step that completes never does. Each
+hook costs a few attribute reads and two or three calls into livereg's
+native module (a store each: no clock, no system call).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from types import ModuleType
+from typing import Any, Callable, List, Optional
+
+import livereg
+from livereg.lmcache._common import default_table, logger
+from livereg.lmcache._stacks import engine_key, stall_report
+from livereg.lmcache._worker import WorkerLiveness
+
+#: Marks a method this module wrapped.
+_WRAPPED = "__livereg_steps__"
+#: The label of an EngineCore's registration; the engine key follows.
+CORE_LABEL = "vllm-core"
+
+_lock = threading.Lock()
+#: The registrations of this process that steps are published to.
+_registrations: List[WorkerLiveness] = []
+_core: Optional[WorkerLiveness] = None
+_core_failed = False
+#: Whether this process's steps are followed (a step function was wrapped).
+_followed = False
+
+
+def steps_followed() -> bool:
+    """Whether vLLM's step functions of this process are wrapped: its
+    registrations get progress."""
+    return _followed
+
+
+def core_label() -> str:
+    """The label of this engine's EngineCore registration."""
+    return f"{CORE_LABEL} {engine_key()}"
+
+
+def publish_to(liveness: WorkerLiveness) -> None:
+    """Steps of this process are published to ``liveness`` from now on."""
+    with _lock:
+        _registrations.append(liveness)
+
+
+def stop_publishing(liveness: WorkerLiveness) -> None:
+    with _lock:
+        if liveness in _registrations:
+            _registrations.remove(liveness)
+
+
+def _started() -> None:
+    for liveness in _registrations:
+        liveness.step_started()
+
+
+def _done(busy: bool = False) -> None:
+    for liveness in _registrations:
+        liveness.step_done(busy)
+
+
+def _wrapped(method: Callable[..., Any], wrapper: Callable[..., Any]) -> Callable[..., Any]:
+    setattr(wrapper, _WRAPPED, method)
+    wrapper.__name__ = getattr(method, "__name__", "step")
+    wrapper.__doc__ = getattr(method, "__doc__", None)
+    return wrapper
+
+
+def wrap_engine_core(module: ModuleType) -> None:
+    """Wraps the EngineCore's step functions (each once)."""
+    core = getattr(module, "EngineCore", None)
+    if not isinstance(core, type):
+        logger.warning("livereg: %s has no EngineCore class; its steps are not followed", module.__name__)
+        return
+    for name in ("step", "step_with_batch_queue"):
+        method = core.__dict__.get(name)
+        if callable(method) and not hasattr(method, _WRAPPED):
+            setattr(core, name, _wrapped(method, _core_step(method)))
+    _now_followed()
+
+
+def _core_step(method: Callable[..., Any]) -> Callable[..., Any]:
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _core is None and not _core_failed:
+            _register_core(self)
+        _started()
+        result = method(self, *args, **kwargs)
+        scheduler = getattr(self, "scheduler", None)
+        _done(bool(scheduler is not None and scheduler.has_requests()))
+        return result
+
+    return step
+
+
+def _register_core(engine_core: Any) -> None:
+    """The EngineCore's own registration, from its first step, when the
+    engine uses an LMCache connector."""
+    global _core, _core_failed
+    with _lock:
+        if _core is not None or _core_failed:
+            return
+        _core_failed = True  # one attempt per process
+    config = getattr(getattr(engine_core, "vllm_config", None), "kv_transfer_config", None)
+    connector = str(getattr(config, "kv_connector", "") or "")
+    if "lmcache" not in connector.lower():
+        return
+    try:
+        liveness = WorkerLiveness(
+            default_table(), secrets.randbits(63) or 1, label=core_label(), wait=2.0,
+            steps=True, stacks=stall_report(),
+        )
+    except (livereg.Error, OSError, ValueError) as error:
+        logger.warning("livereg: the EngineCore runs without a registration of its own: %s", error)
+        return
+    with _lock:
+        _core = liveness
+        _core_failed = False
+    publish_to(liveness)
+
+
+def wrap_workers(module: ModuleType) -> None:
+    """Wraps the worker wrapper's ``execute_model`` (once)."""
+    wrapper = getattr(module, "WorkerWrapperBase", None)
+    method = getattr(wrapper, "execute_model", None) if isinstance(wrapper, type) else None
+    if not callable(method):
+        logger.warning("livereg: %s has no WorkerWrapperBase.execute_model; worker steps are not followed",
+                       module.__name__)
+        return
+    if not hasattr(method, _WRAPPED):
+        setattr(wrapper, "execute_model", _wrapped(method, _worker_execute(method)))
+    _now_followed()
+
+
+def _now_followed() -> None:
+    global _followed
+    _followed = True
+
+
+def _worker_execute(method: Callable[..., Any]) -> Callable[..., Any]:
+    def execute_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _started()
+        output = method(self, *args, **kwargs)
+        if output is not None:
+            _done()
+        else:
+            _wrap_sampling(type(getattr(self, "worker", None)))
+        return output
+
+    return execute_model
+
+
+def _wrap_sampling(worker_class: type) -> None:
+    """The output of a step that samples separately comes from the worker
+    class's ``sample_tokens``: wrapped on first use (each class once)."""
+    for cls in worker_class.__mro__:
+        method = cls.__dict__.get("sample_tokens")
+        if method is None:
+            continue
+        if not hasattr(method, _WRAPPED):
+            setattr(cls, "sample_tokens", _wrapped(method, _sampled(method)))
+        return
+
+
+def _sampled(method: Callable[..., Any]) -> Callable[..., Any]:
+    def sample_tokens(self: Any, *args: Any, **kwargs: Any) -> Any:
+        output = method(self, *args, **kwargs)
+        _done()
+        return output
+
+    return sample_tokens

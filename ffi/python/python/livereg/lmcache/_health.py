@@ -41,8 +41,10 @@ class HealthRoute:
     required_tasks = None
 
     def attach_router(self, app: Any) -> None:
-        from fastapi.responses import JSONResponse
+        import importlib
 
+        # vLLM's server is FastAPI's: imported from it only here.
+        JSONResponse = importlib.import_module("fastapi.responses").JSONResponse
         key = engine_key()
 
         async def livereg_health() -> Any:

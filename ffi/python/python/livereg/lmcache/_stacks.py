@@ -99,14 +99,15 @@ def stall_report() -> Optional[StallReport]:
         except (OSError, ValueError, RuntimeError):
             return None
         _report = StallReport(STACK_SIGNAL, str(path), thread, file)
-        atexit.register(_remove, path)
+        atexit.register(_remove, path, not os.environ.get(RUN_DIR_ENV))
         return _report
 
 
-def _remove(path: Path) -> None:
+def _remove(path: Path, own_folder: bool) -> None:
     try:
         path.unlink()
-        path.parent.rmdir()  # the last process of the engine takes the folder
+        if own_folder:
+            path.parent.rmdir()  # the last process of the engine takes the folder
     except OSError:
         pass
 

@@ -44,6 +44,12 @@ pub struct Args {
     /// If another reaper holds the table, wait and take over when it dies.
     #[arg(long)]
     standby: bool,
+    /// Judge progress with this timeout (0: not at all) instead of the one
+    /// the table was created with: a busy registration with no step for
+    /// that long ends `stalled`. Written into the table, so `status` shows
+    /// the value in force.
+    #[arg(long, value_parser = duration::parse, value_name = "DURATION")]
+    progress_timeout: Option<Duration>,
     /// Tell systemd (`Type=notify`, through NOTIFY_SOCKET): READY=1 after the
     /// first scan, a STATUS= summary and (when WatchdogSec= is set)
     /// WATCHDOG=1 at every scan, STOPPING=1 on shutdown. A reaper that stops
@@ -141,11 +147,15 @@ pub fn run(args: Args) -> Outcome {
         None => None,
     };
     log::info!(
-        "table '{}': reaping (timeout {}, grace {}, scan every {}, boot token {:#018x})",
+        "table '{}': reaping (timeout {}, grace {}, scan every {}, progress timeout {}, boot token {:#018x})",
         args.name,
         duration::show(table.reap_timeout()),
         duration::show(table.registration_grace()),
         duration::show(table.scan_interval()),
+        match table.progress_timeout() {
+            off if off.is_zero() => "off".to_owned(),
+            timeout => duration::show(timeout),
+        },
         table.probe()?
     );
     let mut systemd = Supervisor::new(args.notify, scans_before)?;
@@ -248,6 +258,9 @@ fn take_role(
         let scans_before = table.scans();
         // A standby listens only once it holds the role.
         let mut builder = table.reaper();
+        if let Some(timeout) = args.progress_timeout {
+            builder = builder.progress_timeout(timeout);
+        }
         for address in &args.listen {
             builder = builder.listen(address.clone(), token.map(<[u8]>::to_vec));
         }

@@ -51,6 +51,7 @@ pub struct ReaperBuilder {
     listens: Vec<ListenConfig>,
     socket_mode: u32,
     tls: Option<TlsServer>,
+    progress_timeout: Option<Duration>,
 }
 
 impl Table {
@@ -65,6 +66,7 @@ impl Table {
             listens: Vec::new(),
             socket_mode: DEFAULT_SOCKET_MODE,
             tls: None,
+            progress_timeout: None,
         }
     }
 }
@@ -130,6 +132,15 @@ impl ReaperBuilder {
         self
     }
 
+    /// Judges progress with `timeout` (zero: not at all) instead of the
+    /// `progress_timeout` the table was created with: written into the
+    /// table's header once this reaper holds the table, so every reader
+    /// (`status`, the metrics) sees the value in force.
+    pub fn progress_timeout(mut self, timeout: Duration) -> Self {
+        self.progress_timeout = Some(timeout);
+        self
+    }
+
     /// Replaces the clock (by default the table handle's).
     pub fn clock(mut self, clock: Clock) -> Self {
         self.table = self.table.with_clock(clock);
@@ -149,10 +160,22 @@ impl ReaperBuilder {
     /// - [`Error::Busy`](crate::error::Error::Busy): another reaper holds the table
     ///   (in any process, or through another handle in this one).
     /// - [`Error::Io`](crate::error::Error::Io): the lock could not be taken.
+    /// - [`Error::InvalidArgument`](crate::error::Error::InvalidArgument): a
+    ///   [`progress_timeout`](ReaperBuilder::progress_timeout) below one scan
+    ///   interval, or on a table whose reaping is off.
     pub fn build(self) -> Result<Reaper> {
         let inner = &self.table.memory;
+        if let Some(timeout) = self.progress_timeout {
+            check_progress_timeout(timeout, self.table.reap_timeout())?;
+        }
         let role = inner.take_reaper_role()?;
         let header = inner.header();
+        if let Some(timeout) = self.progress_timeout {
+            header.progress_timeout_ns.store(
+                u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
+                Relaxed,
+            );
+        }
         let now = self.table.clock.now_ns();
         let previous = header.boot_token.load(Acquire);
         header
@@ -220,6 +243,19 @@ impl ReaperBuilder {
             locks: LockRounds::default(),
         })
     }
+}
+
+/// A progress timeout is zero (off) or at least one scan of a table that
+/// reaps.
+fn check_progress_timeout(timeout: Duration, reap_timeout: Duration) -> Result<()> {
+    let scan = reap_timeout / crate::layout::SCANS_PER_TIMEOUT;
+    if timeout.is_zero() || (!reap_timeout.is_zero() && timeout >= scan) {
+        return Ok(());
+    }
+    Err(crate::error::Error::InvalidArgument(format!(
+        "progress timeout {timeout:?} is below one scan interval ({scan:?}) or reaping is off, expected 0 (off) \
+         or at least {scan:?}"
+    )))
 }
 
 /// A boot token different from `previous` and from zero.

@@ -281,3 +281,29 @@ fn a_build_without_etcd_refuses_its_options_in_one_line_saying_how_to_build_them
     // Nothing was started: the table has no reaper.
     assert!(!reaper_alive(&name));
 }
+
+#[test]
+fn reap_progress_timeout_judges_a_table_made_without_one_and_shows_it_in_status() {
+    let (name, _guard) = created("reap-progress", &["--timeout", "400ms", "--grace", "800ms"]);
+    assert_eq!(status_json(&name)["progress_timeout_seconds"], 0.0);
+    let refused = livereg(&["reap", &name, "--progress-timeout", "50ms"]);
+    fails_with(&refused, "below one scan interval");
+    let _reaper = Background::spawn(&["reap", &name, "--progress-timeout", "400ms"]);
+    wait_until("the reaper", || reaper_alive(&name));
+    assert_eq!(status_json(&name)["progress_timeout_seconds"], 0.4);
+    let file = std::env::temp_dir().join(format!("{name}.progress"));
+    std::fs::write(&file, "busy").unwrap();
+    let _run = Background::spawn(&[
+        "run",
+        &name,
+        "--instance",
+        "13",
+        "--progress-file",
+        file.to_str().unwrap(),
+        "--",
+        "sleep",
+        "30",
+    ]);
+    wait_until("the stall", || status_json(&name)["ended"]["stalled"] == 1);
+    let _ = std::fs::remove_file(&file);
+}

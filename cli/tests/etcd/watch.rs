@@ -339,3 +339,72 @@ fn a_watch_on_a_member_cut_off_from_its_leader_leaves_it() {
     let said = said.expect("the watch stayed on a member without a leader for 40 s");
     assert!(!fleet.is_connected(), "{said}");
 }
+
+#[test]
+fn a_stalled_engine_is_told_to_the_fleet_as_ended_stalled() {
+    let etcd = EtcdServer::start("watch-stalled");
+    let prefix = prefix("watch-stalled");
+    let (name, _table) = table("watch-stalled", "400ms");
+    let _reaper = reaper(
+        &name,
+        &etcd,
+        &prefix,
+        "host-s",
+        &["--progress-timeout", "400ms"],
+    );
+    let mut fleet = ClusterWatch::start(&watch_options(&etcd.address(), &prefix)).unwrap();
+    let mut command = Daemon::spawn(&[
+        "status",
+        "--cluster",
+        "--watch",
+        "--etcd",
+        &etcd.address(),
+        "--etcd-prefix",
+        &prefix,
+    ]);
+    let (sender, lines) = mpsc::channel();
+    let stdout = command.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // An engine that is busy and never makes a step (its beats go on).
+    let busy = std::env::temp_dir().join(format!("{name}.busy"));
+    std::fs::write(&busy, "busy").unwrap();
+    let _engine = Daemon::spawn(&[
+        "run",
+        &name,
+        "--instance",
+        "4",
+        "--progress-file",
+        busy.to_str().unwrap(),
+        "--",
+        "sleep",
+        "30",
+    ]);
+    // (`run` registers again after each stall: more changes may follow.)
+    let told = changes(&mut fleet, 2, Duration::from_secs(15));
+    assert_eq!(
+        told[..2],
+        ["registered host-s/4", "ended host-s/4 stalled"],
+        "{told:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let ended = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .expect("the command printed no ended line");
+        if line.contains("ended") {
+            break line;
+        }
+    };
+    assert!(
+        ended.contains("host-s/") && ended.trim_end().ends_with("stalled"),
+        "{ended}"
+    );
+    let _ = std::fs::remove_file(&busy);
+}

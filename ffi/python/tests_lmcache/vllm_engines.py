@@ -195,12 +195,14 @@ class Serve(VllmProcess):
             return False
 
     def get(self, path: str) -> "tuple[int, Dict[str, Any]]":
-        """The status and JSON body of ``GET path``."""
+        """The status and body of ``GET path`` (its JSON, or ``{}`` for an
+        empty one, as vLLM's ``/health`` answers)."""
         try:
             with urllib.request.urlopen(self.url + path, timeout=10) as answer:
-                return int(answer.status), json.loads(answer.read())
+                status, body = int(answer.status), answer.read()
         except urllib.error.HTTPError as error:
-            return int(error.code), json.loads(error.read())
+            status, body = int(error.code), error.read()
+        return status, (json.loads(body) if body.strip() else {})
 
     def complete(self, prompt: str) -> Dict[str, Any]:
         body = json.dumps({"model": self._model(), "prompt": prompt, "max_tokens": 8, "temperature": 0}).encode()

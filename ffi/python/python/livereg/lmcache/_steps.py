@@ -107,10 +107,11 @@ def _core_step(method: Callable[..., Any]) -> Callable[..., Any]:
         if _core is None and not _core_failed:
             _register_core(self)
         _started()
-        result = method(self, *args, **kwargs)
-        scheduler = getattr(self, "scheduler", None)
-        _done(bool(scheduler is not None and scheduler.has_requests()))
-        return result
+        try:
+            return method(self, *args, **kwargs)
+        finally:  # a step that raised has ended too: it is not hung
+            scheduler = getattr(self, "scheduler", None)
+            _done(bool(scheduler is not None and scheduler.has_requests()))
 
     return step
 
@@ -162,7 +163,11 @@ def _now_followed() -> None:
 def _worker_execute(method: Callable[..., Any]) -> Callable[..., Any]:
     def execute_model(self: Any, *args: Any, **kwargs: Any) -> Any:
         _started()
-        output = method(self, *args, **kwargs)
+        try:
+            output = method(self, *args, **kwargs)
+        except BaseException:
+            _done()  # a step that raised has ended too: it is not hung
+            raise
         if output is not None:
             _done()
         else:
@@ -186,8 +191,9 @@ def _wrap_sampling(worker_class: type) -> None:
 
 def _sampled(method: Callable[..., Any]) -> Callable[..., Any]:
     def sample_tokens(self: Any, *args: Any, **kwargs: Any) -> Any:
-        output = method(self, *args, **kwargs)
-        _done()
-        return output
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            _done()
 
     return sample_tokens

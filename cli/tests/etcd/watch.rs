@@ -61,6 +61,20 @@ fn live_ids(fleet: &ClusterWatch) -> Vec<String> {
         .collect()
 }
 
+/// The lines `command` prints, as they come.
+fn lines_of(command: &mut Daemon) -> mpsc::Receiver<String> {
+    let (sender, lines) = mpsc::channel();
+    let stdout = command.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    lines
+}
+
 fn watch_options(endpoint: &str, prefix: &str) -> EtcdOptions {
     let mut options = EtcdOptions::new([endpoint.to_owned()]);
     options.prefix = prefix.to_owned();
@@ -99,15 +113,7 @@ fn a_watch_tells_registrations_their_ends_and_a_host_gone_as_the_command_does() 
         "--etcd-prefix",
         &prefix,
     ]);
-    let (sender, lines) = mpsc::channel();
-    let stdout = command.0.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let lines = lines_of(&mut command);
     let line = |what: &str| -> Value {
         let line = lines
             .recv_timeout(Duration::from_secs(15))
@@ -362,15 +368,7 @@ fn a_stalled_engine_is_told_to_the_fleet_as_ended_stalled() {
         "--etcd-prefix",
         &prefix,
     ]);
-    let (sender, lines) = mpsc::channel();
-    let stdout = command.0.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let lines = lines_of(&mut command);
     // An engine that is busy and never makes a step (its beats go on).
     let busy = std::env::temp_dir().join(format!("{name}.busy"));
     std::fs::write(&busy, "busy").unwrap();

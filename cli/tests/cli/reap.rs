@@ -305,5 +305,11 @@ fn reap_progress_timeout_judges_a_table_made_without_one_and_shows_it_in_status(
         "30",
     ]);
     wait_until("the stall", || status_json(&name)["ended"]["stalled"] == 1);
+    // The operator's view: the table's progress timeout and what ended.
+    let text = stdout(&livereg(&["status", &name]));
+    assert!(
+        text.contains("progress timeout 400ms") && text.contains("stalled 1"),
+        "{text}"
+    );
     let _ = std::fs::remove_file(&file);
 }

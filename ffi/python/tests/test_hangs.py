@@ -315,3 +315,17 @@ def test_engine_core_registrations_hold_nothing_in_the_servers_targets(make_tabl
     engine.deregister()
 
 
+
+
+def test_reports_of_processes_that_are_gone_are_swept_by_the_next_one(tmp_path: Path) -> None:
+    engines = tmp_path / "livereg-0"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    old = engines / "oldkey"
+    old.mkdir(parents=True)
+    (old / f"stall-{int(gone.stdout)}-1.txt").write_text("dump")
+    live = engines / "livekey"
+    live.mkdir()
+    (live / f"stall-{os.getpid()}-1.txt").write_text("")
+    _stacks._sweep(engines)
+    assert not old.exists(), "a killed process's report (and its empty folder) stayed"
+    assert (live / f"stall-{os.getpid()}-1.txt").exists(), "a live process's report was removed"

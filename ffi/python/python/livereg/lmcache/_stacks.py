@@ -9,7 +9,10 @@ Each process of an engine that publishes progress has a report file,
 itself when the registration ends ``STALLED`` (the dump is complete when
 it returns, even while the hung thread holds the GIL), then copies the file
 to stderr. The file is emptied when the process moves again and removed at
-its exit: a non-empty file of a live process is a stall in progress.
+its exit (a killed process's, by the next process of any engine of the same
+user that makes its own): a non-empty file of a live process is a stall in
+progress. (Processes are told alive by ``/proc``: engines sharing a run
+directory share a PID namespace.)
 
 The run directory is ``$LIVEREG_LMCACHE_RUN_DIR``, else
 ``<tmp>/livereg-<uid>/<engine key>``, where the engine key
@@ -92,6 +95,8 @@ def stall_report() -> Optional[StallReport]:
         folder = run_dir()
         try:
             folder.parent.mkdir(mode=0o700, exist_ok=True)
+            if not os.environ.get(RUN_DIR_ENV):
+                _sweep(folder.parent)
             folder.mkdir(mode=0o700, exist_ok=True)
             path = folder / f"stall-{os.getpid()}-{thread:x}.txt"
             file = open(path, "w+")  # noqa: SIM115 (kept open: faulthandler writes to it)
@@ -101,6 +106,24 @@ def stall_report() -> Optional[StallReport]:
         _report = StallReport(STACK_SIGNAL, str(path), thread, file)
         atexit.register(_remove, path, not os.environ.get(RUN_DIR_ENV))
         return _report
+
+
+def _sweep(engines: Path) -> None:
+    """Removes the reports of processes that are gone (killed: no exit of
+    theirs removed them), and the engine folders they leave empty."""
+    try:
+        folders = [folder for folder in engines.iterdir() if folder.is_dir()]
+    except OSError:
+        return
+    for folder in folders:
+        try:
+            for entry in folder.iterdir():
+                match = _REPORT.match(entry.name)
+                if match is not None and not os.path.exists(f"/proc/{match.group(1)}"):
+                    entry.unlink()
+            folder.rmdir()  # only if empty
+        except OSError:
+            pass
 
 
 def _remove(path: Path, own_folder: bool) -> None:

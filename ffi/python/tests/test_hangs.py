@@ -329,3 +329,21 @@ def test_reports_of_processes_that_are_gone_are_swept_by_the_next_one(tmp_path: 
     _stacks._sweep(engines)
     assert not old.exists(), "a killed process's report (and its empty folder) stayed"
     assert (live / f"stall-{os.getpid()}-1.txt").exists(), "a live process's report was removed"
+
+
+def test_steps_never_raise_into_the_engine_even_for_an_untracked_id(
+    make_table: Callable[..., livereg.Table], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = make_table()
+    untracked = WorkerLiveness(table, 0, steps=True)
+
+    class Broken:
+        def step_started(self) -> None:
+            raise RuntimeError("broken")
+
+        def step_done(self, busy: bool = False) -> None:
+            raise RuntimeError("broken")
+
+    monkeypatch.setattr(_steps, "_registrations", [untracked, Broken()])
+    _steps._started()
+    _steps._done()

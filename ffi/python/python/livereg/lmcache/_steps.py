@@ -74,12 +74,18 @@ def stop_publishing(liveness: WorkerLiveness) -> None:
 
 def _started() -> None:
     for liveness in _registrations:
-        liveness.step_started()
+        try:
+            liveness.step_started()
+        except Exception:  # never into the engine's step
+            logger.exception("livereg: publishing a step's start failed")
 
 
 def _done(busy: bool = False) -> None:
     for liveness in _registrations:
-        liveness.step_done(busy)
+        try:
+            liveness.step_done(busy)
+        except Exception:  # never into the engine's step
+            logger.exception("livereg: publishing a step failed")
 
 
 def _wrapped(method: Callable[..., Any], wrapper: Callable[..., Any]) -> Callable[..., Any]:

@@ -275,6 +275,8 @@ class WorkerLiveness:
         table's progress timeout (see :meth:`step_done`). Let go, the
         engine moves again: it registers again first, ``on_register``
         included (the server holds its state before the step uses it)."""
+        if not self._tracked:
+            return
         if self._let_go:
             self._moved.set()
             try:
@@ -290,6 +292,8 @@ class WorkerLiveness:
 
     def step_done(self, busy: bool = False) -> None:
         """One step completed; ``busy``: work is still in flight."""
+        if not self._tracked:
+            return
         self._in_step = busy
         try:
             worker = self._worker

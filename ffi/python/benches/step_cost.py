@@ -61,8 +61,8 @@ def main() -> None:
     table = livereg.create(name, capacity=8, reap_timeout=10.0, progress_timeout=60.0)
     try:
         liveness = WorkerLiveness(table, 1, label="bench", steps=True)
-        _steps._registrations[:] = [liveness]
-        _steps._core_failed = True  # no EngineCore registration of its own here
+        _steps._registrations[:] = [liveness]  # a worker's
+        _steps._core, _steps._core_failed = liveness, True  # the EngineCore's (registered here)
         bare_worker, bare_core = stand_ins()
         worker_class, core_class = stand_ins()
         module = ModuleType("stand_ins")

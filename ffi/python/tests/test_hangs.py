@@ -202,7 +202,8 @@ def test_the_engine_cores_steps_mark_it_busy_count_steps_and_go_idle_with_no_req
 ) -> None:
     table, _ = judged
     liveness = WorkerLiveness(table, 34, label="engine", interval=0.05, steps=True)
-    monkeypatch.setattr(_steps, "_registrations", [liveness])
+    monkeypatch.setattr(_steps, "_core", liveness)
+    monkeypatch.setattr(_steps, "_registrations", [])  # a worker's registration in this process gets none
     seen: List[Any] = []
 
     class EngineCore:
@@ -217,7 +218,7 @@ def test_the_engine_cores_steps_mark_it_busy_count_steps_and_go_idle_with_no_req
 
     module = type(sys)("fake_core")
     module.EngineCore = EngineCore  # type: ignore[attr-defined]
-    monkeypatch.setattr(_steps, "_core_failed", True)  # no registration of its own here
+    monkeypatch.setattr(_steps, "_core_failed", True)  # registered above
     _steps.wrap_engine_core(module)
     _steps.wrap_engine_core(module)  # wrapped once
     engine = EngineCore()
@@ -332,7 +333,7 @@ def test_reports_of_processes_that_are_gone_are_swept_by_the_next_one(tmp_path: 
 
 
 def test_steps_never_raise_into_the_engine_even_for_an_untracked_id(
-    make_table: Callable[..., livereg.Table], monkeypatch: pytest.MonkeyPatch
+    make_table: Callable[..., livereg.Table]
 ) -> None:
     table = make_table()
     untracked = WorkerLiveness(table, 0, steps=True)
@@ -344,6 +345,6 @@ def test_steps_never_raise_into_the_engine_even_for_an_untracked_id(
         def step_done(self, busy: bool = False) -> None:
             raise RuntimeError("broken")
 
-    monkeypatch.setattr(_steps, "_registrations", [untracked, Broken()])
-    _steps._started()
-    _steps._done()
+    registrations: List[Any] = [untracked, Broken()]
+    _steps._started(registrations)
+    _steps._done(registrations)

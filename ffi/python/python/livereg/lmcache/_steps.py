@@ -18,6 +18,10 @@ engine became the default):
   model's output is made (``execute_model``'s own answer, or
   ``sample_tokens``'), then idle.
 
+Each publishes to its own: the EngineCore's steps to its registration, a
+worker's steps to the engines' registrations of its process (one process
+holds both when vLLM runs its worker in the EngineCore).
+
 An idle engine never stalls; a slow step that completes never does. Each
 hook costs a few attribute reads and two or three calls into livereg's
 native module (a store each: no clock, no system call).
@@ -41,8 +45,10 @@ _WRAPPED = "__livereg_steps__"
 CORE_LABEL = "vllm-core"
 
 _lock = threading.Lock()
-#: The registrations of this process that steps are published to.
+#: This process's engines (their workers' registrations): the worker's
+#: steps are published to them.
 _registrations: List[WorkerLiveness] = []
+#: The EngineCore's own registration: its steps are published to it.
 _core: Optional[WorkerLiveness] = None
 _core_failed = False
 #: Whether this process's steps are followed (a step function was wrapped).
@@ -61,7 +67,8 @@ def core_label() -> str:
 
 
 def publish_to(liveness: WorkerLiveness) -> None:
-    """Steps of this process are published to ``liveness`` from now on."""
+    """The worker steps of this process are published to ``liveness`` from
+    now on."""
     with _lock:
         _registrations.append(liveness)
 
@@ -72,20 +79,24 @@ def stop_publishing(liveness: WorkerLiveness) -> None:
             _registrations.remove(liveness)
 
 
-def _started() -> None:
-    for liveness in _registrations:
+def _started(registrations: List[WorkerLiveness]) -> None:
+    for liveness in registrations:
         try:
             liveness.step_started()
         except Exception:  # never into the engine's step
             logger.exception("livereg: publishing a step's start failed")
 
 
-def _done(busy: bool = False) -> None:
-    for liveness in _registrations:
+def _done(registrations: List[WorkerLiveness], busy: bool = False) -> None:
+    for liveness in registrations:
         try:
             liveness.step_done(busy)
         except Exception:  # never into the engine's step
             logger.exception("livereg: publishing a step failed")
+
+
+def _cores() -> List[WorkerLiveness]:
+    return [] if _core is None else [_core]
 
 
 def _wrapped(method: Callable[..., Any], wrapper: Callable[..., Any]) -> Callable[..., Any]:
@@ -112,12 +123,13 @@ def _core_step(method: Callable[..., Any]) -> Callable[..., Any]:
     def step(self: Any, *args: Any, **kwargs: Any) -> Any:
         if _core is None and not _core_failed:
             _register_core(self)
-        _started()
+        cores = _cores()
+        _started(cores)
         try:
             return method(self, *args, **kwargs)
         finally:  # a step that raised has ended too: it is not hung
             scheduler = getattr(self, "scheduler", None)
-            _done(bool(scheduler is not None and scheduler.has_requests()))
+            _done(cores, bool(scheduler is not None and scheduler.has_requests()))
 
     return step
 
@@ -145,7 +157,6 @@ def _register_core(engine_core: Any) -> None:
     with _lock:
         _core = liveness
         _core_failed = False
-    publish_to(liveness)
 
 
 def wrap_workers(module: ModuleType) -> None:
@@ -168,14 +179,14 @@ def _now_followed() -> None:
 
 def _worker_execute(method: Callable[..., Any]) -> Callable[..., Any]:
     def execute_model(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _started()
+        _started(_registrations)
         try:
             output = method(self, *args, **kwargs)
         except BaseException:
-            _done()  # a step that raised has ended too: it is not hung
+            _done(_registrations)  # a step that raised has ended too: it is not hung
             raise
         if output is not None:
-            _done()
+            _done(_registrations)
         else:
             _wrap_sampling(type(getattr(self, "worker", None)))
         return output
@@ -200,6 +211,6 @@ def _sampled(method: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return method(self, *args, **kwargs)
         finally:
-            _done()
+            _done(_registrations)
 
     return sample_tokens

@@ -38,15 +38,19 @@ impl Worker {
     }
 
     /// Runs `call` on the live handle, or raises `EvictedError` once it was
-    /// deregistered here.
+    /// deregistered here. The error becomes an exception only once the
+    /// handle's lock is released: making it runs Python code (`Reason`),
+    /// where the interpreter may hand the GIL to another thread, which would
+    /// then wait on this lock while this thread waits for the GIL.
     fn with_live<T>(
         &self,
         call: impl FnOnce(&livereg::Worker) -> livereg::Result<T>,
     ) -> PyResult<T> {
-        match self.handle().as_ref() {
-            Some(worker) => call(worker).or_raise(),
-            None => Err(self.deregistered()),
-        }
+        let result = match self.handle().as_ref() {
+            Some(worker) => call(worker),
+            None => return Err(self.deregistered()),
+        };
+        result.or_raise()
     }
 
     fn deregistered(&self) -> PyErr {

@@ -348,3 +348,48 @@ def test_steps_never_raise_into_the_engine_even_for_an_untracked_id(
     registrations: List[Any] = [untracked, Broken()]
     _steps._started(registrations)
     _steps._done(registrations)
+
+
+HAMMER = textwrap.dedent(
+    """
+    import sys, threading, time, livereg
+    table = livereg.open(sys.argv[1])
+    worker = table.register(50, label="engine")
+    worker.set_busy(True)
+    while True:  # stalled: the reaper ends it
+        try:
+            worker.ping()
+        except livereg.EvictedError:
+            break
+        time.sleep(0.01)
+    sys.setswitchinterval(1e-6)
+    def hammer(call):
+        for _ in range(3000):
+            try:
+                call()
+            except livereg.EvictedError as error:
+                assert error.reason == livereg.Reason.STALLED
+    threads = [threading.Thread(target=hammer, args=(call,))
+               for call in (worker.ping, worker.progress, worker.ping, worker.progress)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print("done")
+    """
+)
+
+
+def test_threads_hearing_a_stall_at_once_never_deadlock(judged: Judged) -> None:
+    # Raising EvictedError with its reason runs Python code (the Reason
+    # enum), where the interpreter may hand the GIL to another thread; the
+    # handle's lock must not be held then, or a thread pinging the same
+    # handle waits on the lock while holding the GIL, forever. (In a child:
+    # a deadlock there fails this test instead of hanging it.)
+    table, _ = judged
+    try:
+        done = subprocess.run([sys.executable, "-c", HAMMER, table.name], capture_output=True, text=True,
+                              timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("threads hearing the stall at once deadlocked on one handle")
+    assert done.stdout.strip() == "done", done.stderr

@@ -3,8 +3,10 @@ in flight and when a step completes, so an engine that hangs with its beat
 thread running is seen (``STALLED``).
 
 Two places of vLLM's V1 engine run its steps, each wrapped when the process
-imports it (found in vLLM 0.32's ``vllm/v1``; the same names since the V1
-engine became the default):
+imports it (found in vLLM 0.32's ``vllm/v1``, the release the tests run; a
+release without one of these names logs that its steps are not followed,
+and a worker whose ``execute_model`` answers the step's output itself, with
+no ``sample_tokens`` after it, has its step counted there):
 
 - ``vllm.v1.engine.core.EngineCore.step`` and ``step_with_batch_queue``
   (the scheduler loop of ``VLLM::EngineCore``, called only while requests

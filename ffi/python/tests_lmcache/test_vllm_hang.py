@@ -7,6 +7,7 @@ hook (``hang_hook/sitecustomize.py``), never by shipped code."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -71,14 +72,18 @@ class HungServe:
         self.file.write_text("")
         Path(f"{self.file}.at").unlink(missing_ok=True)
 
-    def health_while(self, status: int, timeout: float = 30.0) -> Dict[str, Any]:
-        """Waits for ``/livereg/health`` to answer ``status``; its body."""
+    def health_while(self, status: int, naming: str = "", timeout: float = 30.0) -> Dict[str, Any]:
+        """Waits for ``/livereg/health`` to answer ``status`` with a body that
+        names ``naming`` (each stalled process's report comes at its own
+        beat after the verdict); its body."""
         deadline = time.monotonic() + timeout
         while True:
             code, body = self.serve.get("/livereg/health")
-            if code == status:
+            if code == status and naming in json.dumps(body):
                 return body
-            assert time.monotonic() < deadline, f"/livereg/health answered {code} {body}, not {status}"
+            assert time.monotonic() < deadline, (
+                f"/livereg/health answered {code} {body}, not {status} naming {naming!r}"
+            )
             time.sleep(0.1)
 
 
@@ -137,15 +142,17 @@ def _hang_is_let_go_and_served_again(hung: HungServe, word: str) -> List[str]:
     Returns the stall lines of the engine's log."""
     stalled = ended(hung.server.table, "stalled")
     completion = hung.hang(word)
-    began = hung.hung_at()
-    let_go = hung.server.wait_gone(hung.worker_id, 60) - began
-    assert let_go <= BOUND + 5, f"a hung worker let go {let_go:.3f}s after its hang began (bound {BOUND}s)"
-    assert ended(hung.server.table, "stalled") > stalled
-    body = hung.health_while(503)
-    frames = [stall["frame"] or "" for stall in body["stalled"]]
-    assert any("hang_here" in frame for frame in frames), body
-    assert "stalled" in body["reason"], body
-    hung.release()
+    try:
+        began = hung.hung_at()
+        let_go = hung.server.wait_gone(hung.worker_id, 60) - began
+        assert let_go <= BOUND + 5, f"a hung worker let go {let_go:.3f}s after its hang began (bound {BOUND}s)"
+        assert ended(hung.server.table, "stalled") > stalled
+        body = hung.health_while(503, naming="hang_here")
+        workers = [stall for stall in body["stalled"] if "hang_here" in (stall["frame"] or "")]
+        assert workers and "Worker" in workers[0]["process"], body
+        assert "stalled" in body["reason"], body
+    finally:  # a failure leaves no hang behind for the next test
+        hung.release()
     assert completion.result() == hung.first, "the engine served other tokens after the hang"
     hung.server.wait_held(hung.worker_id, 60)
     hung.health_while(200)
@@ -167,16 +174,19 @@ def test_a_worker_hung_holding_the_gil_is_let_go_with_its_stacks_then_serves_aga
 
 
 def test_an_engine_core_hung_with_a_request_waiting_is_let_go_then_serves_again(hung: HungServe) -> None:
+    hung.server.wait_held(hung.worker_id, 60)  # (whatever a test before left)
     stalled = ended(hung.server.table, "stalled")
     completion = hung.hang("core")
-    began = hung.hung_at()
-    let_go = hung.server.wait_gone(hung.worker_id, 60) - began
-    assert let_go <= BOUND + T + 5, f"a hung EngineCore's worker let go {let_go:.3f}s after the hang began"
-    assert ended(hung.server.table, "stalled") > stalled, "the EngineCore did not end stalled"
-    body = hung.health_while(503)
-    cores = [stall for stall in body["stalled"] if "EngineCore" in stall["process"]]
-    assert cores and "hang_here" in (cores[0]["frame"] or ""), body
-    hung.release()
+    try:
+        began = hung.hung_at()
+        let_go = hung.server.wait_gone(hung.worker_id, 60) - began
+        assert let_go <= BOUND + T + 5, f"a hung EngineCore's worker let go {let_go:.3f}s after the hang began"
+        assert ended(hung.server.table, "stalled") > stalled, "the EngineCore did not end stalled"
+        body = hung.health_while(503, naming="hang_here")
+        cores = [stall for stall in body["stalled"] if "hang_here" in (stall["frame"] or "")]
+        assert cores and "EngineCore" in cores[0]["process"], body
+    finally:
+        hung.release()
     assert completion.result() == hung.first
     hung.server.wait_held(hung.worker_id, 60)
     hung.health_while(200)

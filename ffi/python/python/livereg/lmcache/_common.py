@@ -20,6 +20,9 @@ DEFAULT_TABLE = "lmcache-workers"
 #: The environment variable that names another table (or a listener's
 #: address), on both sides.
 TABLE_ENV = "LIVEREG_LMCACHE_TABLE"
+#: The label (then a space and the engine key) of a vLLM EngineCore's own
+#: registration: it holds no state in the server, whose targets never see it.
+CORE_LABEL = "vllm-core"
 #: Instance ids a registration can have; 0 is the untracked prober's.
 _ID_RANGE = range(1, 1 << 64)
 #: Distinct untrackable ids logged; past this many, no more are.

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import livereg
-from livereg.lmcache._common import default_table, logger, read_token_file
+from livereg.lmcache._common import CORE_LABEL, default_table, logger, read_token_file
 from livereg.lmcache._served_table import ServedTable
-from livereg.lmcache._targets import STATELESS_LABEL_PREFIX, TargetDriver, is_liveness_target, live_registrations
+from livereg.lmcache._targets import TargetDriver, is_liveness_target, live_registrations
 
 #: livereg's hang budget when the config names none, in seconds. Beats cost
 #: nothing, so it need not respect LMCache's 30 s floor for its 10 s pings.
@@ -125,7 +125,7 @@ class LiveregServerModule:
                 "livereg: %s (instance %d, pid %d) stalled: busy with no step for %.1fs; its state is let go",
                 event.label or "an engine", event.instance_id, event.pid, event.silent_ns / 1e9,
             )
-        if event.label.startswith(STATELESS_LABEL_PREFIX):
+        if event.label.startswith(CORE_LABEL):
             return
         self._driver.free(event.instance_id, (event.slot, event.generation))
 

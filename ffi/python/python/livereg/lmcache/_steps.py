@@ -37,14 +37,12 @@ from types import ModuleType
 from typing import Any, Callable, List, Optional
 
 import livereg
-from livereg.lmcache._common import default_table, logger
+from livereg.lmcache._common import CORE_LABEL, default_table, logger
 from livereg.lmcache._stacks import engine_key, stall_report
 from livereg.lmcache._worker import WorkerLiveness
 
 #: Marks a method this module wrapped.
 _WRAPPED = "__livereg_steps__"
-#: The label of an EngineCore's registration; the engine key follows.
-CORE_LABEL = "vllm-core"
 
 _lock = threading.Lock()
 #: This process's engines (their workers' registrations): the worker's

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from livereg.lmcache._common import logger
+from livereg.lmcache._common import CORE_LABEL, logger
 
 #: Methods that free an instance's state on a target at once, in the order
 #: tried; a target is given the first it has.
@@ -153,16 +153,11 @@ class TargetDriver:
         return sum(int(self.call(target, "tracked_instance_count") or 0) for target in self.targets)
 
 
-#: Labels of registrations that hold no state in LMCache's server (a vLLM
-#: EngineCore's: ``livereg.lmcache._steps.CORE_LABEL``): never touched.
-STATELESS_LABEL_PREFIX = "vllm-core"
-
-
 def live_registrations(table: Any) -> Dict[int, Registration]:
     """Live registrations of ``table`` that hold state in the server:
     instance id → (slot, generation)."""
     return {
         r.instance_id: (r.slot, r.generation)
         for r in table.status().registrations
-        if r.state == "live" and not r.label.startswith(STATELESS_LABEL_PREFIX)
+        if r.state == "live" and not r.label.startswith(CORE_LABEL)
     }

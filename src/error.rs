@@ -181,21 +181,15 @@ impl Error {
 
     /// The error that result code `code` stands for, with the text another
     /// party gave for it (a listener's refusal): the inverse of
-    /// [`Error::code`]. An `Evicted` is for `instance_id`, with the reason
-    /// its text names (as its message writes it; `disconnected` if none).
-    /// `OK` and codes this build does not know are I/O errors naming the
-    /// code.
-    pub fn from_code(code: u32, text: String, instance_id: u64) -> Error {
+    /// [`Error::code`]. An `Evicted` is for `instance_id`, with the `reason`
+    /// the party gave as a code (`None`: the slot was reused). `OK` and
+    /// codes this build does not know are I/O errors naming the code.
+    pub fn from_code(code: u32, text: String, instance_id: u64, reason: Option<Reason>) -> Error {
         use codes::*;
         match code {
             LIVEREG_EVICTED => Error::Evicted {
                 instance_id,
-                reason: Some(
-                    Reason::ALL
-                        .into_iter()
-                        .find(|reason| text.contains(&format!("reason '{reason}'")))
-                        .unwrap_or(Reason::Disconnected),
-                ),
+                reason,
             },
             LIVEREG_FULL => Error::Full(text),
             LIVEREG_EXISTS => Error::Exists(text),
@@ -285,7 +279,7 @@ mod tests {
     #[test]
     fn every_listed_code_comes_back_as_the_error_of_that_code() {
         for code in &RESULT_CODES[1..] {
-            let error = Error::from_code(code.value, "why".into(), 7);
+            let error = Error::from_code(code.value, "why".into(), 7, None);
             assert_eq!(error.code(), code.value, "{code:?}");
             assert!(error.to_string().contains("why") || code.name == "EVICTED");
         }
@@ -293,9 +287,14 @@ mod tests {
             instance_id: 7,
             reason: Some(Reason::Stalled),
         };
-        let back = Error::from_code(evicted.code(), evicted.to_string(), 7);
+        let back = Error::from_code(
+            evicted.code(),
+            evicted.to_string(),
+            7,
+            Some(Reason::Stalled),
+        );
         assert_eq!(back.to_string(), evicted.to_string());
-        let unknown = Error::from_code(200, "why".into(), 7);
+        let unknown = Error::from_code(200, "why".into(), 7, None);
         assert!(unknown.to_string().contains("result code 200"), "{unknown}");
     }
 }

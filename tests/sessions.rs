@@ -968,6 +968,7 @@ fn a_question_asked_again_in_the_previous_version_ends_within_its_timeout() {
             code: Error::Incompatible(String::new()).code() as u8,
             message: "session protocol version 99, this reaper speaks 1 to 1: upgrade the reaper"
                 .into(),
+            reason: None,
         };
         let _ = first.write_all(&refusal.encode());
         // The second try is read and never answered.

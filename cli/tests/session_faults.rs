@@ -541,12 +541,12 @@ fn a_unix_connect_to_a_full_backlog_gives_up_within_its_timeout() {
 /// the reason until the slot is claimed again.
 #[test]
 fn a_late_reclaim_hears_why_its_registration_ended_after_its_slot_was_freed() {
-    use livereg::wire::{Frame, Reclaim, VERSION};
+    use livereg::wire::{Frame, Reclaim, OLDEST_SERVED, VERSION};
     let temp = TempTable::new("late-reclaim", &one_second());
     let (address, path) = socket_address("late-reclaim");
     let daemon = Daemon::start(BIN, &temp.name, &[&address]);
-    let hello = |reclaim| Frame::Hello {
-        version: VERSION,
+    let hello_in = |version, reclaim| Frame::Hello {
+        version,
         instance_id: 7,
         pid: 1,
         token: attack::TOKEN.as_bytes().to_vec(),
@@ -554,6 +554,7 @@ fn a_late_reclaim_hears_why_its_registration_ended_after_its_slot_was_freed() {
         host: String::new(),
         reclaim,
     };
+    let hello = |reclaim| hello_in(VERSION, reclaim);
     let answer = |conn: &mut attack::Conn| {
         let mut bytes = vec![0u8; 4096];
         let n = conn.read(&mut bytes).unwrap();
@@ -595,8 +596,31 @@ fn a_late_reclaim_hears_why_its_registration_ended_after_its_slot_was_freed() {
     again.set_timeouts(Duration::from_secs(5));
     again.write(&hello(Some(claim)).encode()).unwrap();
     match answer(&mut again).into_iter().next() {
-        Some(Frame::Refused { message, .. }) => {
+        Some(Frame::Refused {
+            message, reason, ..
+        }) => {
+            assert_eq!(reason, Some(Reason::Timeout), "{message}");
             assert!(message.contains("'timeout'"), "{message}")
+        }
+        other => panic!("expected a refusal, found {other:?}"),
+    }
+    // A client of the previous protocol gets the refusal it reads: no
+    // reason code (its message still names it).
+    let mut previous = attack::open(&address).unwrap();
+    previous.set_timeouts(Duration::from_secs(5));
+    let reclaim = hello_in(OLDEST_SERVED, Some(claim)).encode_for(OLDEST_SERVED);
+    previous.write(&reclaim).unwrap();
+    let mut bytes = vec![0u8; 4096];
+    let n = previous.read(&mut bytes).unwrap();
+    let (refusal, used) = Frame::decode(&bytes[..n]).unwrap().expect("a refusal");
+    assert_eq!(used, n, "one frame");
+    match refusal {
+        Frame::Refused {
+            message, reason, ..
+        } => {
+            assert_eq!(reason, None, "{message}");
+            assert!(message.contains("'timeout'"), "{message}");
+            assert_eq!(refusal_frame_len(&message), n);
         }
         other => panic!("expected a refusal, found {other:?}"),
     }
@@ -604,12 +628,18 @@ fn a_late_reclaim_hears_why_its_registration_ended_after_its_slot_was_freed() {
     let _ = std::fs::remove_file(path);
 }
 
+/// The length of a `Refused` of version 2 with `message`: prefix, type,
+/// code, message length and text; no reason byte.
+fn refusal_frame_len(message: &str) -> usize {
+    4 + 1 + 1 + 2 + message.len()
+}
+
 /// A listener two protocol versions away refuses today's hello and the
 /// previous one: the client fails in one line naming both versions and what
 /// to upgrade (`INCOMPATIBLE`), having tried each once.
 #[test]
 fn a_listener_that_speaks_no_version_of_ours_fails_in_one_line_naming_both() {
-    use livereg::wire::Frame;
+    use livereg::wire::{Frame, OLDEST_SERVED, VERSION};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = format!("tcp://{}", listener.local_addr().unwrap());
     let serving = std::thread::spawn(move || {
@@ -623,6 +653,7 @@ fn a_listener_that_speaks_no_version_of_ours_fails_in_one_line_naming_both() {
                 let refusal = Frame::Refused {
                     code: Error::Incompatible(String::new()).code() as u8,
                     message: format!("session protocol version {version}, this reaper speaks 9 to 9: upgrade the client"),
+                    reason: None,
                 };
                 conn.write_all(&refusal.encode()).unwrap();
             }
@@ -636,12 +667,13 @@ fn a_listener_that_speaks_no_version_of_ours_fails_in_one_line_naming_both() {
     assert!(matches!(refused, Error::Incompatible(_)), "{line}");
     assert!(!line.contains('\n'), "{line}");
     assert!(
-        line.contains("protocol 1 to 2") && line.contains("upgrade the older side"),
+        line.contains(&format!("protocol {OLDEST_SERVED} to {VERSION}"))
+            && line.contains("upgrade the older side"),
         "{line}"
     );
     assert_eq!(
         serving.join().unwrap(),
-        vec![2, 1],
+        vec![VERSION, OLDEST_SERVED],
         "today's version, then the previous"
     );
 }

@@ -1,5 +1,5 @@
 //! Version skew against the real previous build: the `livereg` command of
-//! the last commit that spoke session protocol 1 (`.ci/previous-build`,
+//! the last commit that spoke session protocol 2 (`.ci/previous-build`,
 //! named by `LIVEREG_PREVIOUS_BIN`), beside today's. Its client registers
 //! with today's reaper and today's client with its reaper, each beats, is
 //! ended on SIGKILL as a client of the reaper's own version is, and

@@ -1,7 +1,7 @@
 //! A session's byte stream, over a Unix or a TCP socket (plain, or TLS on
 //! either end), and the framing both ends read it with.
 
-use crate::session::wire::{Frame, WireError, MAX_FRAME};
+use crate::session::wire::{Frame, WireError, MAX_FRAME, VERSION};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
@@ -227,10 +227,17 @@ fn invalid(e: WireError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-/// Writes one frame whole. A non-blocking stream whose buffer is full
-/// fails with `WouldBlock`: a peer that does not read is closed.
+/// Writes one frame whole, in today's protocol. A non-blocking stream
+/// whose buffer is full fails with `WouldBlock`: a peer that does not read
+/// is closed.
 pub(crate) fn send(stream: &mut impl Write, frame: &Frame) -> io::Result<()> {
-    stream.write_all(&frame.encode())?;
+    send_for(stream, frame, VERSION)
+}
+
+/// [`send`], to a peer of protocol `version` (a listener's answer to an
+/// older client).
+pub(crate) fn send_for(stream: &mut impl Write, frame: &Frame, version: u16) -> io::Result<()> {
+    stream.write_all(&frame.encode_for(version))?;
     stream.flush()
 }
 
@@ -263,7 +270,7 @@ mod tests {
 
     #[test]
     fn a_flood_of_frames_is_taken_a_budget_at_a_time_buffering_under_a_frame() {
-        let mut peer = Endless(Frame::Bye.encode(), 0);
+        let mut peer = Endless(Frame::Bye {}.encode(), 0);
         let mut inbox = Inbox::default();
         for _ in 0..3 {
             let Ok(Received::Frames(frames)) = inbox.receive(&mut peer) else {
@@ -278,7 +285,7 @@ mod tests {
 
     #[test]
     fn a_part_frame_waits_for_its_rest() {
-        let bytes = Frame::Bye.encode();
+        let bytes = Frame::Bye {}.encode();
         let mut inbox = Inbox::default();
         let Ok(Received::Frames(frames)) = inbox.receive(&mut &bytes[..3]) else {
             panic!("frames expected");
@@ -287,22 +294,22 @@ mod tests {
         let Ok(Received::Frames(frames)) = inbox.receive(&mut &bytes[3..]) else {
             panic!("frames expected");
         };
-        assert_eq!(frames, vec![Frame::Bye]);
+        assert_eq!(frames, vec![Frame::Bye {}]);
     }
 
     #[test]
     fn a_close_behind_a_short_read_is_read_once_the_peer_hung_up() {
-        let bytes = Frame::Bye.encode();
+        let bytes = Frame::Bye {}.encode();
         let mut inbox = Inbox::default();
         let Ok(Received::Frames(frames)) = inbox.receive(&mut &bytes[..]) else {
             panic!("a short read is taken as all there is");
         };
-        assert_eq!(frames, vec![Frame::Bye]);
+        assert_eq!(frames, vec![Frame::Bye {}]);
         let mut inbox = Inbox::default();
         inbox.note_hung_up();
         let Ok(Received::Closed(frames)) = inbox.receive(&mut &bytes[..]) else {
             panic!("the close behind the frame is read");
         };
-        assert_eq!(frames, vec![Frame::Bye]);
+        assert_eq!(frames, vec![Frame::Bye {}]);
     }
 }

@@ -5,11 +5,14 @@
 
 use crate::clock::{deadline_after, time_left};
 use crate::error::{Error, Result};
+use crate::event::Reason;
 use crate::os::hostname::hostname;
 use crate::session::address::Address;
 use crate::session::stream::{send, Inbox, Received, Stream};
 use crate::session::tls::{self, TlsClient};
-use crate::session::wire::{Frame, Reclaim, HOST_MAX, OLDEST_SERVED, VERSION};
+use crate::session::wire::{
+    Frame, Reclaim, HOST_MAX, OLDEST_SERVED, REFUSED_REASON_SINCE, VERSION,
+};
 use crate::text::prefix_within;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -70,7 +73,7 @@ impl Dialer {
     ) -> Result<Dialed> {
         let deadline = deadline_after(timeout);
         match self.dial_in(VERSION, reclaim, timeout) {
-            Err(Error::Incompatible(refusal)) if is_version_refusal(&refusal) => {
+            Err(Error::Incompatible(refusal)) => {
                 let left = time_left(deadline);
                 self.dial_in(OLDEST_SERVED, reclaim, left).map_err(|e| match e {
                     Error::Incompatible(again) => Error::Incompatible(format!(
@@ -204,8 +207,17 @@ impl Dialer {
                             version,
                         });
                     }
-                    Frame::Refused { code, message } => {
-                        return Err(Error::from_code(code.into(), message, self.instance_id))
+                    Frame::Refused {
+                        code,
+                        message,
+                        reason,
+                    } => {
+                        return Err(Error::from_code(
+                            code.into(),
+                            message,
+                            self.instance_id,
+                            refused_reason(version, reason),
+                        ))
                     }
                     other => {
                         return Err(Error::Incompatible(format!(
@@ -231,8 +243,13 @@ impl Dialer {
 /// Whether a listener's `INCOMPATIBLE` refusal is of the client's protocol
 /// version: every listener has worded it "session protocol version N, ..."
 /// since version 1.
-fn is_version_refusal(message: &str) -> bool {
-    message.contains("session protocol version")
+/// The reason of a refusal to a hello of protocol `version`: the frame's
+/// code, or `disconnected` from a listener of a protocol that sent none.
+fn refused_reason(version: u16, reason: Option<Reason>) -> Option<Reason> {
+    match version >= REFUSED_REASON_SINCE {
+        true => reason,
+        false => Some(Reason::Disconnected),
+    }
 }
 
 /// Whether a read failed because the bytes were not a frame (rather than
@@ -331,7 +348,7 @@ pub(crate) fn request_clear(
         wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
     };
     match exchange(address, tls, timeout, &clear, wait)? {
-        Frame::Done => Ok(()),
+        Frame::Done {} => Ok(()),
         other => Err(unexpected(address, "done", &other)),
     }
 }
@@ -357,7 +374,7 @@ pub(crate) fn exchange(
     let deadline = deadline_after(timeout.saturating_add(longer));
     match exchange_once(address, tls, timeout, frame, deadline) {
         // A listener of the previous protocol: asked again in its version.
-        Err(Error::Incompatible(refusal)) if is_version_refusal(&refusal) => {
+        Err(Error::Incompatible(refusal)) => {
             let previous = match frame.clone() {
                 Frame::Ask {
                     token, instance_id, ..
@@ -428,8 +445,8 @@ fn exchange_once(
             Err(e) => return Err(io("read the answer", e)),
         };
         match frames.into_iter().next() {
-            Some(Frame::Refused { code, message }) => {
-                return Err(Error::from_code(code.into(), message, 0))
+            Some(Frame::Refused { code, message, .. }) => {
+                return Err(Error::from_code(code.into(), message, 0, None))
             }
             Some(answer) => return Ok(answer),
             None if closed => {

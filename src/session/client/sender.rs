@@ -249,7 +249,7 @@ impl Sender {
         }
         for frame in frames {
             match frame {
-                Frame::Heard => {}
+                Frame::Heard {} => {}
                 Frame::Ended { reason } => {
                     self.end_here(reason);
                     return Some(ConnectionEnd::Done);
@@ -374,7 +374,7 @@ impl Sender {
     fn goodbye(&mut self) -> ConnectionEnd {
         if self.ended_here() == Some(Reason::Deregistered) {
             let _ = self.forward();
-            let _ = send(&mut self.dialed.stream, &Frame::Bye);
+            let _ = send(&mut self.dialed.stream, &Frame::Bye {});
         }
         self.dialed.stream.shutdown();
         ConnectionEnd::Done

@@ -14,7 +14,7 @@ use crate::layout::FLAG_REMOTE;
 use crate::layout::LABEL_MAX;
 use crate::protocol::{self, Gone, LIVE};
 use crate::session::server::limited_log::limited_log;
-use crate::session::stream::send;
+use crate::session::stream::send_for;
 use crate::session::wire::{
     is_served, Frame, Reclaim, ANSWER_MAX, HOST_MAX, MESSAGE_MAX, OLDEST_SERVED, VERSION,
 };
@@ -38,6 +38,7 @@ impl Connection {
         else {
             return Next::Close(None);
         };
+        self.version = version.clamp(OLDEST_SERVED, VERSION);
         if let Err(refusal) = self.admit(gate, version, &token) {
             return self.refuse(&gate.refusals, &refusal);
         }
@@ -53,7 +54,6 @@ impl Connection {
                 if self.send_info(&gate.table) != Next::KeepOpen {
                     return Next::Close(Some(Reason::Disconnected));
                 }
-                self.version = version;
                 let welcome = Frame::Welcome {
                     version,
                     slot,
@@ -62,7 +62,7 @@ impl Connection {
                     reap_timeout_ms: gate.table.reap_timeout().as_millis() as u64,
                     boot_token: gate.table.memory.header().boot_token.load(Acquire),
                 };
-                if send(&mut self.stream, &welcome).is_err() {
+                if send_for(&mut self.stream, &welcome, self.version).is_err() {
                     return Next::Close(Some(Reason::Disconnected));
                 }
                 self.told = Instant::now();
@@ -86,6 +86,7 @@ impl Connection {
         token: &[u8],
         instance_id: u64,
     ) -> Next {
+        self.version = version.clamp(OLDEST_SERVED, VERSION);
         let json = self
             .admit(gate, version, token)
             .and_then(|()| gate.table.status())
@@ -100,7 +101,7 @@ impl Connection {
             });
         match json {
             Ok(json) if json.len() <= ANSWER_MAX => {
-                let _ = send(&mut self.stream, &Frame::Answer { json });
+                let _ = send_for(&mut self.stream, &Frame::Answer { json }, self.version);
                 Next::Close(None)
             }
             Ok(json) => self.refuse(
@@ -124,6 +125,7 @@ impl Connection {
         reset: bool,
         wait: Duration,
     ) -> Next {
+        self.version = version.clamp(OLDEST_SERVED, VERSION);
         match self
             .admit(gate, version, token)
             .and_then(|()| gate.table.request_clear(reset))
@@ -161,13 +163,16 @@ impl Connection {
             );
         }
         let message = prefix_within(&refusal.to_string(), MESSAGE_MAX).to_owned();
-        let _ = send(
-            &mut self.stream,
-            &Frame::Refused {
-                code: refusal.code() as u8,
-                message,
-            },
-        );
+        let reason = match refusal {
+            Error::Evicted { reason, .. } => *reason,
+            _ => None,
+        };
+        let refused = Frame::Refused {
+            code: refusal.code() as u8,
+            message,
+            reason,
+        };
+        let _ = send_for(&mut self.stream, &refused, self.version);
         Next::Close(None)
     }
 

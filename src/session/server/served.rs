@@ -9,7 +9,7 @@ use crate::event::Reason;
 use crate::protocol::{self, Gone, Stamp};
 use crate::requests::Ticket;
 use crate::session::server::limited_log::limited_log;
-use crate::session::stream::{send, Inbox, Received, Stream};
+use crate::session::stream::{send_for, Inbox, Received, Stream};
 use crate::session::timing::unheard_allowance;
 use crate::session::wire::{Frame, HEARD_SINCE, VERSION};
 use crate::sync::Ordering::Relaxed;
@@ -171,7 +171,7 @@ impl Connection {
                         steps,
                     },
                 ) => self.beat(gate, heartbeats, since_ping_us, busy, steps),
-                (Some(holding), Frame::Bye) => {
+                (Some(holding), Frame::Bye {}) => {
                     let slot = gate.table.memory.slot(holding.index);
                     let _ = protocol::end(slot, holding.generation, Reason::Deregistered);
                     gate.table.memory.wake_reaper();
@@ -235,7 +235,7 @@ impl Connection {
         self.request = None;
         match outcome {
             Ok(()) => {
-                let _ = send(&mut self.stream, &Frame::Done);
+                let _ = send_for(&mut self.stream, &Frame::Done {}, self.version);
                 Next::Close(None)
             }
             // (A clear that failed is no refused session: not counted.)
@@ -327,7 +327,7 @@ impl Connection {
             return Next::KeepOpen;
         }
         self.told = Instant::now();
-        match send(&mut self.stream, &Frame::Heard) {
+        match send_for(&mut self.stream, &Frame::Heard {}, self.version) {
             Ok(()) => Next::KeepOpen,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Next::KeepOpen,
             Err(_) => Next::Close(Some(Reason::Disconnected)),
@@ -364,7 +364,7 @@ impl Connection {
             Err(Gone::Ended(Some(reason))) => reason,
             _ => Reason::Disconnected,
         };
-        let _ = send(&mut self.stream, &Frame::Ended { reason });
+        let _ = send_for(&mut self.stream, &Frame::Ended { reason }, self.version);
         Next::Close(None)
     }
 
@@ -374,13 +374,15 @@ impl Connection {
     pub(crate) fn send_info(&mut self, table: &Table) -> Next {
         match table.info_now() {
             Ok(Some(bytes)) if bytes.is_empty() => Next::KeepOpen,
-            Ok(Some(bytes)) => match send(&mut self.stream, &Frame::Info { bytes }) {
-                Ok(()) => {
-                    self.told = Instant::now();
-                    Next::KeepOpen
+            Ok(Some(bytes)) => {
+                match send_for(&mut self.stream, &Frame::Info { bytes }, self.version) {
+                    Ok(()) => {
+                        self.told = Instant::now();
+                        Next::KeepOpen
+                    }
+                    Err(_) => Next::Close(Some(Reason::Disconnected)),
                 }
-                Err(_) => Next::Close(Some(Reason::Disconnected)),
-            },
+            }
             Ok(None) | Err(_) => Next::KeepOpen,
         }
     }

@@ -1,8 +1,184 @@
 //! The fields of a frame, written and read: fixed-width integers (big
 //! endian), flags, and byte strings and text under a length prefix, each
-//! read checked against its bound and naming what it expected.
+//! read checked against its bound and naming what it expected. Each kind of
+//! field is one [`Field`]: how it is written, how it is read, and how the
+//! layout table names it.
 
-use super::WireError;
+use super::{Reclaim, WireError};
+use crate::event::Reason;
+
+/// One kind of field: the frame declaration names it beside the Rust type
+/// it carries.
+pub(super) trait Field {
+    /// The Rust type the frame holds.
+    type Value;
+    /// Appends `value`.
+    fn put(value: &Self::Value, out: &mut Writer);
+    /// Reads one value.
+    fn get(input: &mut Reader<'_>) -> Result<Self::Value, WireError>;
+    /// How the layout table names it ("u16", "text (u8 + ≤ 47 bytes)").
+    fn layout() -> String;
+}
+
+macro_rules! integer_fields {
+    ($($codec:ident: $type:ty;)*) => {$(
+        /// A big-endian integer.
+        pub(super) struct $codec;
+        impl Field for $codec {
+            type Value = $type;
+            fn put(value: &$type, out: &mut Writer) {
+                out.0.extend_from_slice(&value.to_be_bytes());
+            }
+            fn get(input: &mut Reader<'_>) -> Result<$type, WireError> {
+                let bytes = input.take(size_of::<$type>())?;
+                Ok(<$type>::from_be_bytes(bytes.try_into().expect("its width")))
+            }
+            fn layout() -> String {
+                stringify!($type).to_owned()
+            }
+        }
+    )*};
+}
+
+integer_fields! {
+    U8: u8;
+    U16: u16;
+    U32: u32;
+    U64: u64;
+}
+
+/// A flag: one byte, 0 or 1.
+pub(super) struct Flag;
+impl Field for Flag {
+    type Value = bool;
+    fn put(value: &bool, out: &mut Writer) {
+        out.0.push(u8::from(*value));
+    }
+    fn get(input: &mut Reader<'_>) -> Result<bool, WireError> {
+        input.flag()
+    }
+    fn layout() -> String {
+        "u8 (0/1)".to_owned()
+    }
+}
+
+/// Bytes under a 2-byte length, at most `MAX`.
+pub(super) struct Bytes16<const MAX: usize>;
+impl<const MAX: usize> Field for Bytes16<MAX> {
+    type Value = Vec<u8>;
+    fn put(value: &Vec<u8>, out: &mut Writer) {
+        out.bytes16(value, MAX);
+    }
+    fn get(input: &mut Reader<'_>) -> Result<Vec<u8>, WireError> {
+        Ok(input.bytes16(MAX)?.to_vec())
+    }
+    fn layout() -> String {
+        format!("(u16 + ≤ {MAX} bytes)")
+    }
+}
+
+/// UTF-8 text under a 1-byte length, at most `MAX` bytes.
+pub(super) struct Text8<const MAX: usize>;
+impl<const MAX: usize> Field for Text8<MAX> {
+    type Value = String;
+    fn put(value: &String, out: &mut Writer) {
+        out.bytes8(value.as_bytes(), MAX);
+    }
+    fn get(input: &mut Reader<'_>) -> Result<String, WireError> {
+        input.text8(MAX)
+    }
+    fn layout() -> String {
+        format!("text (u8 + ≤ {MAX} bytes)")
+    }
+}
+
+/// UTF-8 text under a 2-byte length, at most `MAX` bytes.
+pub(super) struct Text16<const MAX: usize>;
+impl<const MAX: usize> Field for Text16<MAX> {
+    type Value = String;
+    fn put(value: &String, out: &mut Writer) {
+        out.bytes16(value.as_bytes(), MAX);
+    }
+    fn get(input: &mut Reader<'_>) -> Result<String, WireError> {
+        input.text16(MAX)
+    }
+    fn layout() -> String {
+        format!("text (u16 + ≤ {MAX} bytes)")
+    }
+}
+
+/// A reason a registration ended, as its code (1 to the last reason).
+pub(super) struct ReasonCode;
+impl Field for ReasonCode {
+    type Value = Reason;
+    fn put(value: &Reason, out: &mut Writer) {
+        out.0.push(*value as u8);
+    }
+    fn get(input: &mut Reader<'_>) -> Result<Reason, WireError> {
+        let code = input.u8()?;
+        reason(input, code)
+    }
+    fn layout() -> String {
+        format!("u8 (1 to {})", Reason::ALL.len())
+    }
+}
+
+/// The reason of `code`, or an error naming the codes there are.
+fn reason(input: &Reader<'_>, code: u8) -> Result<Reason, WireError> {
+    Reason::from_code(code).ok_or_else(|| {
+        input.wrong(
+            &format!("a reason (1 to {})", Reason::ALL.len()),
+            format!("{code}"),
+        )
+    })
+}
+
+/// A reason or none: its code, 0 for none.
+pub(super) struct ReasonOrNone;
+impl Field for ReasonOrNone {
+    type Value = Option<Reason>;
+    fn put(value: &Option<Reason>, out: &mut Writer) {
+        out.0.push(value.map_or(0, |reason| reason as u8));
+    }
+    fn get(input: &mut Reader<'_>) -> Result<Option<Reason>, WireError> {
+        match input.u8()? {
+            0 => Ok(None),
+            code => reason(input, code).map(Some),
+        }
+    }
+    fn layout() -> String {
+        format!("u8 (0: none, 1 to {})", Reason::ALL.len())
+    }
+}
+
+/// A registration to take back, or none: a flag, then if 1 the slot, its
+/// generation and the secret.
+pub(super) struct MaybeReclaim;
+impl Field for MaybeReclaim {
+    type Value = Option<Reclaim>;
+    fn put(value: &Option<Reclaim>, out: &mut Writer) {
+        Flag::put(&value.is_some(), out);
+        if let Some(reclaim) = value {
+            U32::put(&reclaim.slot, out);
+            U32::put(&reclaim.generation, out);
+            U64::put(&reclaim.secret, out);
+        }
+    }
+    fn get(input: &mut Reader<'_>) -> Result<Option<Reclaim>, WireError> {
+        match input.u8()? {
+            0 => Ok(None),
+            1 => Ok(Some(Reclaim {
+                slot: U32::get(input)?,
+                generation: U32::get(input)?,
+                secret: U64::get(input)?,
+            })),
+            other => Err(input.wrong("a reclaim flag (0 or 1)", format!("{other}"))),
+        }
+    }
+    fn layout() -> String {
+        "u8 (0/1), then if 1: slot u32, generation u32, secret u64".to_owned()
+    }
+}
 
 /// Appends big-endian fields.
 pub(super) struct Writer(pub(super) Vec<u8>);
@@ -12,12 +188,6 @@ impl Writer {
         self.0.push(value);
     }
     pub(super) fn u16(&mut self, value: u16) {
-        self.0.extend_from_slice(&value.to_be_bytes());
-    }
-    pub(super) fn u32(&mut self, value: u32) {
-        self.0.extend_from_slice(&value.to_be_bytes());
-    }
-    pub(super) fn u64(&mut self, value: u64) {
         self.0.extend_from_slice(&value.to_be_bytes());
     }
     pub(super) fn bytes8(&mut self, bytes: &[u8], max: usize) {
@@ -74,13 +244,7 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
     pub(super) fn u16(&mut self) -> Result<u16, WireError> {
-        Ok(u16::from_be_bytes(self.take(2)?.try_into().expect("2")))
-    }
-    pub(super) fn u32(&mut self) -> Result<u32, WireError> {
-        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4")))
-    }
-    pub(super) fn u64(&mut self) -> Result<u64, WireError> {
-        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8")))
+        U16::get(self)
     }
 
     pub(super) fn flag(&mut self) -> Result<bool, WireError> {
@@ -117,6 +281,11 @@ impl<'a> Reader<'a> {
     pub(super) fn text16(&mut self, max: usize) -> Result<String, WireError> {
         let n = usize::from(self.u16()?);
         self.text(n, max)
+    }
+
+    /// Whether the payload has been read to its end.
+    pub(super) fn is_empty(&self) -> bool {
+        self.at == self.payload.len()
     }
 
     /// The payload must end here.

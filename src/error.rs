@@ -2,7 +2,7 @@
 //! each message names what was expected and what was found.
 
 use crate::event::Reason;
-use crate::protocol::Gone;
+use crate::table::protocol::Gone;
 use std::io;
 
 /// Everything that can go wrong, one variant per C result code.

@@ -35,22 +35,19 @@
 #![deny(missing_docs)]
 #![cfg_attr(loom, allow(dead_code))]
 
-// The format and the protocol: shared with the loom models.
+// The crate's rooms: the table (its format and slot protocol are also
+// compiled into the loom models), the worker side, the reaper side, the
+// observers (`status`), the sessions over a socket, the fleet (`etcd`) and
+// the OS calls; beside them the types every room shares (errors, events,
+// the clock). Each folder's module doc says what it owns and what it may
+// import; no file imports what its parent module defines.
 mod event;
-mod info;
-mod layout;
-#[cfg(all(test, loom))]
-mod loom_models;
-mod protocol;
 mod sync;
+mod table;
 mod text;
 
-// Items that need the OS (files, threads, clocks): left out of the loom
+// Rooms that need the OS (files, threads, clocks): left out of the loom
 // build, which model-checks the slot protocol in ordinary memory.
-#[cfg(not(loom))]
-mod absence;
-#[cfg(not(loom))]
-mod beat_thread;
 #[cfg(not(loom))]
 mod clock;
 #[cfg(not(loom))]
@@ -58,77 +55,44 @@ mod error;
 #[cfg(all(not(loom), feature = "etcd"))]
 pub mod etcd;
 #[cfg(not(loom))]
-mod exit_watch;
-#[cfg(not(loom))]
-mod fork;
-#[cfg(not(loom))]
-mod handlers;
-#[cfg(not(loom))]
-mod location;
-#[cfg(not(loom))]
-mod metrics;
-#[cfg(not(loom))]
-mod openmetrics;
-#[cfg(not(loom))]
 mod os;
 #[cfg(not(loom))]
 mod reaper;
-#[cfg(not(loom))]
-mod registration;
-#[cfg(not(loom))]
-mod requests;
 #[cfg(not(loom))]
 mod session;
 #[cfg(not(loom))]
 mod status;
 #[cfg(not(loom))]
-mod table;
-#[cfg(not(loom))]
-mod table_locks;
-#[cfg(not(loom))]
-mod table_memory;
-#[cfg(not(loom))]
-mod table_options;
-#[cfg(not(loom))]
-mod wake;
-#[cfg(not(loom))]
 mod worker;
 
 #[cfg(not(loom))]
-pub use beat_thread::{raise_in_this_thread, BeatThread, OnEnd};
-#[cfg(not(loom))]
-pub use clock::{
-    coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns, Clock, ManualClock, StampClock,
-    MIN_TIMEOUT_TICKS, STAMP_LAG_TICKS,
-};
+pub use clock::{Clock, ManualClock, StampClock, MIN_TIMEOUT_TICKS, STAMP_LAG_TICKS};
 #[cfg(not(loom))]
 pub use error::{codes, Error, Result, ResultCode, RESULT_CODES};
 #[cfg(not(loom))]
-pub use handlers::{HandlerError, HANDLER_DEADLINE};
+pub use os::clock::{coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns};
 #[cfg(not(loom))]
-pub use metrics::ProcessMetrics;
-#[cfg(not(loom))]
-pub use reaper::ReaperThread;
-#[cfg(not(loom))]
-pub use reaper::{Reaper, ReaperBuilder, ScanReport};
-#[cfg(not(loom))]
-pub use registration::{Registration, PREVIOUS_DROP_WAIT};
+pub use reaper::{HandlerError, Reaper, ReaperBuilder, ReaperThread, ScanReport, HANDLER_DEADLINE};
 #[cfg(not(loom))]
 pub use session::{
     connect, read_token_file, remote_clear, remote_reset, remote_status, wire, Address,
     ConnectOptions, SessionRefusals, TlsClient, TlsServer, DEFAULT_CONNECT_TIMEOUT, TLS_BUILT_IN,
 };
 #[cfg(not(loom))]
-pub use status::{ExitDetection, RegistrationState, RegistrationStatus, RemoteStatus, Status};
+pub use status::{
+    ExitDetection, ProcessMetrics, RegistrationState, RegistrationStatus, RemoteStatus, Status,
+};
 #[cfg(not(loom))]
 pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
 #[cfg(not(loom))]
-pub use worker::{Busy, Worker};
+pub use worker::{
+    raise_in_this_thread, BeatThread, Busy, OnEnd, Registration, Worker, PREVIOUS_DROP_WAIT,
+};
 
 pub use event::{DropEvent, Reason};
 #[doc(hidden)]
-pub use layout::header_offsets;
-pub use layout::{
+pub use table::layout::header_offsets;
+pub use table::layout::{
     label_prefix, table_size, BEATS_PER_TIMEOUT, HEADER_SIZE, INFO_AREA_SIZE, INFO_MAX, LABEL_MAX,
     MAGIC, MAX_CAPACITY, SCANS_PER_TIMEOUT, SLOT_SIZE, VERSION_MAJOR, VERSION_MINOR,
 };

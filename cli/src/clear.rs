@@ -1,7 +1,8 @@
 //! `livereg clear NAME|ADDRESS [--wait D] [--reset]`
 
-use crate::target::SessionArgs;
-use crate::{duration, Outcome};
+use crate::support::duration;
+use crate::support::outcome::Outcome;
+use crate::support::target::SessionArgs;
 use livereg::{Address, Reason, Status, Table};
 use std::process::ExitCode;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! `livereg create NAME`
 
-use crate::{duration, Outcome};
+use crate::support::duration;
+use crate::support::outcome::Outcome;
 use livereg::{StampClock, Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
 use std::process::ExitCode;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! dropped subcommand or a value the parser refuses fails here, not in a
 //! cluster.
 
-use crate::Cli;
+use crate::command_line::Cli;
 use clap::error::ErrorKind;
 use clap::Parser;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `livereg info NAME [--set VALUE]`: the bytes a server publishes in its
 //! table for workers (a chunk size, an address), printed or replaced.
 
-use crate::Outcome;
+use crate::support::outcome::Outcome;
 use livereg::Table;
 use std::io::Write;
 use std::process::ExitCode;

@@ -23,21 +23,6 @@ mod output {
     }
 }
 
-/// Who registers: the table, the instance id and its label (`run`, `worker`).
-#[derive(clap::Args)]
-pub struct Registrant {
-    /// Table name, or a reaper's listener (`unix:PATH`, `tcp://HOST:PORT`).
-    name: String,
-    /// Instance id to register.
-    #[arg(long)]
-    instance: u64,
-    /// Label.
-    #[arg(long, default_value = "")]
-    label: String,
-    #[command(flatten)]
-    token: target::SessionArgs,
-}
-
 // The subcommands, one file each.
 mod clear;
 mod create;
@@ -49,53 +34,20 @@ mod rm;
 mod run;
 mod status;
 
-// What the subcommands share.
-mod support;
-use support::{cluster, duration, etcd_args, logging, metrics_endpoint, notify, signals, target};
 mod worker;
+
+// The command line, and what the subcommands share.
+mod command_line;
+mod support;
+
+use command_line::{Cli, Command};
+use support::logging;
 
 #[cfg(test)]
 mod deploy_lines;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use std::process::ExitCode;
-
-/// A lock-free shared-memory liveness registry.
-#[derive(Parser)]
-#[command(name = "livereg", version, about)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-    #[command(flatten)]
-    logging: logging::LogArgs,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Create a table (refuses an existing one).
-    Create(create::Args),
-    /// Run the reaper in the foreground.
-    Reap(reap::Args),
-    /// Show a table's registrations and its reaper.
-    Status(status::Args),
-    /// Exit 0 and print the boot token if a reaper is alive (with
-    /// --instance N: exit 0 only if instance N is live and not stalled).
-    Probe(probe::Args),
-    /// Ask the reaper to run its clear handlers (--reset: end every
-    /// registration first) and wait for it.
-    Clear(clear::Args),
-    /// Print the server-published info, or publish it with --set.
-    Info(info::Args),
-    /// Remove a table.
-    Rm(rm::Args),
-    /// Register on behalf of a program and beat while it runs.
-    Run(run::Args),
-    /// Show the whole system working: workers killed, hung, stopped, cleared.
-    Demo(demo::Args),
-    /// A worker process for the demo and the tests.
-    #[command(hide = true)]
-    Worker(worker::Args),
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -121,12 +73,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// What a subcommand returns: its exit code, or an error printed on one line.
-type Outcome = Result<ExitCode, Box<dyn std::error::Error>>;
-
 #[cfg(test)]
 mod tests {
-    use super::Cli;
+    use crate::command_line::Cli;
     use clap::CommandFactory;
 
     #[test]

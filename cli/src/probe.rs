@@ -3,9 +3,9 @@
 //! registration is live and neither silent past the timeout nor stalled (an
 //! engine container's exec probe).
 
-use crate::duration::age;
-use crate::target::SessionArgs;
-use crate::Outcome;
+use crate::support::duration::age;
+use crate::support::outcome::Outcome;
+use crate::support::target::SessionArgs;
 use livereg::{Address, RegistrationState, Status, Table};
 use std::process::ExitCode;
 

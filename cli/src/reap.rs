@@ -7,12 +7,14 @@
 //! cannot come back before the hook ran, and a daemon killed mid-hook leaves
 //! the drop for the next reaper to run again (at least once).
 
-use crate::cluster::{Ends, Publishing};
-use crate::etcd_args::PublishArgs;
-use crate::metrics_endpoint::{MetricsServer, Reaping, Role};
-use crate::notify::{self, Notifier};
-use crate::target::TokenArgs;
-use crate::{duration, signals, Outcome};
+use crate::support::cluster::{Ends, Publishing};
+use crate::support::duration;
+use crate::support::etcd_args::PublishArgs;
+use crate::support::metrics_endpoint::{MetricsServer, Reaping, Role};
+use crate::support::notify::{self, Notifier};
+use crate::support::outcome::Outcome;
+use crate::support::signals;
+use crate::support::target::TokenArgs;
 use livereg::{Address, DropEvent, Error, HandlerError, ReaperThread, Reason, Table, TlsServer};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};

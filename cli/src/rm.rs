@@ -1,6 +1,6 @@
 //! `livereg rm NAME`
 
-use crate::Outcome;
+use crate::support::outcome::Outcome;
 use livereg::Table;
 use std::process::ExitCode;
 

@@ -9,8 +9,11 @@
 //! passed on once; those the terminal sends to the whole foreground group
 //! already reached the program.
 
-use crate::target::Target;
-use crate::{duration, signals, Outcome, Registrant};
+use crate::support::duration;
+use crate::support::outcome::Outcome;
+use crate::support::signals;
+use crate::support::target::Registrant;
+use crate::support::target::Target;
 use livereg::{Error, Worker, BEATS_PER_TIMEOUT};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitCode};

@@ -1,10 +1,12 @@
 //! `livereg status NAME [--json | --format F | --watch [D]]`, or
 //! `livereg status --cluster --etcd ENDPOINTS [--json] [--watch]`
 
-use crate::duration::{self, age};
-use crate::etcd_args::EtcdArgs;
-use crate::target::SessionArgs;
-use crate::{cluster, signals, Outcome};
+use crate::support::cluster;
+use crate::support::duration::{self, age};
+use crate::support::etcd_args::EtcdArgs;
+use crate::support::outcome::Outcome;
+use crate::support::signals;
+use crate::support::target::SessionArgs;
 use livereg::{Address, Reason, RegistrationState, RegistrationStatus, Status, Table};
 use std::collections::BTreeMap;
 use std::process::ExitCode;

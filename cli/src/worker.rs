@@ -2,8 +2,10 @@
 //! and the tests. It prints one line per event on stdout:
 //! `registered SLOT GENERATION`, `evicted`, `deregistered`.
 
-use crate::target::Target;
-use crate::{duration, Outcome, Registrant};
+use crate::support::duration;
+use crate::support::outcome::Outcome;
+use crate::support::target::Registrant;
+use crate::support::target::Target;
 use livereg::{Error, Worker};
 use std::io::Write;
 use std::process::ExitCode;

@@ -1,8 +1,9 @@
 //! Every host's registrations, read back from etcd (`livereg status
 //! --cluster`).
 
+use super::error::EtcdError;
+use super::options::EtcdOptions;
 use super::record::{self, ClusterRecord};
-use super::{EtcdError, EtcdOptions};
 use etcd_client::GetOptions;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -62,7 +63,7 @@ impl ClusterStatus {
     /// credentials); [`EtcdError::InvalidOptions`] for an empty endpoint list
     /// or endpoints that disagree with the TLS setting.
     pub fn fetch(options: &EtcdOptions) -> Result<ClusterStatus, EtcdError> {
-        super::check_endpoints(&options.endpoints, options.tls.is_some())?;
+        super::options::check_endpoints(&options.endpoints, options.tls.is_some())?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;

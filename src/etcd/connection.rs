@@ -10,7 +10,7 @@
 //! killed.) When that member goes, the connection breaks and the next
 //! connect finds another; the random start spreads hosts over the members.
 
-use super::EtcdOptions;
+use super::options::EtcdOptions;
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use std::time::Duration;
 

@@ -4,14 +4,15 @@
 //! while [`LeaseHold`] keeps the lease.
 
 use super::backoff::spread;
+use super::error::EtcdError;
 use super::lease::{keep_alive_every, lease_news, LeaseConnection, LeaseHold, Wake};
+use super::options::EtcdOptions;
 use super::plan::{plan, InEtcd, Reasons, Write};
 use super::record::{self, ClusterRecord};
 use super::shared::{Ended, Shared, ENDS_QUEUE};
-use super::{EtcdError, EtcdOptions};
-use crate::status::RegistrationState;
-use crate::table::Table;
-use crate::wake::WakeFd;
+use crate::status::report::RegistrationState;
+use crate::table::handle::Table;
+use crate::table::wake::WakeFd;
 use etcd_client::{GetOptions, PutOptions, Txn, TxnOp};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;

@@ -8,13 +8,14 @@
 //! replay. The only queue is the end reasons the reaper's drop handler
 //! passes on ([`EndSink`]), bounded, oldest dropped.
 
+use super::error::EtcdError;
 use super::mirror::Mirror;
+use super::options::EtcdOptions;
 use super::shared::{Ended, Shared, ENDS_QUEUE};
-use super::{EtcdError, EtcdOptions};
 use crate::event::DropEvent;
-use crate::fork;
-use crate::table::Table;
-use crate::wake::WakeFd;
+use crate::os::fork;
+use crate::table::handle::Table;
+use crate::table::wake::WakeFd;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

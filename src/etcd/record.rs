@@ -1,6 +1,6 @@
 //! The key schema and the value published for one registration.
 
-use super::EtcdError;
+use super::error::EtcdError;
 use crate::event::Reason;
 use serde::{Deserialize, Serialize};
 

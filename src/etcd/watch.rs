@@ -11,9 +11,10 @@
 //! too. Reconnects back off as the publisher's do, jittered.
 
 use super::backoff::Backoff;
+use super::error::EtcdError;
+use super::options::EtcdOptions;
 use super::record::{self, ClusterRecord};
 use super::view::{ClusterChange, ClusterEvent, FleetView, KeyEvent};
-use super::{EtcdError, EtcdOptions};
 use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchResponse, WatchStream};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -122,7 +123,7 @@ impl ClusterWatch {
     /// [`EtcdError::Timeout`] if etcd cannot be read now;
     /// [`EtcdError::Io`] if the thread cannot start.
     pub fn start(options: &EtcdOptions) -> Result<ClusterWatch, EtcdError> {
-        super::check_endpoints(&options.endpoints, options.tls.is_some())?;
+        super::options::check_endpoints(&options.endpoints, options.tls.is_some())?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;

@@ -1,7 +1,7 @@
 //! An `epoll(7)` set: one thread waits on many descriptors at once (pidfds,
 //! the close watch, a stop event).
 
-use super::check;
+use super::raw::check;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 

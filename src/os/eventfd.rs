@@ -1,7 +1,7 @@
 //! `eventfd(2)`: the descriptors wake-ups travel through from one thread to
 //! another.
 
-use super::check;
+use super::raw::check;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 

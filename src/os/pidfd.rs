@@ -1,6 +1,6 @@
 //! `pidfd_open(2)`: a descriptor for a process, readable once it exits.
 
-use super::check;
+use super::raw::check;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 

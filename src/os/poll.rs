@@ -1,7 +1,7 @@
 //! `poll(2)`: waiting on a few descriptors at once (a session client's
 //! socket and its wake-up).
 
-use super::check;
+use super::raw::check;
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Facts about processes read from `/proc`.
 
-use crate::fork::PerProcess;
+use crate::os::fork::PerProcess;
 use std::os::unix::fs::MetadataExt;
 
 /// This process's start time in clock ticks since boot (`/proc/self/stat`

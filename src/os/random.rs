@@ -1,6 +1,6 @@
 //! `getrandom(2)`: random bytes from the kernel, for secrets and names.
 
-use super::check;
+use super::raw::check;
 use std::io;
 
 /// Eight random bytes from the kernel (`getrandom(2)`).

@@ -1,7 +1,7 @@
 //! What `std` does not say about sockets: a Unix peer's credentials and a
 //! listening socket's backlog.
 
-use super::check;
+use super::raw::check;
 use std::io;
 use std::os::fd::AsRawFd;
 

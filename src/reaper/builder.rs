@@ -2,20 +2,21 @@
 //! table's reaper role.
 
 use super::lock_rounds::LockRounds;
-use super::{Dispatch, Reaper, Seen};
+use super::observe::Seen;
+use super::role::{Dispatch, Reaper};
 use crate::clock::Clock;
 use crate::error::Result;
 use crate::event::DropEvent;
-use crate::exit_watch::ExitWatcher;
-use crate::handlers::{
+use crate::reaper::exit_watch::ExitWatcher;
+use crate::reaper::handlers::{
     ClearHandler, DropHandler, HandlerError, Handlers, Running, HANDLER_DEADLINE,
 };
 use crate::session::Sessions;
 use crate::session::{Address, TlsServer};
 use crate::session::{ListenConfig, DEFAULT_SOCKET_MODE};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use crate::table::Table;
-use crate::wake::WakeFd;
+use crate::table::handle::Table;
+use crate::table::wake::WakeFd;
 use std::time::Duration;
 
 /// Configures a reaper: [`Table::reaper`] makes one.
@@ -74,7 +75,7 @@ impl Table {
 impl ReaperBuilder {
     /// Adds a drop-state handler, called once for every registration that
     /// ends. A handler that returns an error or panics is counted and logged
-    /// in [`Status::handler_failures`](crate::status::Status); the others still run.
+    /// in [`Status::handler_failures`](crate::status::report::Status); the others still run.
     ///
     /// On a reaper thread ([`ReaperBuilder::spawn`]) drops run on handler
     /// threads, several at once when a handler is slow: handlers are `Fn +
@@ -99,7 +100,7 @@ impl ReaperBuilder {
     }
 
     /// How long a handler may run before it is logged and counted in
-    /// [`Status::handlers_overdue`](crate::status::Status) (default
+    /// [`Status::handlers_overdue`](crate::status::report::Status) (default
     /// [`HANDLER_DEADLINE`], 30 s). It keeps running: its slot stays held
     /// until it returns.
     pub fn handler_deadline(mut self, deadline: Duration) -> Self {
@@ -248,7 +249,7 @@ impl ReaperBuilder {
 /// A progress timeout is zero (off) or at least one scan of a table that
 /// reaps.
 fn check_progress_timeout(timeout: Duration, reap_timeout: Duration) -> Result<()> {
-    let scan = reap_timeout / crate::layout::SCANS_PER_TIMEOUT;
+    let scan = reap_timeout / crate::table::layout::SCANS_PER_TIMEOUT;
     if timeout.is_zero() || (!reap_timeout.is_zero() && timeout >= scan) {
         return Ok(());
     }

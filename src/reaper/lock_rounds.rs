@@ -2,12 +2,12 @@
 //! in rounds after a descriptor on the table was closed, on the first scan
 //! and on a backstop; and the tests themselves.
 
-use super::Reaper;
-use crate::exit_watch::CLOSE_RECHECK;
-use crate::layout::{Slot, FLAG_PROXY, PROCESS_TAG_SHIFT, SCANS_PER_TIMEOUT};
+use super::role::Reaper;
 use crate::os::lock;
-use crate::protocol::{self, CLAIMING};
+use crate::reaper::exit_watch::CLOSE_RECHECK;
 use crate::sync::Ordering::{Acquire, Relaxed};
+use crate::table::layout::{Slot, FLAG_PROXY, PROCESS_TAG_SHIFT, SCANS_PER_TIMEOUT};
+use crate::table::protocol::{self, CLAIMING};
 
 /// How long after a round for a close its second round is due: half the
 /// exit watcher's [`CLOSE_RECHECK`] (the close was heard before this round
@@ -183,7 +183,7 @@ impl Reaper {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exit_watch::CLOSE_RECHECK;
+    use crate::reaper::exit_watch::CLOSE_RECHECK;
 
     const MS: u64 = 1_000_000;
 

@@ -3,18 +3,18 @@
 //! scan's figures.
 
 use super::observe::Verdict;
-use super::{Dispatch, Reaper, ScanReport};
-use crate::absence::absence_threshold;
-use crate::clock::monotonic_ns;
+use super::role::{Dispatch, Reaper, ScanReport};
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
-use crate::exit_watch::ExitWatcher;
-use crate::handlers::{HandlerPool, Job};
-use crate::layout::{Slot, FLAG_REMOTE};
-use crate::metrics;
-use crate::protocol::{self, Beat, CLAIMING, FREE, LIVE};
+use crate::os::clock::monotonic_ns;
+use crate::reaper::absence::absence_threshold;
+use crate::reaper::exit_watch::ExitWatcher;
+use crate::reaper::handlers::{HandlerPool, Job};
 use crate::session::limited_log;
+use crate::status::metrics;
 use crate::sync::Ordering::{Acquire, Relaxed, Release};
+use crate::table::layout::{Slot, FLAG_REMOTE};
+use crate::table::protocol::{self, Beat, CLAIMING, FREE, LIVE};
 use std::time::Duration;
 
 impl Reaper {

@@ -1,13 +1,14 @@
 //! The reaper in a background thread: a scan every `timeout / 4`, and at once
 //! when a deregistration, a replacement or a clear request wakes it.
 
+use super::builder::ReaperBuilder;
+use super::role::Reaper;
 use crate::error::Result;
-use crate::fork;
-use crate::reaper::{Reaper, ReaperBuilder};
+use crate::os::fork;
 use crate::session::Address;
 use crate::session::ListenConfig;
 use crate::session::Sessions;
-use crate::table::Table;
+use crate::table::handle::Table;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -115,7 +116,7 @@ impl ReaperThread {
 
     /// The sessions its listeners refused, by result code (see
     /// [`Reaper::session_refusals`]).
-    pub fn session_refusals(&self) -> crate::SessionRefusals {
+    pub fn session_refusals(&self) -> crate::session::SessionRefusals {
         self.sessions.refusals()
     }
 
@@ -146,7 +147,7 @@ impl ReaperThread {
         };
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(Err(error))) => Err(error),
-            Some(Err(panic)) => Err(ended(crate::handlers::panic_message(&*panic))),
+            Some(Err(panic)) => Err(ended(crate::reaper::handlers::panic_message(&*panic))),
             _ => Err(ended("it returned".to_owned())),
         }
     }
@@ -165,7 +166,8 @@ impl ReaperThread {
     /// reaper's own handlers, which the stop would wait for: the reaper is
     /// told to stop, and does once the handler has returned.
     pub fn stop(mut self) -> Result<()> {
-        let inside = crate::handlers::refuse_inside_handler(&self.table.memory, "stop the reaper");
+        let inside =
+            crate::reaper::handlers::refuse_inside_handler(&self.table.memory, "stop the reaper");
         self.halt();
         inside
     }
@@ -180,7 +182,9 @@ impl ReaperThread {
             std::mem::forget(self.thread.take());
             return;
         }
-        if crate::handlers::refuse_inside_handler(&self.table.memory, "stop the reaper").is_err() {
+        if crate::reaper::handlers::refuse_inside_handler(&self.table.memory, "stop the reaper")
+            .is_err()
+        {
             // Called from one of its handlers: joining would wait for the
             // caller itself. Ask it to stop, and let it go.
             self.stop.store(true, Ordering::Release);

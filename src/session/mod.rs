@@ -13,7 +13,7 @@
 
 mod address;
 mod client;
-mod server;
+pub(crate) mod server;
 mod stream;
 mod timing;
 mod tls;
@@ -25,8 +25,8 @@ pub use address::Address;
 pub use client::{
     connect, remote_clear, remote_reset, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT,
 };
+pub(crate) use server::limited_log;
 pub use server::SessionRefusals;
-pub(crate) use server::{limited_log, LogLimiter};
 pub(crate) use server::{
     ListenConfig, Record, Records, Sessions, SlotSilence, DEFAULT_SOCKET_MODE,
 };

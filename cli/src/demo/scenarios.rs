@@ -3,11 +3,11 @@
 //! ends them and they come back, the hung one resumes, a busy one stalls;
 //! then the shutdown.
 
-use super::{
+use super::stage::{
     eviction_bound, scan_interval, signal, spawn_worker, Demo, DemoEvent, Step, WorkerProcess,
     BEAT_EVERY, PROGRESS_TIMEOUT, SLACK, TIMEOUT,
 };
-use crate::duration;
+use crate::support::duration;
 use livereg::Reason;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

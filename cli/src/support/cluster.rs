@@ -2,10 +2,10 @@
 //! `livereg status --cluster --etcd ENDPOINTS` shows every host's, and with
 //! `--watch` follows them, one line per change.
 
-use crate::duration::age;
-use crate::etcd_args::{EtcdArgs, PublishArgs, PASSWORD_ENV};
-use crate::signals;
-use crate::Outcome;
+use crate::support::duration::age;
+use crate::support::etcd_args::{EtcdArgs, PublishArgs, PASSWORD_ENV};
+use crate::support::outcome::Outcome;
+use crate::support::signals;
 use livereg::etcd::{
     ClusterChange, ClusterEvent, ClusterRecord, ClusterStatus, ClusterWatch, EndSink,
     EtcdCredentials, EtcdOptions, EtcdTls, Publisher, DEFAULT_PREFIX,

@@ -2,8 +2,8 @@
 //! options parse, and asking for them fails in one line saying how to build
 //! them in.
 
-use crate::etcd_args::{EtcdArgs, PublishArgs, MISSING};
-use crate::Outcome;
+use crate::support::etcd_args::{EtcdArgs, PublishArgs, MISSING};
+use crate::support::outcome::Outcome;
 use livereg::{DropEvent, Table};
 
 /// Where a reaper's drop handler sends end reasons: nowhere.

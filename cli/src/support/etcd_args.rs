@@ -52,7 +52,7 @@ pub struct PublishArgs {
     pub host: Option<String>,
     /// Lease TTL: a dead host's keys vanish this long after its last
     /// keep-alive (whole seconds; etcd's minimum is 2s) [default: 10s].
-    #[arg(long, value_parser = crate::duration::parse, requires = "etcd")]
+    #[arg(long, value_parser = crate::support::duration::parse, requires = "etcd")]
     pub etcd_ttl: Option<Duration>,
 }
 

@@ -2,8 +2,8 @@
 //! `GET /metrics` (OpenMetrics text) and this daemon's health on
 //! `GET /healthz`, from a thread beside the reaper.
 
-use crate::cluster::Ends;
-use crate::duration;
+use crate::support::cluster::Ends;
+use crate::support::duration;
 use livereg::{ProcessMetrics, SessionRefusals, Status, Table};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;

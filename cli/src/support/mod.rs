@@ -9,6 +9,7 @@ pub mod etcd_args;
 pub mod logging;
 pub mod metrics_endpoint;
 pub mod notify;
+pub mod outcome;
 #[cfg(test)]
 pub mod sample_status;
 pub mod signals;

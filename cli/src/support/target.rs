@@ -121,3 +121,18 @@ impl Target {
         }
     }
 }
+
+/// Who registers: the table, the instance id and its label (`run`, `worker`).
+#[derive(clap::Args)]
+pub struct Registrant {
+    /// Table name, or a reaper's listener (`unix:PATH`, `tcp://HOST:PORT`).
+    pub name: String,
+    /// Instance id to register.
+    #[arg(long)]
+    pub instance: u64,
+    /// Label.
+    #[arg(long, default_value = "")]
+    pub label: String,
+    #[command(flatten)]
+    pub token: SessionArgs,
+}

@@ -11,9 +11,10 @@ use crate::error::{Error, Result};
 use crate::session::address::Address;
 use crate::session::tls::TlsClient;
 use crate::session::wire::{Frame, VERSION};
-use crate::status::Status;
-use crate::table::{Table, TableOptions};
-use crate::worker::Worker;
+use crate::status::report::Status;
+use crate::table::handle::Table;
+use crate::table::options::TableOptions;
+use crate::worker::handle::Worker;
 use std::time::Duration;
 
 /// How a session is opened.

@@ -4,18 +4,18 @@
 //! and reconnects after a break.
 
 use super::dial::{Dialed, Dialer};
-use crate::absence::absence_threshold;
 use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::error::Error;
 use crate::event::Reason;
-use crate::layout::Slot;
 use crate::os::{eventfd, poll};
-use crate::protocol::{self, Beat};
+use crate::reaper::absence::absence_threshold;
 use crate::session::stream::{send, Received};
 use crate::session::timing::{forward_interval, SILENT_TIMEOUTS_MAX};
 use crate::session::wire::{Frame, HEARD_SINCE};
 use crate::sync::Ordering::{Acquire, Relaxed};
-use crate::table::Table;
+use crate::table::handle::Table;
+use crate::table::layout::Slot;
+use crate::table::protocol::{self, Beat};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -57,7 +57,7 @@ impl SessionLink {
     pub(crate) fn start(
         dialer: Dialer,
         dialed: Dialed,
-        worker: &crate::worker::Worker,
+        worker: &crate::worker::handle::Worker,
     ) -> crate::error::Result<SessionLink> {
         let shared = Arc::new(Shared {
             finishing: AtomicBool::new(false),
@@ -96,7 +96,7 @@ impl SessionLink {
     }
 }
 
-impl crate::worker::Remote for SessionLink {
+impl crate::worker::handle::Remote for SessionLink {
     fn slot(&self) -> u32 {
         self.slot
     }

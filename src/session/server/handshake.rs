@@ -10,15 +10,15 @@ use super::refusals::SessionRefusals;
 use super::served::{Connection, Gate, Holding, Next, Requested};
 use crate::error::{Error, Result};
 use crate::event::Reason;
-use crate::layout::FLAG_REMOTE;
-use crate::layout::LABEL_MAX;
-use crate::protocol::{self, Gone, LIVE};
 use crate::session::server::limited_log::limited_log;
 use crate::session::stream::send_for;
 use crate::session::wire::{
     is_served, Frame, Reclaim, ANSWER_MAX, HOST_MAX, MESSAGE_MAX, OLDEST_SERVED, VERSION,
 };
 use crate::sync::Ordering::{Acquire, Relaxed};
+use crate::table::layout::FLAG_REMOTE;
+use crate::table::layout::LABEL_MAX;
+use crate::table::protocol::{self, Gone, LIVE};
 use crate::text::prefix_within;
 use std::time::{Duration, Instant};
 
@@ -185,7 +185,7 @@ impl Connection {
         host: &str,
     ) -> Result<(Holding, u64)> {
         let table = &gate.table;
-        crate::registration::check_label(label)?;
+        crate::worker::registration::check_label(label)?;
         if gate.held.count() >= table.capacity() as usize {
             return Err(Error::Full(format!(
                 "table '{}': this listener already holds {} sessions, the table's capacity",
@@ -200,7 +200,7 @@ impl Connection {
         let secret = crate::os::random::random_u64()
             .map_err(|e| Error::os(table.name(), "draw a session secret", e))?;
         let label = prefix_within(&printable(label), LABEL_MAX).to_owned();
-        let crate::registration::Placed { index, generation } = table
+        let crate::worker::registration::Placed { index, generation } = table
             .registration(instance_id)
             .label(&label)
             .pid(pid)
@@ -339,11 +339,11 @@ impl Holding {
         index: u32,
         generation: u32,
         heard: LastHeard,
-        slot: &crate::layout::Slot,
+        slot: &crate::table::layout::Slot,
     ) -> Holding {
         Holding {
             steps: None,
-            busy: slot.progress.load(Relaxed) & crate::layout::BUSY != 0,
+            busy: slot.progress.load(Relaxed) & crate::table::layout::BUSY != 0,
             ..Holding::new(index, generation, heard)
         }
     }

@@ -4,8 +4,8 @@
 //! `Disconnected`), and the records beside the table.
 
 use super::records::Records;
-use crate::absence::Absence;
-use crate::table::Table;
+use crate::reaper::absence::Absence;
+use crate::table::handle::Table;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

@@ -36,7 +36,7 @@ impl Limiter {
     /// (the first of this second says how many; the others of its budget
     /// 0), `None` if it is to be held back.
     pub(crate) fn admit(&self) -> Option<u64> {
-        self.admit_at(crate::clock::monotonic_ns() / 1_000_000_000 + 1)
+        self.admit_at(crate::os::clock::monotonic_ns() / 1_000_000_000 + 1)
     }
 
     fn admit_at(&self, second: u64) -> Option<u64> {
@@ -74,13 +74,13 @@ macro_rules! limited_log {
         }
     }};
     (per_second: $budget:expr, $level:expr, $($arg:tt)+) => {{
-        static LIMITER: $crate::session::LogLimiter =
-            $crate::session::LogLimiter::per_second($budget);
-        $crate::session::limited_log!(@with LIMITER, $level, $($arg)+)
+        static LIMITER: $crate::session::server::limited_log::Limiter =
+            $crate::session::server::limited_log::Limiter::per_second($budget);
+        $crate::session::server::limited_log::limited_log!(@with LIMITER, $level, $($arg)+)
     }};
     ($level:expr, $($arg:tt)+) => {{
-        static LIMITER: $crate::session::LogLimiter = $crate::session::LogLimiter::new();
-        $crate::session::limited_log!(@with LIMITER, $level, $($arg)+)
+        static LIMITER: $crate::session::server::limited_log::Limiter = $crate::session::server::limited_log::Limiter::new();
+        $crate::session::server::limited_log::limited_log!(@with LIMITER, $level, $($arg)+)
     }};
 }
 pub(crate) use limited_log;

@@ -5,18 +5,18 @@ use super::acceptor::Acceptor;
 use super::held::Held;
 use super::refusals::SessionRefusals;
 use super::served::{Connection, Gate, Next};
-use crate::absence::absence_threshold;
 use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::os::epoll::{Epoll, WAIT_MAX};
 use crate::os::eventfd;
-use crate::protocol;
+use crate::reaper::absence::absence_threshold;
 use crate::session::address::Address;
 use crate::session::server::limited_log::limited_log;
 use crate::session::timing::{heard_interval, listener_tick};
 use crate::session::tls::{self, TlsServer};
 use crate::sync::Ordering::Acquire;
-use crate::table::Table;
+use crate::table::handle::Table;
+use crate::table::protocol;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
@@ -170,7 +170,7 @@ impl Listener {
         log::info!("listening for sessions on {address}");
         Ok(Listener {
             address,
-            fork_epoch: crate::fork::install(),
+            fork_epoch: crate::os::fork::install(),
             stop,
             thread: Some(thread),
         })
@@ -179,7 +179,7 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if self.fork_epoch != crate::fork::epoch() {
+        if self.fork_epoch != crate::os::fork::epoch() {
             std::mem::forget(self.thread.take());
             return;
         }

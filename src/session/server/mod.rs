@@ -20,7 +20,7 @@ mod refusals;
 mod served;
 mod sessions;
 
-pub(crate) use limited_log::{limited_log, Limiter as LogLimiter};
+pub(crate) use limited_log::limited_log;
 pub(crate) use listener::{ListenConfig, DEFAULT_SOCKET_MODE};
 pub(crate) use records::{Record, Records};
 pub use refusals::SessionRefusals;

@@ -10,7 +10,8 @@
 //! the table finds them.
 
 use crate::os::private_file;
-use crate::table::{Table, TableMemory};
+use crate::table::handle::Table;
+use crate::table::memory::TableMemory;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
@@ -121,7 +122,7 @@ impl Records {
         let Some(path) = table.path() else {
             return Ok(Records::Heap(heap_records(&table.memory)));
         };
-        let file = private_file::open_or_create(&crate::location::sessions_beside(&path))?;
+        let file = private_file::open_or_create(&crate::table::location::sessions_beside(&path))?;
         Ok(Records::File(file))
     }
 
@@ -134,7 +135,7 @@ impl Records {
         ) else {
             return HashMap::new();
         };
-        let beside = crate::location::sessions_beside(&path);
+        let beside = crate::table::location::sessions_beside(&path);
         let mut bytes = Vec::new();
         let read = private_file::open_owned_by(&beside, owner.uid())
             .and_then(|mut file| file.read_to_end(&mut bytes));

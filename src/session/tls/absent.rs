@@ -1,7 +1,7 @@
 //! A build without the `tls` feature: nothing TLS can be made, and the one
 //! line that says so also says how to get a build that can.
 
-use super::{TlsClient, TlsServer};
+use super::given::{TlsClient, TlsServer};
 use crate::error::{Error, Result};
 use crate::session::stream::Stream;
 use std::net::TcpStream;

@@ -1,7 +1,7 @@
 //! TLS with rustls and the ring provider (built by `cc`: no cmake, no
 //! OpenSSL), in builds with the `tls` feature.
 
-use super::{TlsClient, TlsServer};
+use super::given::{TlsClient, TlsServer};
 use crate::error::{Error, Result};
 use crate::session::stream::Stream;
 use rustls::pki_types::pem::PemObject;

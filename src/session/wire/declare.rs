@@ -71,7 +71,7 @@ macro_rules! frames {
                 match self {
                     $(Frame::$kind { $($field),* } => {
                         $(
-                            if None::<u16>$(.or(Some($since)))?.is_none_or(|since: u16| version >= since) {
+                            if None::<u16>$(.or(Some($since)))?.map_or(true, |since: u16| version >= since) {
                                 <$codec as Field>::put($field, out);
                             }
                         )*

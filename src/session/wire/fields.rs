@@ -4,8 +4,20 @@
 //! field is one [`Field`]: how it is written, how it is read, and how the
 //! layout table names it.
 
-use super::{Reclaim, WireError};
+use super::error::WireError;
 use crate::event::Reason;
+
+/// A registration a client held before its connection broke, and the secret
+/// the server gave it at `Welcome`, to take it back after a reconnect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reclaim {
+    /// The slot it held.
+    pub slot: u32,
+    /// That slot's generation.
+    pub generation: u32,
+    /// The secret of the `Welcome` that gave it.
+    pub secret: u64,
+}
 
 /// One kind of field: the frame declaration names it beside the Rust type
 /// it carries.

@@ -20,11 +20,14 @@
 //! previous version is still served.
 
 use crate::event::Reason;
-use crate::layout::{INFO_MAX, LABEL_MAX};
+use crate::table::layout::{INFO_MAX, LABEL_MAX};
 
 mod declare;
+mod error;
 mod fields;
 use declare::{describe, frames, read_field};
+pub use error::WireError;
+pub use fields::Reclaim;
 use fields::{
     Bytes16, Field, Flag, MaybeReclaim, Reader, ReasonCode, ReasonOrNone, Text16, Text8, Writer,
     U16, U32, U64, U8,
@@ -65,18 +68,6 @@ pub const MESSAGE_MAX: usize = 1024;
 
 /// The longest `Answer`.
 pub const ANSWER_MAX: usize = 4000;
-
-/// A registration a client held before its connection broke, and the secret
-/// the server gave it at `Welcome`, to take it back after a reconnect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Reclaim {
-    /// The slot it held.
-    pub slot: u32,
-    /// That slot's generation.
-    pub generation: u32,
-    /// The secret of the `Welcome` that gave it.
-    pub secret: u64,
-}
 
 impl Kind {
     /// The codes of [`Kind::CODES`] as runs: "1 to 5 or 129 to 135".
@@ -205,27 +196,6 @@ frames! {
     Heard = 135, "heard", "server → client" {}
 }
 
-/// Why bytes are not a frame.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
-    /// The length prefix says more than [`MAX_FRAME`], or 0.
-    #[error("frame length: expected 1 to {MAX_FRAME} bytes, found {0}")]
-    Length(u32),
-    /// A type no side sends.
-    #[error("frame type: expected {expected}, found {0}", expected = Kind::codes_text())]
-    Type(u8),
-    /// The payload does not match its type's layout.
-    #[error("{frame} frame: expected {expected}, found {found}")]
-    Layout {
-        /// The frame's type.
-        frame: &'static str,
-        /// What its layout needs.
-        expected: String,
-        /// What was there.
-        found: String,
-    },
-}
-
 impl Frame {
     /// The frame's name, for a log line (never its contents: a `Hello`
     /// carries a token).
@@ -270,13 +240,19 @@ impl Frame {
         };
         let length = u32::from_be_bytes(prefix.try_into().expect("4 bytes"));
         if length == 0 || length as usize > MAX_FRAME {
-            return Err(WireError::Length(length));
+            return Err(WireError::Length {
+                max: MAX_FRAME,
+                found: length,
+            });
         }
         let Some(body) = buffer.get(4..4 + length as usize) else {
             return Ok(None);
         };
         let (code, payload) = (body[0], &body[1..]);
-        let kind = Kind::from_code(code).ok_or(WireError::Type(code))?;
+        let kind = Kind::from_code(code).ok_or_else(|| WireError::Type {
+            expected: Kind::codes_text(),
+            found: code,
+        })?;
         let mut input = Reader::new(kind.name(), payload);
         let frame = Frame::get_payload(kind, &mut input)?;
         input.end()?;

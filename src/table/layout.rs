@@ -162,9 +162,9 @@ pub mod header_offsets {
 /// One registration's cache-line pair.
 #[repr(C, align(128))]
 pub(crate) struct Slot {
-    /// `generation << 32 | state`; see [`crate::protocol`].
+    /// `generation << 32 | state`; see [`crate::table::protocol`].
     pub state: AtomicU64,
-    /// `tag << 48 | time`: the heartbeat word; see [`crate::protocol`].
+    /// `tag << 48 | time`: the heartbeat word; see [`crate::table::protocol`].
     pub beat: AtomicU64,
     /// Heartbeats counted by the owner (a plain store, for status only).
     pub beats: AtomicU64,
@@ -187,7 +187,7 @@ pub(crate) struct Slot {
     /// `steps << 1 | busy`, [`BUSY_PERIOD`] flipped at every becoming busy,
     /// and [`STALL_MARK`] once the
     /// reaper ends it for making no progress (layout 1.3); see
-    /// [`crate::protocol::progress`].
+    /// [`crate::table::protocol::progress`].
     pub progress: AtomicU64,
 }
 
@@ -289,7 +289,7 @@ pub(crate) const fn object_size(capacity: u32, minor: u32) -> usize {
 }
 
 /// The server-published info area (layout 1.2): a sequence lock over up to
-/// [`INFO_MAX`] bytes; see [`crate::info`].
+/// [`INFO_MAX`] bytes; see [`crate::table::info`].
 #[repr(C, align(128))]
 pub(crate) struct InfoArea {
     /// Even when stable, odd while a writer is at work.

@@ -5,14 +5,16 @@
 use crate::error::{Error, Result};
 use crate::event::Reason;
 
-use crate::fork::LockDescriptor;
-use crate::layout::{FLAG_COARSE_STAMPS, FLAG_PROXY, FLAG_REMOTE, LABEL_MAX, PROCESS_TAG_SHIFT};
+use crate::os::fork::LockDescriptor;
 use crate::os::{lock, process};
-use crate::protocol::{self, Beat, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
-use crate::table::Table;
-use crate::table_locks::REGISTRATION_LOCK_WAIT;
-use crate::worker::Worker;
+use crate::table::handle::Table;
+use crate::table::layout::{
+    FLAG_COARSE_STAMPS, FLAG_PROXY, FLAG_REMOTE, LABEL_MAX, PROCESS_TAG_SHIFT,
+};
+use crate::table::locks::REGISTRATION_LOCK_WAIT;
+use crate::table::protocol::{self, Beat, LIVE};
+use crate::worker::handle::Worker;
 use std::fs::File;
 use std::time::Duration;
 
@@ -221,7 +223,7 @@ impl<'t> Registration<'t> {
                     inner.name, self.instance_id
                 ))
             };
-            crate::handlers::refuse_inside_handler(inner, "register it again")
+            crate::reaper::handlers::refuse_inside_handler(inner, "register it again")
                 .map_err(|_| pending("this is a handler of the reaper that runs that drop"))?;
             let slot = inner.slot(index);
             let released = inner.wait_settled(crate::clock::time_left(deadline), || {
@@ -352,7 +354,7 @@ impl Registration<'_> {
 /// watch. A forked child in the same namespace shares it and is told apart by
 /// its pid.
 fn process_tag() -> u32 {
-    crate::layout::namespace_tag(crate::os::process::pid_namespace())
+    crate::table::layout::namespace_tag(crate::os::process::pid_namespace())
 }
 
 /// Whether `label` can be a registration's: no NUL (it reaches C strings

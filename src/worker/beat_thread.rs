@@ -10,7 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::event::Reason;
-use crate::worker::Worker;
+use crate::worker::handle::Worker;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -156,7 +156,8 @@ pub fn raise_in_this_thread(signal: i32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::{Table, TableOptions};
+    use crate::table::handle::Table;
+    use crate::table::options::TableOptions;
     use std::sync::mpsc;
     use std::time::Instant;
 

@@ -60,10 +60,10 @@ pub(crate) fn try_read(
 mod table {
     use super::{try_read, write};
     use crate::error::{Error, Result};
-    use crate::fork::LockDescriptor;
-    use crate::layout::{InfoArea, INFO_MAX, INFO_SINCE_MINOR, VERSION_MINOR};
+    use crate::os::fork::LockDescriptor;
     use crate::os::lock;
-    use crate::table::Table;
+    use crate::table::handle::Table;
+    use crate::table::layout::{InfoArea, INFO_MAX, INFO_SINCE_MINOR, VERSION_MINOR};
     use std::time::{Duration, Instant};
 
     /// How long a reader waits for a writer to finish.
@@ -113,7 +113,7 @@ mod table {
                 None => None,
             };
             let _writer = inner
-                .lock_registrations(own.as_deref(), crate::table_locks::REGISTRATION_LOCK_WAIT)?;
+                .lock_registrations(own.as_deref(), crate::table::locks::REGISTRATION_LOCK_WAIT)?;
             write(&area.sequence, &area.len, &area.data, bytes);
             Ok(())
         }

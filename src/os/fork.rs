@@ -10,7 +10,7 @@
 //! handler (1) points every inherited lock descriptor at `/dev/null` with
 //! `dup2`, dropping the child's share of the description without touching the
 //! parent's lock, and (2) advances a fork epoch, which makes inherited
-//! [`Worker`](crate::worker::Worker) handles report `Evicted` and leave the parent's
+//! [`Worker`](crate::worker::handle::Worker) handles report `Evicted` and leave the parent's
 //! registration alone. A child registers cleanly by calling `register` itself.
 
 use std::cell::UnsafeCell;

@@ -1,16 +1,16 @@
 //! A table's metrics in the OpenMetrics text format (the names
-//! `docs/operations.md` lists; written by [`crate::openmetrics`]), and the
+//! `docs/operations.md` lists; written by [`crate::status::openmetrics`]), and the
 //! two histograms the reaper keeps in the header for them (scan duration,
 //! silence at eviction), so that any process can render them.
 
 use crate::error::Result;
-use crate::layout::{Header, SCAN_BUCKETS, SILENCE_BUCKETS};
-use crate::openmetrics::{Exposition, Kind, Value};
 use crate::session::SessionRefusals;
-use crate::status::{RegistrationState, Status};
+use crate::status::openmetrics::{Exposition, Kind, Value};
+use crate::status::report::{RegistrationState, Status};
 use crate::sync::AtomicU64;
 use crate::sync::Ordering::Relaxed;
-use crate::table::Table;
+use crate::table::handle::Table;
+use crate::table::layout::{Header, SCAN_BUCKETS, SILENCE_BUCKETS};
 
 /// Counts one scan of `duration_ns` in the header's histogram.
 pub(crate) fn observe_scan(header: &Header, duration_ns: u64) {

@@ -7,9 +7,9 @@
 //! registration; no heartbeat is silently lost.
 
 use crate::event::Reason;
-use crate::layout::Slot;
-use crate::protocol::{self, Beat, Gone, SlotFields, Stamp, FREE, LIVE};
 use crate::sync::Ordering::{Acquire, Relaxed};
+use crate::table::layout::Slot;
+use crate::table::protocol::{self, Beat, Gone, SlotFields, Stamp, FREE, LIVE};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
@@ -320,8 +320,8 @@ fn a_heartbeat_across_the_stamp_wrap_races_eviction_safely() {
 
 #[test]
 fn an_info_reader_never_sees_a_torn_value() {
-    use crate::info;
     use crate::sync::AtomicU64;
+    use crate::table::info;
     // Two words stand for the area: a writer replaces "AAAAAAAA"x2 (16
     // bytes) with "BBBB" (4 bytes) while a reader copies.
     loom::model(|| {

@@ -2,9 +2,10 @@
 //! checked before anything is created, and the clock its registrants will
 //! stamp with decided from them.
 
-use crate::clock::{coarse_resolution_ns, duration_ns, StampClock, Stamps, MIN_TIMEOUT_TICKS};
+use crate::clock::{duration_ns, StampClock, Stamps, MIN_TIMEOUT_TICKS};
 use crate::error::{Error, Result};
-use crate::layout::{MAX_CAPACITY, SCANS_PER_TIMEOUT};
+use crate::os::clock::coarse_resolution_ns;
+use crate::table::layout::{MAX_CAPACITY, SCANS_PER_TIMEOUT};
 use std::time::Duration;
 /// The registration grace when none is given: this, or the reap timeout if
 /// longer (a worker's first beat may come after a slow start).

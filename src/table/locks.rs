@@ -6,10 +6,10 @@
 //! in `os/lock.rs`.
 
 use crate::error::{Error, Result};
-use crate::fork::{self, LockDescriptor};
+use crate::os::fork::{self, LockDescriptor};
 use crate::os::lock;
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use crate::table::TableMemory;
+use crate::table::memory::TableMemory;
 use std::fs::File;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};

@@ -15,20 +15,20 @@
 //! How a new one is made is [`TableOptions`] (`table_options.rs`). Behind a
 //! handle is a [`TableMemory`] (`table_memory.rs`): the mapping (or a heap
 //! block for tests), its name and size. Its kernel locks (reaper role, registration
-//! lock) are in `table_locks.rs`; the futex words that wake the reaper and the
+//! lock) are in `locks.rs`; the futex words that wake the reaper and the
 //! waiters of a clear are in `wake.rs`.
 
 use crate::clock::{duration_ns, Clock, StampClock, Stamps, MIN_TIMEOUT_TICKS};
 use crate::error::{Error, Result};
-use crate::layout::{
+use crate::sync::Ordering::{Relaxed, Release};
+use crate::table::layout::{
     object_size, table_size, Header, HEADER_SIZE, INFO_AREA_SIZE, INFO_SINCE_MINOR, MAGIC,
     MAX_CAPACITY, READY, SCANS_PER_TIMEOUT, SLOT_SIZE, STAMPS_COARSE, STAMPS_PRECISE,
     STAMP_CLOCK_SINCE_MINOR, VERSION_MAJOR, VERSION_MINOR,
 };
-use crate::location;
-use crate::sync::Ordering::{Relaxed, Release};
-pub(crate) use crate::table_memory::{Backing, TableMemory};
-pub use crate::table_options::{TableOptions, DEFAULT_REGISTRATION_GRACE};
+use crate::table::location;
+use crate::table::memory::{Backing, TableMemory};
+use crate::table::options::TableOptions;
 use memmap2::MmapOptions;
 use std::alloc::{self, Layout};
 use std::fs::{File, OpenOptions, Permissions};

@@ -8,10 +8,10 @@
 
 use crate::clock::{deadline_after, time_left};
 use crate::error::Result;
-use crate::fork;
+use crate::os::fork;
 use crate::os::{eventfd, futex};
 use crate::sync::Ordering::{Acquire, Release};
-use crate::table::TableMemory;
+use crate::table::memory::TableMemory;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

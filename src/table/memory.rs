@@ -4,12 +4,12 @@
 
 use crate::clock::Stamps;
 use crate::error::{Error, Result};
-use crate::fork::LockDescriptor;
-use crate::layout::{
+use crate::os::fork::LockDescriptor;
+use crate::sync::AtomicU64;
+use crate::table::layout::{
     object_size, observations_start, slots_end, Header, InfoArea, Slot, HEADER_SIZE,
     INFO_SINCE_MINOR, OBSERVATIONS_SINCE_MINOR, SLOT_SIZE,
 };
-use crate::sync::AtomicU64;
 use memmap2::MmapRaw;
 use std::alloc::{self, Layout};
 use std::fs::File;

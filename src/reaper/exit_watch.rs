@@ -15,12 +15,12 @@
 //! the reaper tests locks only after a close (or on a slow backstop), not at
 //! every scan.
 
-use crate::fork;
-use crate::layout::{namespace_tag, Slot, FLAG_PIDFD, FLAG_PROXY, PROCESS_TAG_SHIFT};
+use crate::os::fork;
 use crate::os::inotify::CloseWatch;
 use crate::os::{epoll, eventfd, pidfd, process};
 use crate::sync::Ordering::Relaxed;
-use crate::table::TableMemory;
+use crate::table::layout::{namespace_tag, Slot, FLAG_PIDFD, FLAG_PROXY, PROCESS_TAG_SHIFT};
+use crate::table::memory::TableMemory;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,11 +3,11 @@
 use crate::clock::{Clock, StampClock};
 use crate::event::Reason;
 
-use crate::layout::{FLAG_PIDFD, FLAG_REMOTE, SCANS_PER_TIMEOUT};
-use crate::protocol::{self, Beat, LIVE};
 use crate::session::{Record, Records};
 use crate::sync::Ordering::{Acquire, Relaxed};
-use crate::table::Table;
+use crate::table::handle::Table;
+use crate::table::layout::{FLAG_PIDFD, FLAG_REMOTE, SCANS_PER_TIMEOUT};
+use crate::table::protocol::{self, Beat, LIVE};
 use serde::{Deserialize, Serialize};
 use std::cell::OnceCell;
 use std::collections::BTreeMap;

@@ -7,10 +7,10 @@
 
 use crate::error::Result;
 use crate::event::DropEvent;
-use crate::fork;
-use crate::protocol;
+use crate::os::fork;
 use crate::sync::Ordering::{AcqRel, Relaxed};
-use crate::table::TableMemory;
+use crate::table::memory::TableMemory;
+use crate::table::protocol;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -71,7 +71,7 @@ impl Running {
             *next
         };
         let job = RunningJob {
-            since_ns: crate::clock::monotonic_ns(),
+            since_ns: crate::os::clock::monotonic_ns(),
             what,
             counted: false,
         };
@@ -86,7 +86,7 @@ impl Running {
 
     /// Counts and logs, once per job, every job running past the deadline.
     pub(crate) fn check_overdue(&self, inner: &TableMemory) {
-        let now = crate::clock::monotonic_ns();
+        let now = crate::os::clock::monotonic_ns();
         for job in lock(&self.jobs).values_mut() {
             if job.counted || now.saturating_sub(job.since_ns) <= self.deadline_ns {
                 continue;

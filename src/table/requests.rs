@@ -12,7 +12,7 @@
 use crate::clock::{duration_ns, Clock};
 use crate::error::{Error, Result};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed};
-use crate::table::Table;
+use crate::table::handle::Table;
 use std::time::Duration;
 
 /// What a requester asks the reaper to do.
@@ -133,7 +133,7 @@ impl Table {
     }
 
     fn request(&self, request: Request, wait: Duration) -> Result<()> {
-        crate::handlers::refuse_inside_handler(
+        crate::reaper::handlers::refuse_inside_handler(
             &self.memory,
             &format!("{} the table", request.verb()),
         )?;

@@ -6,11 +6,11 @@ use crate::error::{Error, Result};
 use crate::event::Reason;
 
 use crate::clock::Stamps;
-use crate::fork::{self, LockDescriptor};
-use crate::layout::Slot;
-use crate::protocol::{self, Gone, Stamp};
+use crate::os::fork::{self, LockDescriptor};
 use crate::sync::Ordering::Relaxed;
-use crate::table::Table;
+use crate::table::handle::Table;
+use crate::table::layout::Slot;
+use crate::table::protocol::{self, Gone, Stamp};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::time::Duration;

@@ -26,8 +26,8 @@
 //! it so, and the next reaper runs the drop again.
 
 use crate::event::Reason;
-use crate::layout::{Slot, BUSY, BUSY_PERIOD, PROGRESS_STEP, STALL_MARK};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::table::layout::{Slot, BUSY, BUSY_PERIOD, PROGRESS_STEP, STALL_MARK};
 
 /// Phase of a slot nobody holds.
 pub(crate) const FREE: u32 = 0;

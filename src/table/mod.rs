@@ -1,0 +1,44 @@
+//! The table: one shared-memory mapping of a header, an info area and the
+//! slots, and everything that reads or writes it in place. Its format
+//! (`layout.rs`) and the slot protocol (`protocol.rs`, `info.rs`) are also
+//! compiled into the loom models, which check them in ordinary memory; the
+//! rest needs the OS. It may import the shared types (errors, events, the
+//! clock, `sync`) and the OS calls; the worker side, the reaper side, the
+//! sessions and the status readers import it.
+//!
+//! - `layout.rs`: the header and slot format, offsets and sizes;
+//! - `protocol.rs`: the slot protocol: claim, publish, beat, end, free;
+//! - `info.rs`: the info area's sequence lock;
+//! - `handle.rs`: [`Table`]: create, open, unlink, validate;
+//! - `options.rs`: [`TableOptions`];
+//! - `memory.rs`: the mapping (a file or the heap) and its slots;
+//! - `location.rs`: where a table lives (a name or a path);
+//! - `locks.rs`: the reaper role and the registration lock;
+//! - `requests.rs`: what any process asks of the reaper (clear, reset);
+//! - `wake.rs`: who wakes a caller-driven reaper.
+
+pub(crate) mod info;
+pub(crate) mod layout;
+#[cfg(all(test, loom))]
+mod loom_models;
+pub(crate) mod protocol;
+
+#[cfg(not(loom))]
+pub(crate) mod handle;
+#[cfg(not(loom))]
+pub(crate) mod location;
+#[cfg(not(loom))]
+pub(crate) mod locks;
+#[cfg(not(loom))]
+pub(crate) mod memory;
+#[cfg(not(loom))]
+pub(crate) mod options;
+#[cfg(not(loom))]
+pub(crate) mod requests;
+#[cfg(not(loom))]
+pub(crate) mod wake;
+
+#[cfg(not(loom))]
+pub use handle::Table;
+#[cfg(not(loom))]
+pub use options::{TableOptions, DEFAULT_REGISTRATION_GRACE};

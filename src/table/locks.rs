@@ -1,7 +1,7 @@
 //! The kernel-held locks on a table: the reaper role (one reaper per table,
 //! released by the kernel when its holder dies) and the registration lock
 //! (one registrant claims a slot at a time, across processes). Slot locks,
-//! held by each registrant on its own slot's byte, live in `worker.rs` and
+//! held by each registrant on its own slot's byte, live in `worker/handle.rs` and
 //! are checked by the reaper in `reaper/lock_rounds.rs`; the byte ranges are
 //! in `os/lock.rs`.
 

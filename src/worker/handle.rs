@@ -11,6 +11,7 @@ use crate::sync::Ordering::Relaxed;
 use crate::table::handle::Table;
 use crate::table::layout::Slot;
 use crate::table::protocol::{self, Gone, Stamp};
+use crate::worker::nature::{Local, Nature};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -36,9 +37,9 @@ pub struct Worker {
     /// the registration's owner.
     fork_epoch: u64,
     finished: bool,
-    /// A session's link to the reaper's listener, when this worker's slot
-    /// is in this process's own memory and a sender thread forwards it.
-    session: Option<Box<dyn Remote>>,
+    /// Where the registration lives: this slot's table, or the reaper's
+    /// table through a session whose sender thread forwards this slot.
+    nature: Box<dyn Nature>,
 }
 
 // SAFETY:
@@ -70,7 +71,11 @@ impl Worker {
             lock: Mutex::new(lock_file),
             fork_epoch: fork::epoch(),
             finished: false,
-            session: None,
+            nature: Box::new(Local {
+                table: table.clone(),
+                index,
+                generation,
+            }),
         }
     }
 
@@ -195,9 +200,7 @@ impl Worker {
             Reason::Deregistered,
         );
         inner.wake_reaper();
-        if let Some(session) = &mut self.session {
-            session.finish();
-        }
+        self.nature.finish();
         match result {
             Ok(()) => {
                 self.release_lock();
@@ -238,21 +241,19 @@ impl Worker {
     /// The slot this registration occupies (in the reaper's table, for a
     /// session).
     pub fn slot(&self) -> u32 {
-        self.session.as_ref().map_or(self.index, |s| s.slot())
+        self.nature.slot()
     }
 
     /// The slot's generation for this registration.
     pub fn generation(&self) -> u32 {
-        self.session
-            .as_ref()
-            .map_or(self.generation, |s| s.generation())
+        self.nature.generation()
     }
 
     /// The table this worker is registered in, where [`slot`](Worker::slot)
     /// is: `None` for a session, whose registration is in the reaper's
     /// table, reached through its listener.
     pub fn table(&self) -> Option<&Table> {
-        self.session.is_none().then_some(&self.table)
+        self.nature.table()
     }
 
     /// The table this worker's pings land in: its own, or for a session
@@ -265,14 +266,12 @@ impl Worker {
     /// session: the reaper's table, as its listener said): beat well within
     /// it.
     pub fn reap_timeout(&self) -> Duration {
-        self.session
-            .as_ref()
-            .map_or_else(|| self.table.reap_timeout(), |s| s.reap_timeout())
+        self.nature.reap_timeout()
     }
 
     /// Whether this worker registered through a session ([`connect`](crate::connect)).
     pub fn is_remote(&self) -> bool {
-        self.session.is_some()
+        self.nature.table().is_none()
     }
 
     /// The server's info area ([`Table::set_info`]): read from the table, or
@@ -282,10 +281,7 @@ impl Worker {
     ///
     /// As [`Table::info`] for a local worker; never for a session.
     pub fn info(&self) -> Result<Vec<u8>> {
-        match &self.session {
-            Some(session) => Ok(session.info()),
-            None => self.table.info(),
-        }
+        self.nature.info()
     }
 
     /// Asks the server for a clear of its stored cache, as
@@ -316,10 +312,7 @@ impl Worker {
     /// # Ok::<(), livereg::Error>(())
     /// ```
     pub fn clear(&self, wait: Duration) -> Result<()> {
-        match &self.session {
-            Some(session) => session.request_clear(false, wait),
-            None => self.table.clear(wait),
-        }
+        self.nature.request_clear(false, wait)
     }
 
     /// Asks the server for a reset, as [`Table::reset`]: every registration
@@ -330,18 +323,7 @@ impl Worker {
     ///
     /// As [`Worker::clear`].
     pub fn reset(&self, wait: Duration) -> Result<()> {
-        match &self.session {
-            Some(session) => {
-                session.request_clear(true, wait)?;
-                // The reset ended the registration on the reaper's side;
-                // its slot here says so before this returns, not when the
-                // listener's notice arrives.
-                let slot = self.table.memory.slot(self.index);
-                let _ = protocol::end(slot, self.generation, crate::event::Reason::Cleared);
-                Ok(())
-            }
-            None => self.table.reset(wait),
-        }
+        self.nature.request_clear(true, wait)
     }
 
     pub(crate) fn local_slot(&self) -> u32 {
@@ -352,29 +334,12 @@ impl Worker {
         self.generation
     }
 
-    pub(crate) fn with_session(mut self, link: Box<dyn Remote>) -> Worker {
-        self.session = Some(link);
+    /// This worker, registered through a session whose link forwards its
+    /// slot to a reaper's listener.
+    pub(crate) fn with_session(mut self, link: Box<dyn Nature>) -> Worker {
+        self.nature = link;
         self
     }
-}
-
-/// What a worker registered through a session holds besides its own slot:
-/// the link its sender thread keeps to the reaper's listener (made by
-/// `crate::session`).
-pub(crate) trait Remote: Send + Sync {
-    /// The registration's slot in the reaper's table.
-    fn slot(&self) -> u32;
-    /// That slot's generation.
-    fn generation(&self) -> u32;
-    /// The reaper's table's reap timeout.
-    fn reap_timeout(&self) -> Duration;
-    /// The server's info area as last delivered.
-    fn info(&self) -> Vec<u8>;
-    /// Asks the reaper for a clear (or reset) through its listener.
-    fn request_clear(&self, reset: bool, wait: Duration) -> Result<()>;
-    /// The worker deregistered (its slot says so): say goodbye, a bounded
-    /// wait.
-    fn finish(&mut self);
 }
 
 impl Drop for Worker {

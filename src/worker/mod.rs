@@ -7,6 +7,7 @@
 
 pub(crate) mod beat_thread;
 pub(crate) mod handle;
+pub(crate) mod nature;
 pub(crate) mod registration;
 
 pub use beat_thread::{raise_in_this_thread, BeatThread, OnEnd};

@@ -1,6 +1,6 @@
 //! Registering a worker: the builder, validating it, waiting for a
 //! previous registration's drop, claiming and publishing a slot. The handle
-//! it gives is in `worker.rs`.
+//! it gives is in `handle.rs`.
 
 use crate::error::{Error, Result};
 use crate::event::Reason;

@@ -16,6 +16,7 @@ use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::handle::Table;
 use crate::table::layout::Slot;
 use crate::table::protocol::{self, Beat};
+use crate::worker::nature::Nature;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -50,6 +51,8 @@ pub(crate) struct SessionLink {
     pub reap_timeout: Duration,
     /// How to reach the listener again, for a clear.
     listener: Dialer,
+    /// The worker's private slot its sender forwards: (slot, generation).
+    private: (Table, u32, u32),
 }
 
 impl SessionLink {
@@ -92,11 +95,16 @@ impl SessionLink {
             generation,
             reap_timeout,
             listener: dialer,
+            private: (
+                worker.pinged_table().clone(),
+                worker.local_slot(),
+                worker.local_generation(),
+            ),
         })
     }
 }
 
-impl crate::worker::handle::Remote for SessionLink {
+impl Nature for SessionLink {
     fn slot(&self) -> u32 {
         self.slot
     }
@@ -109,16 +117,33 @@ impl crate::worker::handle::Remote for SessionLink {
         self.reap_timeout
     }
 
-    fn info(&self) -> Vec<u8> {
-        self.shared
+    /// The registration is in the reaper's table, which this process
+    /// does not map.
+    fn table(&self) -> Option<&Table> {
+        None
+    }
+
+    /// As the listener last delivered it.
+    fn info(&self) -> crate::error::Result<Vec<u8>> {
+        Ok(self
+            .shared
             .info
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone())
     }
 
+    /// Through a connection of its own to the listener (same address,
+    /// token and TLS). A reset ended this registration on the reaper's
+    /// side; the private slot says so before this returns, not when the
+    /// listener's notice arrives.
     fn request_clear(&self, reset: bool, wait: Duration) -> crate::error::Result<()> {
-        self.listener.request_clear(reset, wait)
+        self.listener.request_clear(reset, wait)?;
+        if reset {
+            let (table, index, generation) = &self.private;
+            let _ = protocol::end(table.memory.slot(*index), *generation, Reason::Cleared);
+        }
+        Ok(())
     }
 
     /// Tells the sender the worker deregistered (its slot says so) and

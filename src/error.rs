@@ -18,11 +18,23 @@ pub enum Error {
         reason: Option<Reason>,
     },
     /// Every slot of the table is taken.
-    #[error("{0}")]
-    Full(String),
+    #[error("{message}")]
+    Full {
+        /// Why, naming the table and its capacity.
+        message: String,
+        /// The table's capacity, when this process knows it (a listener's
+        /// refusal carries only its message).
+        capacity: Option<u32>,
+    },
     /// A table of that name, or a live registration of that id, exists.
-    #[error("{0}")]
-    Exists(String),
+    #[error("{message}")]
+    Exists {
+        /// Why, naming the table (and the registration).
+        message: String,
+        /// For a live registration: its instance id and the pid that holds
+        /// it (the pid as the table records it).
+        registered: Option<(u64, u32)>,
+    },
     /// No table of that name.
     #[error("{0}")]
     NotFound(String),
@@ -45,9 +57,15 @@ pub enum Error {
     #[error("{0}")]
     NoReaper(String),
     /// Another party holds what was asked for (the reaper role, the
-    /// registration lock).
-    #[error("{0}")]
-    Busy(String),
+    /// registration lock, a previous registration's pending drop).
+    #[error("{message}")]
+    Busy {
+        /// Why, naming what is held.
+        message: String,
+        /// The instance id whose previous registration has ended and whose
+        /// drop is still pending, when that is what holds it.
+        pending_drop: Option<u64>,
+    },
     /// An OS call failed.
     #[error("{context}: {source}")]
     Io {
@@ -81,6 +99,9 @@ pub struct ResultCode {
     /// `OK`); never a builtin's (`PermissionError`, `TimeoutError`, `IOError`
     /// would shadow Python's own on `from livereg import *`).
     pub title: &'static str,
+    /// The Python builtin exception it also derives, so `except
+    /// TimeoutError` catches it (empty: none fits).
+    pub builtin: &'static str,
     /// What it means, in a line.
     pub meaning: &'static str,
 }
@@ -89,18 +110,20 @@ const fn code(
     value: u32,
     name: &'static str,
     title: &'static str,
+    builtin: &'static str,
     meaning: &'static str,
 ) -> ResultCode {
     ResultCode {
         value,
         name,
         title,
+        builtin,
         meaning,
     }
 }
 
 /// The one list of result codes, in value order: `(value, C identifier, C
-/// name, Python title, meaning)` for each. It hands every row to
+/// name, Python title, Python builtin, meaning)` for each. It hands every row to
 /// `$callback!`, which is how [`RESULT_CODES`] here and the C ABI's
 /// `livereg_result` enum are made; the C header, which cannot be generated
 /// by a macro, is checked against it by the C library's tests.
@@ -109,39 +132,39 @@ const fn code(
 macro_rules! result_code_list {
     ($callback:ident) => {
         $callback! {
-            (0, LIVEREG_OK, "OK", "", "Success."),
-            (1, LIVEREG_EVICTED, "EVICTED", "Evicted", "The registration ended: register again."),
-            (2, LIVEREG_FULL, "FULL", "Full", "Every slot of the table is taken."),
-            (3, LIVEREG_EXISTS, "EXISTS", "Exists", "The table, or a live registration of the id, exists."),
-            (4, LIVEREG_NOT_FOUND, "NOT_FOUND", "NotFound", "No table of that name."),
-            (5, LIVEREG_INVALID_ARGUMENT, "INVALID_ARGUMENT", "InvalidArgument", "An argument broke the contract."),
-            (6, LIVEREG_INCOMPATIBLE, "INCOMPATIBLE", "Incompatible", "The table was made by an incompatible layout."),
-            (7, LIVEREG_CORRUPT, "CORRUPT", "Corrupt", "The table's contents are impossible."),
-            (8, LIVEREG_PERMISSION, "PERMISSION", "PermissionDenied", "The OS refused access to the table."),
-            (9, LIVEREG_TIMEOUT, "TIMEOUT", "DeadlineExceeded", "A deadline passed first."),
-            (10, LIVEREG_NO_REAPER, "NO_REAPER", "NoReaper", "No live reaper holds the table."),
-            (11, LIVEREG_BUSY, "BUSY", "Busy", "Another party holds what was asked for."),
-            (12, LIVEREG_IO, "IO", "SystemCall", "An OS call failed."),
-            (13, LIVEREG_PANIC, "PANIC", "Panic", "A panic was caught at the boundary."),
+            (0, LIVEREG_OK, "OK", "", "", "Success."),
+            (1, LIVEREG_EVICTED, "EVICTED", "Evicted", "", "The registration ended: register again."),
+            (2, LIVEREG_FULL, "FULL", "Full", "", "Every slot of the table is taken."),
+            (3, LIVEREG_EXISTS, "EXISTS", "Exists", "FileExistsError", "The table, or a live registration of the id, exists."),
+            (4, LIVEREG_NOT_FOUND, "NOT_FOUND", "NotFound", "FileNotFoundError", "No table of that name."),
+            (5, LIVEREG_INVALID_ARGUMENT, "INVALID_ARGUMENT", "InvalidArgument", "ValueError", "An argument broke the contract."),
+            (6, LIVEREG_INCOMPATIBLE, "INCOMPATIBLE", "Incompatible", "", "The table was made by an incompatible layout."),
+            (7, LIVEREG_CORRUPT, "CORRUPT", "Corrupt", "", "The table's contents are impossible."),
+            (8, LIVEREG_PERMISSION, "PERMISSION", "PermissionDenied", "PermissionError", "The OS refused access to the table."),
+            (9, LIVEREG_TIMEOUT, "TIMEOUT", "DeadlineExceeded", "TimeoutError", "A deadline passed first."),
+            (10, LIVEREG_NO_REAPER, "NO_REAPER", "NoReaper", "", "No live reaper holds the table."),
+            (11, LIVEREG_BUSY, "BUSY", "Busy", "", "Another party holds what was asked for."),
+            (12, LIVEREG_IO, "IO", "SystemCall", "OSError", "An OS call failed."),
+            (13, LIVEREG_PANIC, "PANIC", "Panic", "", "A panic was caught at the boundary."),
         }
     };
 }
 
 macro_rules! result_codes_array {
-    ($(($value:literal, $c:ident, $name:literal, $title:literal, $meaning:literal)),* $(,)?) => {
+    ($(($value:literal, $c:ident, $name:literal, $title:literal, $builtin:literal, $meaning:literal)),* $(,)?) => {
         /// Every result code, in value order (made from the one list,
         /// `result_code_list!`): the C header, the C ABI's
         /// `livereg_result_str` and the Python exception classes are derived
         /// from it, or checked against it.
         pub const RESULT_CODES: [ResultCode; [$($value),*].len()] =
-            [$(code($value, $name, $title, $meaning)),*];
+            [$(code($value, $name, $title, $builtin, $meaning)),*];
     };
 }
 
 result_code_list!(result_codes_array);
 
 macro_rules! result_code_values {
-    ($(($value:literal, $c:ident, $name:literal, $title:literal, $meaning:literal)),* $(,)?) => {
+    ($(($value:literal, $c:ident, $name:literal, $title:literal, $builtin:literal, $meaning:literal)),* $(,)?) => {
         /// Each result code's value by its C name (made from the one list,
         /// `result_code_list!`).
         pub mod codes {
@@ -164,8 +187,8 @@ impl Error {
         use codes::*;
         match self {
             Error::Evicted { .. } => LIVEREG_EVICTED,
-            Error::Full(_) => LIVEREG_FULL,
-            Error::Exists(_) => LIVEREG_EXISTS,
+            Error::Full { .. } => LIVEREG_FULL,
+            Error::Exists { .. } => LIVEREG_EXISTS,
             Error::NotFound(_) => LIVEREG_NOT_FOUND,
             Error::InvalidArgument(_) => LIVEREG_INVALID_ARGUMENT,
             Error::Incompatible(_) => LIVEREG_INCOMPATIBLE,
@@ -173,7 +196,7 @@ impl Error {
             Error::Permission(_) => LIVEREG_PERMISSION,
             Error::Timeout(_) => LIVEREG_TIMEOUT,
             Error::NoReaper(_) => LIVEREG_NO_REAPER,
-            Error::Busy(_) => LIVEREG_BUSY,
+            Error::Busy { .. } => LIVEREG_BUSY,
             Error::Io { .. } => LIVEREG_IO,
             Error::Panic(_) => LIVEREG_PANIC,
         }
@@ -191,8 +214,8 @@ impl Error {
                 instance_id,
                 reason,
             },
-            LIVEREG_FULL => Error::Full(text),
-            LIVEREG_EXISTS => Error::Exists(text),
+            LIVEREG_FULL => Error::full(text),
+            LIVEREG_EXISTS => Error::exists(text),
             LIVEREG_NOT_FOUND => Error::NotFound(text),
             LIVEREG_INVALID_ARGUMENT => Error::InvalidArgument(text),
             LIVEREG_INCOMPATIBLE => Error::Incompatible(text),
@@ -200,7 +223,7 @@ impl Error {
             LIVEREG_PERMISSION => Error::Permission(text),
             LIVEREG_TIMEOUT => Error::Timeout(text),
             LIVEREG_NO_REAPER => Error::NoReaper(text),
-            LIVEREG_BUSY => Error::Busy(text),
+            LIVEREG_BUSY => Error::busy(text),
             LIVEREG_PANIC => Error::Panic(text),
             LIVEREG_IO => Error::Io {
                 context: "the other side failed".into(),
@@ -210,6 +233,31 @@ impl Error {
                 context: format!("result code {other}, which this build does not know"),
                 source: io::Error::other(text),
             },
+        }
+    }
+
+    /// A `Full` with only its message (the capacity unknown here).
+    pub fn full(message: String) -> Error {
+        Error::Full {
+            message,
+            capacity: None,
+        }
+    }
+
+    /// An `Exists` with only its message (a table, or a registration this
+    /// process knows no more of).
+    pub fn exists(message: String) -> Error {
+        Error::Exists {
+            message,
+            registered: None,
+        }
+    }
+
+    /// A `Busy` with only its message (no pending drop holds it).
+    pub fn busy(message: String) -> Error {
+        Error::Busy {
+            message,
+            pending_drop: None,
         }
     }
 
@@ -234,7 +282,7 @@ impl Error {
                 Error::NotFound(format!("{context}: no such table ({source})"))
             }
             io::ErrorKind::AlreadyExists => {
-                Error::Exists(format!("{context}: a table of that name already exists"))
+                Error::exists(format!("{context}: a table of that name already exists"))
             }
             io::ErrorKind::PermissionDenied => Error::Permission(format!("{context}: {source}")),
             _ => Error::Io { context, source },
@@ -256,8 +304,8 @@ mod tests {
                 instance_id: 1,
                 reason: None,
             },
-            Error::Full(String::new()),
-            Error::Exists(String::new()),
+            Error::full(String::new()),
+            Error::exists(String::new()),
             Error::NotFound(String::new()),
             Error::InvalidArgument(String::new()),
             Error::Incompatible(String::new()),
@@ -265,7 +313,7 @@ mod tests {
             Error::Permission(String::new()),
             Error::Timeout(String::new()),
             Error::NoReaper(String::new()),
-            Error::Busy(String::new()),
+            Error::busy(String::new()),
             Error::Io {
                 context: String::new(),
                 source: io::Error::other("x"),

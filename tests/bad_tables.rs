@@ -165,7 +165,7 @@ fn missing_table_is_not_found() {
 fn existing_table_cannot_be_created_again() {
     let temp = TempTable::new("twice", &options());
     match Table::create(&temp.name, &options()) {
-        Err(Error::Exists(message)) => assert!(message.contains(&temp.name), "{message}"),
+        Err(Error::Exists { message, .. }) => assert!(message.contains(&temp.name), "{message}"),
         other => panic!("expected Exists, got {:?}", other.map(|_| ())),
     }
     Table::open(&temp.name).expect("the first table is untouched");

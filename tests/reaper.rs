@@ -104,7 +104,7 @@ fn handlers_run_outside_locks_and_before_the_slot_is_reused() {
     reaper.scan().unwrap();
     assert!(matches!(
         seen.lock().unwrap().take(),
-        Some(Err(Error::Full(_)))
+        Some(Err(Error::Full { .. }))
     ));
     table.register(3, "after").unwrap();
 }
@@ -293,7 +293,9 @@ fn a_reaper_that_stops_scanning_is_alive_but_shows_as_stalled() {
 fn second_reaper_is_refused_with_busy() {
     let (table, _clock, _reaper, _recorder) = manual_setup(&options());
     match table.reaper().build() {
-        Err(Error::Busy(message)) => assert!(message.contains("another reaper"), "{message}"),
+        Err(Error::Busy { message, .. }) => {
+            assert!(message.contains("another reaper"), "{message}")
+        }
         other => panic!("expected Busy, got {:?}", other.map(|_| ())),
     }
 }
@@ -304,8 +306,11 @@ fn second_reaper_through_another_handle_in_this_process_is_refused() {
     let temp = TempTable::new("busy", &options());
     let _first = temp.table.reaper().build().unwrap();
     let other = Table::open(&temp.name).unwrap();
-    assert!(matches!(other.reaper().build(), Err(Error::Busy(_))));
-    assert!(matches!(temp.table.reaper().build(), Err(Error::Busy(_))));
+    assert!(matches!(other.reaper().build(), Err(Error::Busy { .. })));
+    assert!(matches!(
+        temp.table.reaper().build(),
+        Err(Error::Busy { .. })
+    ));
 }
 
 #[test]
@@ -410,7 +415,7 @@ fn a_long_handler_delays_only_its_own_registration() {
         .drop_wait(Duration::from_millis(100))
         .register()
     {
-        Err(Error::Busy(message)) => assert!(
+        Err(Error::Busy { message, .. }) => assert!(
             message.contains("drop is pending") && message.contains("not finished"),
             "{message}"
         ),
@@ -445,7 +450,7 @@ fn a_handler_that_stops_its_own_reaper_gets_busy_and_the_reaper_stops_after() {
     table.register(1, "a").unwrap().deregister().unwrap();
     let stopped = outcome.recv_timeout(Duration::from_secs(5)).unwrap();
     assert!(
-        matches!(&stopped, Some(Some(Error::Busy(m))) if m.contains("stop the reaper")),
+        matches!(&stopped, Some(Some(Error::Busy { message: m, .. })) if m.contains("stop the reaper")),
         "{stopped:?}"
     );
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -465,7 +470,9 @@ fn an_id_ended_under_a_reaper_that_died_waits_for_the_next_reapers_drop() {
         .drop_wait(Duration::from_millis(50))
         .register()
     {
-        Err(Error::Busy(message)) => assert!(message.contains("no reaper is alive"), "{message}"),
+        Err(Error::Busy { message, .. }) => {
+            assert!(message.contains("no reaper is alive"), "{message}")
+        }
         other => panic!("expected Busy, got {other:?}"),
     }
     let mut next = table.reaper().on_drop(recorder.handler()).build().unwrap();
@@ -494,11 +501,11 @@ fn handlers_that_would_wait_on_their_own_reaper_fail_at_once() {
     reaper.scan().unwrap();
     let (clear, register, took) = seen.recv().unwrap();
     assert!(
-        matches!(&clear, Some(Error::Busy(m)) if m.contains("inside a handler")),
+        matches!(&clear, Some(Error::Busy { message: m, .. }) if m.contains("inside a handler")),
         "{clear:?}"
     );
     assert!(
-        matches!(&register, Some(Error::Busy(m)) if m.contains("handler of the reaper")),
+        matches!(&register, Some(Error::Busy { message: m, pending_drop: Some(1) }) if m.contains("handler of the reaper")),
         "{register:?}"
     );
     assert!(took < Duration::from_secs(1), "took {took:?}");

@@ -42,7 +42,13 @@ fn live_duplicate_id_is_refused_with_exists() {
     let table = Table::in_memory(&options()).unwrap();
     let _first = table.register(9, "a").unwrap();
     match table.register(9, "b") {
-        Err(Error::Exists(message)) => assert!(message.contains("instance 9"), "{message}"),
+        Err(Error::Exists {
+            message,
+            registered,
+        }) => {
+            assert!(message.contains("instance 9"), "{message}");
+            assert_eq!(registered, Some((9, std::process::id())), "{message}");
+        }
         other => panic!("expected Exists, got {other:?}"),
     }
     assert_eq!(table.status().unwrap().tracked_instances, 1);
@@ -58,12 +64,15 @@ fn full_table_is_refused_and_frees_up_after_a_deregistration() {
     let _a = table.register(1, "").unwrap();
     let b = table.register(2, "").unwrap();
     match table.register(3, "") {
-        Err(Error::Full(message)) => assert!(message.contains("all 2 slots"), "{message}"),
+        Err(Error::Full { message, capacity }) => {
+            assert!(message.contains("all 2 slots"), "{message}");
+            assert_eq!(capacity, Some(2));
+        }
         other => panic!("expected Full, got {other:?}"),
     }
     // Deregistered, but its drop has not run: the slot is still taken.
     b.deregister().unwrap();
-    assert!(matches!(table.register(3, ""), Err(Error::Full(_))));
+    assert!(matches!(table.register(3, ""), Err(Error::Full { .. })));
     let mut reaper = table.reaper().build().unwrap();
     reaper.scan().unwrap();
     table.register(3, "").unwrap();

@@ -410,7 +410,7 @@ fn a_live_id_is_refused_exists_and_its_holder_is_untouched() {
     let mut second = Isolated::spawn(&socket.address(), 7, "ping", None);
     assert!(second.line("refused").starts_with("refused 3 "));
     let local = temp.table.register(7, "local").unwrap_err();
-    assert!(matches!(local, Error::Exists(_)), "{local}");
+    assert!(matches!(local, Error::Exists { .. }), "{local}");
     first.heartbeat().unwrap();
     no_event(&events, Duration::from_millis(300));
     first.heartbeat().unwrap();
@@ -607,7 +607,7 @@ fn a_silent_or_garbled_connection_is_closed_and_the_table_holds_at_most_capacity
     let _one = connect(&socket.address(), 1, "", &options).unwrap();
     let _two = connect(&socket.address(), 2, "", &options).unwrap();
     let third = connect(&socket.address(), 3, "", &options).unwrap_err();
-    assert!(matches!(third, Error::Full(_)), "{third}");
+    assert!(matches!(third, Error::Full { .. }), "{third}");
     reaper.stop().unwrap();
 }
 
@@ -763,7 +763,7 @@ fn a_local_registrant_waiting_on_another_process_never_freezes_the_listener() {
             .map(drop)
             .unwrap_err();
         let answered = started.elapsed();
-        assert!(matches!(refused, Error::Busy(_)), "{refused}");
+        assert!(matches!(refused, Error::Busy { .. }), "{refused}");
         assert!(answered < Duration::from_secs(1), "BUSY after {answered:?}");
         // Three timeouts of beats: the listener keeps going round its loop.
         let until = Instant::now() + Duration::from_secs(3);
@@ -777,10 +777,10 @@ fn a_local_registrant_waiting_on_another_process_never_freezes_the_listener() {
         // ends either way; the lock is free now.
         match registrant.join().unwrap() {
             Ok(worker) => worker.deregister().unwrap(),
-            Err(e) => assert!(matches!(e, Error::Busy(_)), "{e}"),
+            Err(e) => assert!(matches!(e, Error::Busy { .. }), "{e}"),
         }
         if let Err(e) = publisher.join().unwrap() {
-            assert!(matches!(e, Error::Busy(_)), "{e}");
+            assert!(matches!(e, Error::Busy { .. }), "{e}");
         }
     });
     let admitted = connect(&socket.address(), 3, "w", &ConnectOptions::default()).unwrap();

@@ -287,7 +287,7 @@ fn take_role(
             })
             .spawn();
         match attempt {
-            Err(Error::Busy(message)) if args.standby => {
+            Err(Error::Busy { message, .. }) if args.standby => {
                 if !announced {
                     log::info!("{message}; standing by to take over");
                     announced = true;
@@ -297,8 +297,8 @@ fn take_role(
                 }
                 std::thread::sleep(STANDBY_POLL);
             }
-            Err(Error::Busy(message)) => {
-                return Err(Error::Busy(format!(
+            Err(Error::Busy { message, .. }) => {
+                return Err(Error::busy(format!(
                     "{message} (use --standby to wait and take over)"
                 )))
             }

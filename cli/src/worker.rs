@@ -195,7 +195,7 @@ fn beat(target: &Target, args: &Args, worker: &mut Worker) -> Result<Option<Exit
                 match register(target, args) {
                     Ok(worker) => break worker,
                     // Live still, or its drop pending: try again.
-                    Err(Error::Exists(_) | Error::Busy(_) | Error::Timeout(_)) => {
+                    Err(Error::Exists { .. } | Error::Busy { .. } | Error::Timeout(_)) => {
                         std::thread::sleep(args.interval)
                     }
                     Err(e) => return Err(e),

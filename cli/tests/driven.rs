@@ -267,7 +267,7 @@ fn a_wake_up_right_after_acquiring_is_not_lost() {
         let mut cleanup = loop {
             match temp.table.reaper().build() {
                 Ok(reaper) => break reaper,
-                Err(livereg::Error::Busy(_)) if std::time::Instant::now() < deadline => {
+                Err(livereg::Error::Busy { .. }) if std::time::Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(1))
                 }
                 Err(e) => panic!("{e}"),

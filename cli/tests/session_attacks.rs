@@ -399,7 +399,7 @@ fn a_source_is_held_back_from_its_fourth_greeting_after_three_failed_ones() {
     let address = tcp_address();
     let _daemon = Daemon::start(BIN, &temp.name, &[&address]);
     let permission = Error::Permission(String::new()).code() as u8;
-    let busy = Error::Busy(String::new()).code() as u8;
+    let busy = Error::busy(String::new()).code() as u8;
     let answers: Vec<u8> = (0..4)
         .map(|_| answer_to(&address, "127.0.0.3", &guess()).unwrap())
         .collect();

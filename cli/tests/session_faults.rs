@@ -331,7 +331,7 @@ fn a_registration_lock_held_elsewhere_never_freezes_the_listener() {
     let refused = connect(&address, 2, "w", &with_token())
         .map(drop)
         .unwrap_err();
-    assert!(matches!(refused, Error::Busy(_)), "{refused}");
+    assert!(matches!(refused, Error::Busy { .. }), "{refused}");
     assert!(
         started.elapsed() < Duration::from_secs(1),
         "refused after {:?}",

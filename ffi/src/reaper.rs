@@ -45,7 +45,7 @@ impl Drop for Scanning {
 /// The refusal of a call that would wait on, or free, the reaper whose
 /// callback makes it.
 pub(crate) fn reentered(call: &str) -> livereg::Error {
-    livereg::Error::Busy(format!(
+    livereg::Error::busy(format!(
         "{call}: called from this reaper's own callback, inside its scan; \
          call it after livereg_reaper_scan returns"
     ))

@@ -4,7 +4,7 @@ use livereg::Reason;
 use std::ffi::{c_char, c_void};
 
 macro_rules! c_results {
-    ($(($value:literal, $c:ident, $name:literal, $title:literal, $meaning:literal)),* $(,)?) => {
+    ($(($value:literal, $c:ident, $name:literal, $title:literal, $builtin:literal, $meaning:literal)),* $(,)?) => {
         /// Result of every fallible function. Values are stable.
         #[repr(C)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -377,7 +377,7 @@ pub(crate) fn refuse_inside_handler(inner: &Arc<TableMemory>, what: &str) -> Res
         })
     });
     if inside {
-        Err(crate::error::Error::Busy(format!(
+        Err(crate::error::Error::busy(format!(
             "table '{}': cannot {what} from inside a handler of its reaper: the reaper waits for the handler to return",
             inner.name
         )))

@@ -51,7 +51,7 @@ impl Reaper {
     fn begin_scan(&mut self, now_ns: u64) -> Result<()> {
         let inner = &self.table.memory;
         if !self.role.held_here() {
-            return Err(crate::error::Error::Busy(format!(
+            return Err(crate::error::Error::busy(format!(
                 "table '{}': this reaper was inherited through fork: the role is the parent's; build a reaper in the child",
                 inner.name
             )));

@@ -136,7 +136,7 @@ mod table {
                     return Ok(bytes);
                 }
                 if started.elapsed() >= READ_WAIT {
-                    return Err(Error::Busy(format!(
+                    return Err(Error::busy(format!(
                         "table '{}': a writer of the info area has not finished for {READ_WAIT:?} \
                          (one that died mid-write leaves it so until the next set_info)",
                         self.memory.name

@@ -34,7 +34,7 @@ impl TableMemory {
     /// description that the kernel drops when its holder dies.
     pub fn take_reaper_role(self: &Arc<Self>) -> Result<ReaperRole> {
         let busy = || {
-            Error::Busy(format!(
+            Error::busy(format!(
                 "table '{}': another reaper (pid {}) is running",
                 self.name,
                 self.header().reaper_pid.load(Relaxed)
@@ -128,7 +128,7 @@ impl TableMemory {
                     std::thread::sleep(REGISTRATION_LOCK_POLL);
                 }
                 Ok(false) => {
-                    return Err(Error::Busy(format!(
+                    return Err(Error::busy(format!(
                         "table '{}': another process holds the registration lock (waited {wait:?}; \
                          stopped in the middle of registering?): try again",
                         self.name

@@ -207,21 +207,26 @@ impl<'t> Registration<'t> {
                     live
                 }
                 Some(Current::Live(Placed { index, .. })) => {
-                    return Err(Error::Exists(format!(
-                        "table '{}': instance {} is already registered (slot {index}, pid {})",
-                        inner.name,
-                        self.instance_id,
-                        inner.slot(index).pid.load(Relaxed)
-                    )))
+                    let pid = inner.slot(index).pid.load(Relaxed);
+                    return Err(Error::Exists {
+                        message: format!(
+                            "table '{}': instance {} is already registered (slot {index}, pid {pid})",
+                            inner.name, self.instance_id,
+                        ),
+                        registered: Some((self.instance_id, pid)),
+                    });
                 }
                 Some(Current::Ended(ended)) => ended,
             };
             drop(guard);
             let pending = |why: &str| {
-                Error::Busy(format!(
+                Error::Busy {
+                message: format!(
                     "table '{}': instance {}'s previous registration (slot {index}) has ended and its drop is pending: {why}",
                     inner.name, self.instance_id
-                ))
+                ),
+                pending_drop: Some(self.instance_id),
+            }
             };
             crate::reaper::handlers::refuse_inside_handler(inner, "register it again")
                 .map_err(|_| pending("this is a handler of the reaper that runs that drop"))?;
@@ -329,10 +334,13 @@ impl<'t> Registration<'t> {
             inner.wake_reaper();
             return Ok(Placed { index, generation });
         }
-        Err(Error::Full(format!(
-            "table '{}' is full: all {} slots are taken",
-            inner.name, inner.capacity
-        )))
+        Err(Error::Full {
+            message: format!(
+                "table '{}' is full: all {} slots are taken",
+                inner.name, inner.capacity
+            ),
+            capacity: Some(inner.capacity),
+        })
     }
 }
 

@@ -36,7 +36,8 @@ pub fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     for code in &RESULT_CODES[1..] {
         let name = format!("{}Error", code.title);
         let doc = format!("{} (LIVEREG_{}, {})", code.meaning, code.name, code.value);
-        let class: Py<PyType> = match builtin_of(code.name) {
+        let builtin = (!code.builtin.is_empty()).then_some(code.builtin);
+        let class: Py<PyType> = match builtin {
             // Also the builtin that fits, so `except TimeoutError` (or
             // `ValueError`, `FileNotFoundError`…) catches it.
             Some(builtin) => {
@@ -59,9 +60,9 @@ pub fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
             )?,
         };
         class.bind(py).setattr("code", code.value)?;
-        if code.value == livereg::codes::LIVEREG_EVICTED {
-            // Why the registration ended, a `livereg.Reason` when known.
-            class.bind(py).setattr("reason", py.None())?;
+        for field in fields_of(code.value) {
+            // Unknown until an exception says it.
+            class.bind(py).setattr(*field, py.None())?;
         }
         module.add(name.as_str(), class.bind(py))?;
         classes.push(class);
@@ -70,17 +71,17 @@ pub fn add(module: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// The builtin exception a result code's class also derives, where one fits.
-fn builtin_of(code_name: &str) -> Option<&'static str> {
-    Some(match code_name {
-        "INVALID_ARGUMENT" => "ValueError",
-        "TIMEOUT" => "TimeoutError",
-        "PERMISSION" => "PermissionError",
-        "NOT_FOUND" => "FileNotFoundError",
-        "EXISTS" => "FileExistsError",
-        "IO" => "OSError",
-        _ => return None,
-    })
+/// The fields an exception of result code `code` carries, as the library's
+/// error does: a caller acts on them without reading the message.
+fn fields_of(code: u32) -> &'static [&'static str] {
+    use livereg::codes::*;
+    match code {
+        LIVEREG_EVICTED => &["reason"],
+        LIVEREG_EXISTS => &["registered"],
+        LIVEREG_FULL => &["capacity"],
+        LIVEREG_BUSY => &["pending_drop"],
+        _ => &[],
+    }
 }
 
 fn class(py: Python<'_>, code: u32) -> Bound<'_, PyType> {
@@ -110,22 +111,36 @@ pub fn unless_evicted(py: Python<'_>, result: PyResult<()>) -> PyResult<()> {
     }
 }
 
-/// The exception for a library error, with the library's message (and an
-/// `EvictedError`'s `reason`, when the slot still said it).
+/// The exception for a library error, with the library's message and its
+/// fields (an `EvictedError`'s `reason`, an `ExistsError`'s `registered`
+/// `(instance_id, pid)`, a `FullError`'s `capacity`, a `BusyError`'s
+/// `pending_drop`), each `None` when the library does not know it.
 pub fn raise(error: livereg::Error) -> PyErr {
-    let reason = match &error {
-        livereg::Error::Evicted { reason, .. } => *reason,
-        _ => None,
-    };
     let raised = new(error.code(), error.to_string());
-    if let Some(reason) = reason {
-        Python::attach(|py| {
-            if let Ok(value) = crate::event::reason_enum(py).and_then(|e| e.call1((reason as u8,)))
-            {
-                let _ = raised.value(py).setattr("reason", value);
-            }
-        });
-    }
+    Python::attach(|py| {
+        let value = raised.value(py);
+        let _ = match &error {
+            livereg::Error::Evicted {
+                reason: Some(reason),
+                ..
+            } => crate::event::reason_enum(py)
+                .and_then(|e| e.call1((*reason as u8,)))
+                .and_then(|reason| value.setattr("reason", reason)),
+            livereg::Error::Exists {
+                registered: Some(registered),
+                ..
+            } => value.setattr("registered", *registered),
+            livereg::Error::Full {
+                capacity: Some(capacity),
+                ..
+            } => value.setattr("capacity", *capacity),
+            livereg::Error::Busy {
+                pending_drop: Some(instance_id),
+                ..
+            } => value.setattr("pending_drop", *instance_id),
+            _ => Ok(()),
+        };
+    });
     raised
 }
 

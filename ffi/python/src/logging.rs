@@ -106,7 +106,7 @@ impl log::Log for PythonLogger {
         };
         match queue.try_send((record.level(), message)) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
+            Err(TrySendError::Full { .. }) => {
                 self.dropped.fetch_add(1, Relaxed);
             }
             Err(TrySendError::Disconnected((_, message))) => eprintln!("livereg: {message}"),

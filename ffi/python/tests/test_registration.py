@@ -63,14 +63,19 @@ def test_bad_arguments_raise_invalid_argument_with_code_and_message(make_table: 
 def test_live_duplicate_is_exists_and_a_full_table_is_full(make_table: MakeTable) -> None:
     table = make_table(capacity=2)
     first = table.register(4)
-    with pytest.raises(livereg.ExistsError):
+    with pytest.raises(livereg.ExistsError) as exists:
         table.register(4)
+    # What a caller acts on is a field, not a phrase of the message.
+    assert exists.value.registered == (4, os.getpid())
     second = table.register(5)
     with pytest.raises(livereg.FullError) as caught:
         table.register(6)
-    assert caught.value.code == 2
+    assert caught.value.code == 2 and caught.value.capacity == 2
     first.deregister()
     second.deregister()
+    with pytest.raises(livereg.ExistsError) as table_exists:
+        livereg.create(table.name)
+    assert table_exists.value.registered is None
 
 
 def test_every_error_is_a_livereg_error_with_its_code(make_table: MakeTable) -> None:

@@ -370,7 +370,7 @@ impl Sender {
                 self.heard = Instant::now();
                 None
             }
-            Err(Error::Io { .. } | Error::Timeout(_) | Error::Busy(_)) => None,
+            Err(Error::Io { .. } | Error::Timeout(_) | Error::Busy { .. }) => None,
             Err(refusal) => {
                 log::warn!(
                     "session {}: the listener was not heard for {silent:?}; reclaim refused: {refusal}",
@@ -456,7 +456,7 @@ impl Sender {
                     self.dialed = dialed;
                     return true;
                 }
-                Err(Error::Io { .. } | Error::Timeout(_) | Error::Busy(_)) => {
+                Err(Error::Io { .. } | Error::Timeout(_) | Error::Busy { .. }) => {
                     backoff = (backoff * 2).min(self.interval());
                 }
                 Err(refusal) => {

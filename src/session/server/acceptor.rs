@@ -141,7 +141,7 @@ fn remove_stale_socket(address: &Address, path: &std::path::Path) -> Result<()> 
         )));
     }
     if UnixStream::connect(path).is_ok() {
-        return Err(Error::Busy(format!(
+        return Err(Error::busy(format!(
             "listener {address}: another listener is serving it"
         )));
     }

@@ -72,7 +72,7 @@ impl Connection {
             // still held by the client's previous connection (it reconnected
             // first, as after a pause) or the table's registration lock is
             // taken; the client tries again. Not counted as a refusal.
-            Err(refusal @ Error::Busy(_)) => self.tell_refused(&refusal),
+            Err(refusal @ Error::Busy { .. }) => self.tell_refused(&refusal),
             Err(refusal) => self.refuse(&gate.refusals, &refusal),
         }
     }
@@ -187,11 +187,14 @@ impl Connection {
         let table = &gate.table;
         crate::worker::registration::check_label(label)?;
         if gate.held.count() >= table.capacity() as usize {
-            return Err(Error::Full(format!(
-                "table '{}': this listener already holds {} sessions, the table's capacity",
-                table.name(),
-                table.capacity()
-            )));
+            return Err(Error::Full {
+                message: format!(
+                    "table '{}': this listener already holds {} sessions, the table's capacity",
+                    table.name(),
+                    table.capacity()
+                ),
+                capacity: Some(table.capacity()),
+            });
         }
         let records = gate
             .held
@@ -267,7 +270,7 @@ impl Connection {
             gate.held
                 .hold_if_free(claim.slot, claim.generation, table.clock.now_ns())
         else {
-            return Err(Error::Busy(format!(
+            return Err(Error::busy(format!(
                 "instance {instance_id}'s registration is held by another connection"
             )));
         };
@@ -316,8 +319,8 @@ impl Connection {
             self.source,
             wait.as_millis().max(1)
         );
-        self.refusing = Some((now + wait, Error::Busy(message.clone())));
-        Err(Error::Busy(message))
+        self.refusing = Some((now + wait, Error::busy(message.clone())));
+        Err(Error::busy(message))
     }
 }
 

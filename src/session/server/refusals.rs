@@ -64,7 +64,7 @@ mod tests {
         let counted = refusals.clone();
         counted.refused(Error::Permission(String::new()).code());
         counted.refused(Error::Permission(String::new()).code());
-        counted.refused(Error::Full(String::new()).code());
+        counted.refused(Error::full(String::new()).code());
         counted.refused(9999); // no such code: not counted, no panic
         assert_eq!(refusals.count("PERMISSION"), 2);
         assert_eq!(refusals.count("NOT_A_CODE"), 0);

@@ -42,6 +42,10 @@
  *            200 kernel ticks), a heartbeat time is CLOCK_MONOTONIC_COARSE:
  *            up to a few ticks before the ping. The reaper allows for it
  *            (never early; up to 6 ticks late).
+ * Durations: a span of time is uint64_t milliseconds, named *_ms; a call's
+ *            bound on its own waiting is its wait_ms, a connection's
+ *            connect_timeout_ms, a table's budgets *_timeout_ms and
+ *            registration_grace_ms.
  */
 #ifndef LIVEREG_H
 #define LIVEREG_H
@@ -161,10 +165,12 @@ livereg_result livereg_unlink(const char *name);
 /* Registers instance_id (not 0) with a label of at most 47 bytes of UTF-8
  * (label may be NULL). The registration lives until livereg_deregister, an
  * eviction, or this process's exit. On LIVEREG_OK, *out is a new handle.
- * While the id's previous registration is still being dropped, it waits up to
- * 5 s for that drop. Errors: INVALID_ARGUMENT, EXISTS (the id is live), FULL,
- * BUSY (the previous drop did not finish within 5 s, or no reaper is alive to
- * finish it, or this is the reaper's own callback for that drop), IO. */
+ * It waits at most 5 s in all: for the registration lock another process
+ * holds, and while the id's previous registration is still being dropped,
+ * for that drop. Errors: INVALID_ARGUMENT, EXISTS (the id is live), FULL,
+ * BUSY (the lock was held or the previous drop did not finish within the
+ * 5 s, or no reaper is alive to finish it, or this is the reaper's own
+ * callback for that drop), IO. */
 livereg_result livereg_register(const livereg_table *table, uint64_t instance_id,
                                 const char *label, livereg_worker **out);
 
@@ -186,15 +192,15 @@ livereg_result livereg_progress(const livereg_worker *worker);
 livereg_result livereg_deregister(livereg_worker *worker);
 
 /* Asks the reaper to run its on_clear callbacks once (the server clears its
- * stored cache) and waits up to timeout_ms. Registrations are untouched:
+ * stored cache) and waits up to wait_ms. Registrations are untouched:
  * workers keep beating. Requests made while one is pending share it.
  * Errors: NO_REAPER, TIMEOUT; BUSY from inside this table's own callbacks. */
-livereg_result livereg_clear(const livereg_table *table, uint64_t timeout_ms);
+livereg_result livereg_clear(const livereg_table *table, uint64_t wait_ms);
 
 /* As livereg_clear, but first ends every registration (reason CLEARED): their
  * on_drop callbacks run, then on_clear, before it returns; workers get
  * LIVEREG_EVICTED at their next ping and register again. Same errors. */
-livereg_result livereg_reset(const livereg_table *table, uint64_t timeout_ms);
+livereg_result livereg_reset(const livereg_table *table, uint64_t wait_ms);
 
 /* If a reaper is alive, writes its boot token. Errors: NO_REAPER. */
 livereg_result livereg_probe(const livereg_table *table, uint64_t *boot_token);
@@ -327,15 +333,15 @@ livereg_result livereg_worker_get_info(const livereg_worker *worker, void *buf, 
  * worker: on the table it registered in, or, for a session, through the
  * listener it connected to (over a connection of its own, with the same
  * token and TLS). Registrations are untouched; worker keeps beating. Waits
- * up to timeout_ms for the clear handlers to return. Errors: as
+ * up to wait_ms for the clear handlers to return. Errors: as
  * livereg_clear (TIMEOUT, NO_REAPER), and for a session as livereg_connect
  * (PERMISSION, IO, ...). */
-livereg_result livereg_worker_clear(const livereg_worker *worker, uint64_t timeout_ms);
+livereg_result livereg_worker_clear(const livereg_worker *worker, uint64_t wait_ms);
 
 /* As livereg_worker_clear, a reset (see livereg_reset): every registration
  * of the server's table ends CLEARED, this one too (its next ping returns
  * EVICTED: register again). */
-livereg_result livereg_worker_reset(const livereg_worker *worker, uint64_t timeout_ms);
+livereg_result livereg_worker_reset(const livereg_worker *worker, uint64_t wait_ms);
 
 /* Serves sessions at address for the reaper's life (until
  * livereg_reaper_stop). token (NUL-terminated) is what clients must present;

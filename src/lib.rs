@@ -7,6 +7,14 @@
 //! registrations that went silent or whose process exited, and calls drop
 //! handlers so a server frees what it held for them.
 //!
+//! Time, in one form per idea: a span of time is a [`Duration`](std::time::Duration)
+//! (a table's budgets `reap_timeout`, `registration_grace`,
+//! `progress_timeout`; a call's bound on its own waiting, always named
+//! `wait`: [`Registration::wait`], [`Table::clear`]); a point on a table's
+//! clock is `u64` nanoseconds, named `*_ns` ([`DropEvent::registered_ns`],
+//! [`Reaper::scan_once`]); the status snapshot, a JSON document, gives
+//! seconds, named `*_seconds`.
+//!
 //! ```
 //! use livereg::{Reason, Table, TableOptions};
 //! use std::sync::mpsc;
@@ -86,7 +94,7 @@ pub use status::{
 pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
 #[cfg(not(loom))]
 pub use worker::{
-    raise_in_this_thread, BeatThread, Busy, OnEnd, Registration, Worker, PREVIOUS_DROP_WAIT,
+    raise_in_this_thread, BeatThread, Busy, OnEnd, Registration, Worker, REGISTER_WAIT,
 };
 
 pub use event::{DropEvent, Reason};

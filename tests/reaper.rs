@@ -412,7 +412,7 @@ fn a_long_handler_delays_only_its_own_registration() {
     // The id of the registration whose drop still runs does not come back.
     match table
         .registration(1)
-        .drop_wait(Duration::from_millis(100))
+        .wait(Duration::from_millis(100))
         .register()
     {
         Err(Error::Busy { message, .. }) => assert!(
@@ -467,7 +467,7 @@ fn an_id_ended_under_a_reaper_that_died_waits_for_the_next_reapers_drop() {
     drop(reaper); // gone before it ran the drop
     match table
         .registration(1)
-        .drop_wait(Duration::from_millis(50))
+        .wait(Duration::from_millis(50))
         .register()
     {
         Err(Error::Busy { message, .. }) => {

@@ -165,7 +165,7 @@ pub unsafe extern "C" fn livereg_get_stats(
     })
 }
 
-/// `livereg_clear(table, timeout_ms)`.
+/// `livereg_clear(table, wait_ms)`.
 ///
 /// # Safety
 ///
@@ -173,13 +173,13 @@ pub unsafe extern "C" fn livereg_get_stats(
 #[no_mangle]
 pub unsafe extern "C" fn livereg_clear(
     table: *const livereg_table,
-    timeout_ms: u64,
+    wait_ms: u64,
 ) -> livereg_result {
     // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
-    guard(|| unsafe { borrow(table) }?.clear(Duration::from_millis(timeout_ms)))
+    guard(|| unsafe { borrow(table) }?.clear(Duration::from_millis(wait_ms)))
 }
 
-/// `livereg_reset(table, timeout_ms)`.
+/// `livereg_reset(table, wait_ms)`.
 ///
 /// # Safety
 ///
@@ -187,10 +187,10 @@ pub unsafe extern "C" fn livereg_clear(
 #[no_mangle]
 pub unsafe extern "C" fn livereg_reset(
     table: *const livereg_table,
-    timeout_ms: u64,
+    wait_ms: u64,
 ) -> livereg_result {
     // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
-    guard(|| unsafe { borrow(table) }?.reset(Duration::from_millis(timeout_ms)))
+    guard(|| unsafe { borrow(table) }?.reset(Duration::from_millis(wait_ms)))
 }
 
 /// `livereg_probe(table, boot_token)`.

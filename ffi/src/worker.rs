@@ -105,7 +105,7 @@ pub unsafe extern "C" fn livereg_deregister(worker: *mut livereg_worker) -> live
     })
 }
 
-/// `livereg_worker_clear(worker, timeout_ms)`: asks the server for a clear
+/// `livereg_worker_clear(worker, wait_ms)`: asks the server for a clear
 /// from the engine holding `worker`: on its table, or through the listener
 /// of its session.
 ///
@@ -115,16 +115,16 @@ pub unsafe extern "C" fn livereg_deregister(worker: *mut livereg_worker) -> live
 #[no_mangle]
 pub unsafe extern "C" fn livereg_worker_clear(
     worker: *const livereg_worker,
-    timeout_ms: u64,
+    wait_ms: u64,
 ) -> livereg_result {
     guard(|| {
         // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
         let worker = unsafe { handle(worker) }?;
-        worker.0.clear(Duration::from_millis(timeout_ms))
+        worker.0.clear(Duration::from_millis(wait_ms))
     })
 }
 
-/// `livereg_worker_reset(worker, timeout_ms)`: as `livereg_worker_clear`,
+/// `livereg_worker_reset(worker, wait_ms)`: as `livereg_worker_clear`,
 /// a reset.
 ///
 /// # Safety
@@ -133,11 +133,11 @@ pub unsafe extern "C" fn livereg_worker_clear(
 #[no_mangle]
 pub unsafe extern "C" fn livereg_worker_reset(
     worker: *const livereg_worker,
-    timeout_ms: u64,
+    wait_ms: u64,
 ) -> livereg_result {
     guard(|| {
         // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
         let worker = unsafe { handle(worker) }?;
-        worker.0.reset(Duration::from_millis(timeout_ms))
+        worker.0.reset(Duration::from_millis(wait_ms))
     })
 }

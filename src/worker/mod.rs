@@ -12,4 +12,4 @@ pub(crate) mod registration;
 
 pub use beat_thread::{raise_in_this_thread, BeatThread, OnEnd};
 pub use handle::{Busy, Worker};
-pub use registration::{Registration, PREVIOUS_DROP_WAIT};
+pub use registration::{Registration, REGISTER_WAIT};

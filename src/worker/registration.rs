@@ -12,7 +12,6 @@ use crate::table::handle::Table;
 use crate::table::layout::{
     FLAG_COARSE_STAMPS, FLAG_PROXY, FLAG_REMOTE, LABEL_MAX, PROCESS_TAG_SHIFT,
 };
-use crate::table::locks::REGISTRATION_LOCK_WAIT;
 use crate::table::protocol::{self, Beat, LIVE};
 use crate::worker::handle::Worker;
 use std::fs::File;
@@ -33,9 +32,10 @@ enum Current {
     Ended(Placed),
 }
 
-/// How long a registration waits, by default, for the drop of the same
-/// instance id's previous registration (evicted, deregistered or replaced).
-pub const PREVIOUS_DROP_WAIT: Duration = Duration::from_secs(5);
+/// How long [`Registration::register`] may wait in all, by default: for
+/// another process's registration lock and for the drop of the same instance
+/// id's previous registration (evicted, deregistered or replaced).
+pub const REGISTER_WAIT: Duration = Duration::from_secs(5);
 
 /// A registration being prepared: [`Table::registration`] makes one.
 ///
@@ -63,7 +63,7 @@ pub struct Registration<'t> {
     label: &'t str,
     pid: u32,
     replace: bool,
-    drop_wait: Duration,
+    wait: Duration,
     /// Made by a reaper's listener for a session's client: no exit lock
     /// (the client's socket is its death signal).
     remote: bool,
@@ -78,7 +78,7 @@ impl Table {
             label: "",
             pid: std::process::id(),
             replace: false,
-            drop_wait: PREVIOUS_DROP_WAIT,
+            wait: REGISTER_WAIT,
             remote: false,
         }
     }
@@ -116,10 +116,13 @@ impl<'t> Registration<'t> {
         self
     }
 
-    /// How long to wait for the drop of this id's previous registration
-    /// (default [`PREVIOUS_DROP_WAIT`], five seconds).
-    pub fn drop_wait(mut self, wait: Duration) -> Self {
-        self.drop_wait = wait;
+    /// How long [`register`](Registration::register) may wait in all
+    /// (default [`REGISTER_WAIT`], five seconds): for the registration lock
+    /// another process holds, and for the drop of this id's previous
+    /// registration. Zero: never wait (a held lock or a pending drop is
+    /// [`Error::Busy`] at once).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
         self
     }
 
@@ -128,7 +131,7 @@ impl<'t> Registration<'t> {
     /// An id never comes back before its drop: while a previous registration
     /// of the same id has ended and its drop handlers have not finished
     /// (under a live reaper, or left by one that died), the new registration
-    /// waits for them, up to [`drop_wait`](Registration::drop_wait), so a
+    /// waits for them, within [`wait`](Registration::wait), so a
     /// server never frees state of the new registration.
     ///
     /// # Errors
@@ -139,8 +142,7 @@ impl<'t> Registration<'t> {
     /// - [`Error::Full`]: no slot is free.
     /// - [`Error::Busy`]: the previous registration's drop did not finish
     ///   within the wait (or this is a handler of the reaper that would run
-    ///   it); or another process held the registration lock for over five
-    ///   seconds.
+    ///   it); or another process held the registration lock past the wait.
     /// - [`Error::Corrupt`]: the object was truncated under this handle.
     /// - [`Error::Io`]: opening the slot's exit-detection lock failed.
     pub fn register(self) -> Result<Worker> {
@@ -154,7 +156,7 @@ impl<'t> Registration<'t> {
     /// Returns where it was placed.
     pub(crate) fn register_remote(mut self) -> Result<Placed> {
         self.remote = true;
-        self.drop_wait = Duration::ZERO;
+        self.wait = Duration::ZERO;
         let lock_file = self.lock_descriptor()?;
         self.place(lock_file.as_deref())
     }
@@ -183,16 +185,12 @@ impl<'t> Registration<'t> {
         }
         check_label(self.label)?;
         inner.check_size()?;
-        let deadline = crate::clock::deadline_after(self.drop_wait);
+        // One deadline for the whole call. A listener registering a
+        // session's client never waits (its `wait` is zero): its client is
+        // told `BUSY` and tries again.
+        let deadline = crate::clock::deadline_after(self.wait);
         loop {
-            // A listener registering a session's client never waits on a
-            // lock another process holds: its client is told `BUSY` and
-            // tries again.
-            let lock_wait = if self.remote {
-                Duration::ZERO
-            } else {
-                REGISTRATION_LOCK_WAIT
-            };
+            let lock_wait = crate::clock::time_left(deadline);
             let guard = inner.lock_registrations(lock_file, lock_wait)?;
             let Placed { index, generation } = match self.find_current() {
                 None => {
@@ -236,11 +234,11 @@ impl<'t> Registration<'t> {
             });
             if !released {
                 return Err(pending(&if table.reaper_alive() {
-                    format!("the reaper has not finished it within {:?}", self.drop_wait)
+                    format!("the reaper has not finished it within {:?}", self.wait)
                 } else {
                     format!(
                         "no reaper is alive to run it (waited {:?}); the next reaper will",
-                        self.drop_wait
+                        self.wait
                     )
                 }));
             }

@@ -46,7 +46,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         .iter()
         .map(|reason| (reason.as_str().to_uppercase(), *reason as u8))
         .collect();
-    module.add("REASONS", reasons)?;
+    module.add("_REASONS", reasons)?;
     let hook = module.getattr("_stop_reapers_at_exit")?;
     module
         .py()

@@ -7,7 +7,8 @@ use crate::worker::Worker;
 use livereg::codes::LIVEREG_INVALID_ARGUMENT;
 use livereg::{Address, ConnectOptions, ReaperBuilder, TlsClient, TlsServer};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::exceptions::PyTypeError;
+use pyo3::types::{PyBytes, PyDict, PyString};
 use std::path::PathBuf;
 
 /// Whether `name` is a session address (`unix:`, `tcp://`, `tls://`)
@@ -33,13 +34,13 @@ pub fn read_token_file(py: Python<'_>, path: PathBuf) -> PyResult<Py<PyBytes>> {
 /// Registers `instance_id` through the reaper listening at `address`
 /// (`"unix:/PATH"` or `"tcp://HOST:PORT"`) and returns a `Worker` that pings
 /// as fast as a local one (its sender thread forwards the pings). `token`
-/// (str or bytes) is required by `tcp://` listeners; `timeout` bounds the
+/// (str or bytes) is required by `tcp://` listeners; `connect_timeout` bounds the
 /// connection and the answer, in seconds. For `tls://HOST:PORT`, `tls_ca`
 /// is the CA file the listener's certificate must chain to (required), and
 /// `tls_cert`/`tls_key` this client's certificate for a listener that
 /// requires one.
 #[pyfunction]
-#[pyo3(signature = (address, instance_id, label="", token=None, timeout=2.0, tls_ca=None, tls_cert=None, tls_key=None))]
+#[pyo3(signature = (address, instance_id, label="", token=None, connect_timeout=2.0, tls_ca=None, tls_cert=None, tls_key=None))]
 #[allow(clippy::too_many_arguments)] // Python keyword arguments, each with a default
 pub fn connect(
     py: Python<'_>,
@@ -47,16 +48,17 @@ pub fn connect(
     instance_id: u64,
     label: &str,
     token: Option<&Bound<'_, PyAny>>,
-    timeout: f64,
+    connect_timeout: f64,
     tls_ca: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
 ) -> PyResult<Worker> {
-    let connect_timeout = seconds(timeout, "timeout")?;
+    let seconds_given = connect_timeout;
+    let connect_timeout = seconds(connect_timeout, "connect_timeout")?;
     if connect_timeout.is_zero() {
         return Err(errors::new(
             LIVEREG_INVALID_ARGUMENT,
-            format!("timeout {timeout}, expected a positive number of seconds"),
+            format!("connect_timeout {seconds_given}, expected a positive number of seconds"),
         ));
     }
     let options = ConnectOptions {
@@ -91,21 +93,62 @@ pub fn token_bytes(token: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     ))
 }
 
-/// What a reaper's listeners are given from Python.
-pub struct Listening<'py> {
+/// What a reaper's listeners are given from Python: the keyword arguments
+/// `start_reaper` and `acquire_reaper` share, declared here once (and in the
+/// stub's `ServeOptions`).
+#[derive(Default)]
+pub struct Listening {
     pub addresses: Vec<String>,
-    pub token: Option<&'py Bound<'py, PyAny>>,
+    pub token: Option<Vec<u8>>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_client_ca: Option<PathBuf>,
 }
 
+/// The keyword arguments `Listening` reads, in the order the docs give them.
+const LISTENING_KEYWORDS: [&str; 5] = ["listen", "token", "tls_cert", "tls_key", "tls_client_ca"];
+
+impl Listening {
+    /// Reads `listen`, `token`, `tls_cert`, `tls_key` and `tls_client_ca`
+    /// from keyword arguments (each optional; `None` as if absent); any
+    /// other keyword is a `TypeError` naming it, as a Python signature
+    /// would raise.
+    pub fn from_keywords(keywords: Option<&Bound<'_, PyDict>>) -> PyResult<Listening> {
+        let mut listening = Listening::default();
+        let Some(keywords) = keywords else {
+            return Ok(listening);
+        };
+        for (key, value) in keywords.iter() {
+            let key: String = key.extract()?;
+            if value.is_none() {
+                continue;
+            }
+            match key.as_str() {
+                "listen" => listening.addresses = value.extract()?,
+                "token" => listening.token = Some(token_bytes(&value)?),
+                "tls_cert" => listening.tls_cert = Some(value.extract()?),
+                "tls_key" => listening.tls_key = Some(value.extract()?),
+                "tls_client_ca" => listening.tls_client_ca = Some(value.extract()?),
+                other => {
+                    return Err(PyTypeError::new_err(format!(
+                        "unexpected keyword argument '{other}', expected one of {}",
+                        LISTENING_KEYWORDS.join(", ")
+                    )))
+                }
+            }
+        }
+        Ok(listening)
+    }
+}
+
 /// Adds a listener per address to a reaper being built, with the TLS of
 /// its `tls://` ones.
-pub fn listen(mut builder: ReaperBuilder, listening: Listening<'_>) -> PyResult<ReaperBuilder> {
-    let token = listening.token.map(token_bytes).transpose()?;
+pub fn listen(mut builder: ReaperBuilder, listening: Listening) -> PyResult<ReaperBuilder> {
     for address in listening.addresses {
-        builder = builder.listen(Address::parse(&address).or_raise()?, token.clone());
+        builder = builder.listen(
+            Address::parse(&address).or_raise()?,
+            listening.token.clone(),
+        );
     }
     match (listening.tls_cert, listening.tls_key) {
         (Some(cert), Some(key)) => Ok(builder.tls(TlsServer {

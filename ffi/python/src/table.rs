@@ -10,7 +10,6 @@ use livereg::codes::LIVEREG_INVALID_ARGUMENT;
 use livereg::{StampClock, TableOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// An open table: `close()` it, or use it as a context manager. Workers and
@@ -64,7 +63,7 @@ impl Table {
         &self,
         on_drop: Option<Py<PyAny>>,
         on_clear: Option<Py<PyAny>>,
-        listening: session::Listening<'_>,
+        listening: session::Listening,
     ) -> PyResult<livereg::ReaperBuilder> {
         let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear);
         session::listen(builder, listening)
@@ -74,24 +73,25 @@ impl Table {
 #[pymethods]
 impl Table {
     /// Registers `instance_id` (not 0) with a label of at most 47 bytes.
-    /// Waits (without the GIL) up to `drop_wait` seconds (default 5) for a
-    /// pending drop of the same id, then raises `BusyError`; with `replace`,
-    /// ends a live registration of that id first.
-    #[pyo3(signature = (instance_id, label=None, replace=false, drop_wait=None))]
+    /// Waits (without the GIL) at most `wait` seconds in all (default 5) for
+    /// the registration lock another process holds and a pending drop of the
+    /// same id, then raises `BusyError`; with `replace`, ends a live
+    /// registration of that id first.
+    #[pyo3(signature = (instance_id, label=None, replace=false, wait=None))]
     fn register(
         &self,
         py: Python<'_>,
         instance_id: u64,
         label: Option<String>,
         replace: bool,
-        drop_wait: Option<f64>,
+        wait: Option<f64>,
     ) -> PyResult<Worker> {
         let table = self.live()?;
-        let drop_wait = drop_wait.map(|w| seconds(w, "drop_wait")).transpose()?;
+        let wait = wait.map(|w| seconds(w, "wait")).transpose()?;
         let worker = py.detach(move || {
             let mut registration = table.registration(instance_id).replace(replace);
-            if let Some(wait) = drop_wait {
-                registration = registration.drop_wait(wait);
+            if let Some(wait) = wait {
+                registration = registration.wait(wait);
             }
             if let Some(label) = &label {
                 registration = registration.label(label);
@@ -102,20 +102,20 @@ impl Table {
     }
 
     /// Asks the reaper to run its clear handlers once and waits up to
-    /// `timeout` seconds (without the GIL). Registrations are untouched.
-    #[pyo3(signature = (timeout=5.0))]
-    fn clear(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+    /// `wait` seconds (without the GIL). Registrations are untouched.
+    #[pyo3(signature = (wait=5.0))]
+    fn clear(&self, py: Python<'_>, wait: f64) -> PyResult<()> {
         let table = self.live()?;
-        let wait = seconds(timeout, "timeout")?;
+        let wait = seconds(wait, "wait")?;
         py.detach(move || table.clear(wait)).or_raise()
     }
 
     /// A clear that first ends every registration (reason `CLEARED`): their
     /// drop handlers, then the clear handlers, run before it returns.
-    #[pyo3(signature = (timeout=5.0))]
-    fn reset(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+    #[pyo3(signature = (wait=5.0))]
+    fn reset(&self, py: Python<'_>, wait: f64) -> PyResult<()> {
         let table = self.live()?;
-        let wait = seconds(timeout, "timeout")?;
+        let wait = seconds(wait, "wait")?;
         py.detach(move || table.reset(wait)).or_raise()
     }
 
@@ -219,26 +219,15 @@ impl Table {
     /// (required for `tcp://`). `tls://` addresses take `tls_cert` and
     /// `tls_key` (PEM files), and `tls_client_ca` to require client
     /// certificates (which may then replace the token).
-    #[pyo3(signature = (on_drop=None, on_clear=None, listen=Vec::new(), token=None, tls_cert=None, tls_key=None, tls_client_ca=None))]
-    #[allow(clippy::too_many_arguments)] // Python keyword arguments, each with a default
+    #[pyo3(signature = (on_drop=None, on_clear=None, **serving))]
     fn start_reaper(
         &self,
         py: Python<'_>,
         on_drop: Option<Py<PyAny>>,
         on_clear: Option<Py<PyAny>>,
-        listen: Vec<String>,
-        token: Option<&Bound<'_, PyAny>>,
-        tls_cert: Option<PathBuf>,
-        tls_key: Option<PathBuf>,
-        tls_client_ca: Option<PathBuf>,
+        serving: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Reaper> {
-        let listening = session::Listening {
-            addresses: listen,
-            token,
-            tls_cert,
-            tls_key,
-            tls_client_ca,
-        };
+        let listening = session::Listening::from_keywords(serving)?;
         let builder = self.reaper_builder(on_drop, on_clear, listening)?;
         py.detach(move || builder.spawn())
             .map(Reaper::new)
@@ -247,28 +236,17 @@ impl Table {
 
     /// Takes this table's reaper role for a loop of yours (see
     /// `DrivenReaper`); callbacks run inside `scan()`. Raises `BusyError` if
-    /// another reaper holds the table. `listen` and `token` as for
-    /// `start_reaper`, and the TLS files too.
-    #[pyo3(signature = (on_drop=None, on_clear=None, listen=Vec::new(), token=None, tls_cert=None, tls_key=None, tls_client_ca=None))]
-    #[allow(clippy::too_many_arguments)] // Python keyword arguments, each with a default
+    /// another reaper holds the table. `listen`, `token` and the TLS files
+    /// as for `start_reaper`.
+    #[pyo3(signature = (on_drop=None, on_clear=None, **serving))]
     fn acquire_reaper(
         &self,
         py: Python<'_>,
         on_drop: Option<Py<PyAny>>,
         on_clear: Option<Py<PyAny>>,
-        listen: Vec<String>,
-        token: Option<&Bound<'_, PyAny>>,
-        tls_cert: Option<PathBuf>,
-        tls_key: Option<PathBuf>,
-        tls_client_ca: Option<PathBuf>,
+        serving: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<DrivenReaper> {
-        let listening = session::Listening {
-            addresses: listen,
-            token,
-            tls_cert,
-            tls_key,
-            tls_client_ca,
-        };
+        let listening = session::Listening::from_keywords(serving)?;
         let builder = self.reaper_builder(on_drop, on_clear, listening)?;
         py.detach(move || builder.build())
             .map(DrivenReaper::new)

@@ -95,7 +95,7 @@ pub fn connect(
     let worker = private
         .registration(instance_id)
         .label(label)
-        .drop_wait(Duration::ZERO)
+        .wait(Duration::ZERO)
         .register()?;
     let timeout = options.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
     let dialer = Dialer {

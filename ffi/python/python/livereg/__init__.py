@@ -36,107 +36,43 @@ to ``logging.getLogger("livereg")``.
 
 from typing import TYPE_CHECKING
 
-# `open` is left out of `import *` (it would shadow the builtin): call
-# `livereg.open`.
-__all__ = [
-    "BEATS_PER_TIMEOUT",
-    "DEFAULT_REGISTRATION_GRACE",
-    "INFO_MAX",
-    "LABEL_MAX",
-    "BeatThread",
-    "BusyError",
-    "BusyScope",
-    "CorruptError",
-    "DeadlineExceededError",
-    "DrivenReaper",
-    "DropEvent",
-    "Error",
-    "EvictedError",
-    "ExistsError",
-    "FullError",
-    "IncompatibleError",
-    "InvalidArgumentError",
-    "NoReaperError",
-    "NotFoundError",
-    "PanicError",
-    "PermissionDeniedError",
-    "Reaper",
-    "Reason",
-    "RegistrationState",
-    "RegistrationStatus",
-    "Stats",
-    "Status",
-    "SystemCallError",
-    "Table",
-    "Worker",
-    "connect",
-    "create",
-    "is_address",
-    "read_token_file",
-    "unlink",
-]
-
 if TYPE_CHECKING:
-    from livereg._native import (
-        BEATS_PER_TIMEOUT,
-        DEFAULT_REGISTRATION_GRACE,
-        INFO_MAX,
-        LABEL_MAX,
-        BeatThread,
-        BusyError,
-        BusyScope,
-        CorruptError,
-        DeadlineExceededError,
-        DrivenReaper,
-        DropEvent,
-        Error,
-        EvictedError,
-        ExistsError,
-        FullError,
-        IncompatibleError,
-        InvalidArgumentError,
-        NoReaperError,
-        NotFoundError,
-        PanicError,
-        PermissionDeniedError,
-        Reaper,
-        SystemCallError,
-        Table,
-        Worker,
-        connect,
-        create,
-        is_address,
-        read_token_file,
-        unlink,
-    )
+    # Each home's public names, as its stub defines them: listed nowhere
+    # else.
+    from livereg._native import *  # noqa: F403
     from livereg._native import open as open
-    from livereg._reason import Reason
-    from livereg._status import RegistrationState, RegistrationStatus, Stats, Status
+    from livereg._reason import *  # noqa: F403
+    from livereg._status import *  # noqa: F403
 else:
-    # Each name is loaded with its module on first use (``import livereg``
-    # itself loads nothing): the engine plugin is imported into every
-    # process of an engine, most of which never register.
-    _ELSEWHERE = {
-        "Reason": "livereg._reason",
-        **dict.fromkeys(["RegistrationState", "RegistrationStatus", "Stats", "Status"], "livereg._status"),
-    }
-    # Every other public name (and `open`) is the native module's.
-    _HOMES = {
-        **{name: "livereg._native" for name in [*__all__, "open"] if name not in _ELSEWHERE},
-        **_ELSEWHERE,
-    }
+    # Nothing is loaded by ``import livereg`` itself: the engine plugin is
+    # imported into every process of an engine, most of which never
+    # register. The first name asked for loads the homes, and each home's
+    # public names (its ``__all__``; pyo3 keeps the native module's) become
+    # this module's. ``open`` stays out of ``import *`` (it would shadow the
+    # builtin): call ``livereg.open``.
+    _HOMES = ("livereg._native", "livereg._reason", "livereg._status")
+    _NOT_STARRED = ("open",)
 
-    def __getattr__(name: str) -> object:
-        home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module 'livereg' has no attribute '{name}'")
+    def _load() -> None:
         import importlib
 
-        module = importlib.import_module(home)
-        for each, where in _HOMES.items():
-            if where == home:
-                globals()[each] = getattr(module, each)
-        return globals()[name]
+        names = []
+        for home in _HOMES:
+            module = importlib.import_module(home)
+            for name in module.__all__:
+                if not name.startswith("_"):
+                    globals()[name] = getattr(module, name)
+                    names.append(name)
+        globals()["__all__"] = sorted(n for n in names if n not in _NOT_STARRED)
+
+    def __getattr__(name: str) -> object:
+        if "__all__" not in globals():
+            _load()
+            if name in globals():
+                return globals()[name]
+        raise AttributeError(f"module 'livereg' has no attribute '{name}'")
 
     def __dir__() -> list:
-        return sorted({*globals(), *_HOMES})
+        if "__all__" not in globals():
+            _load()
+        return sorted(globals())

@@ -1,16 +1,29 @@
 """Types of the native extension module (re-exported by ``livereg``)."""
 
 import os
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple, Union, final
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple, TypedDict, Union, final, type_check_only
+
+from typing_extensions import Unpack
 
 from livereg._reason import Reason
 from livereg._status import Stats, Status
 
 INFO_MAX: int
-REASONS: List[Tuple[str, int]]
+_REASONS: List[Tuple[str, int]]
 LABEL_MAX: int
 BEATS_PER_TIMEOUT: int
 DEFAULT_REGISTRATION_GRACE: float
+
+@type_check_only
+class ServeOptions(TypedDict, total=False):
+    """What a reaper's listeners are given (``start_reaper``,
+    ``acquire_reaper``): addresses, the token they require, TLS files."""
+
+    listen: Sequence[str]
+    token: Optional[Union[str, bytes]]
+    tls_cert: Optional[str]
+    tls_key: Optional[str]
+    tls_client_ca: Optional[str]
 
 class Error(Exception):
     code: int
@@ -91,8 +104,8 @@ class Worker:
         stall_report: Optional[str] = None,
         step_thread: Optional[int] = None,
     ) -> BeatThread: ...
-    def clear(self, timeout: float = 5.0) -> None: ...
-    def reset(self, timeout: float = 5.0) -> None: ...
+    def clear(self, wait: float = 5.0) -> None: ...
+    def reset(self, wait: float = 5.0) -> None: ...
     def deregister(self) -> None: ...
     def __enter__(self) -> "Worker": ...
     def __exit__(self, *exc: object) -> None: ...
@@ -133,10 +146,10 @@ class Table:
         instance_id: int,
         label: Optional[str] = None,
         replace: bool = False,
-        drop_wait: Optional[float] = None,
+        wait: Optional[float] = None,
     ) -> Worker: ...
-    def clear(self, timeout: float = 5.0) -> None: ...
-    def reset(self, timeout: float = 5.0) -> None: ...
+    def clear(self, wait: float = 5.0) -> None: ...
+    def reset(self, wait: float = 5.0) -> None: ...
     def probe(self) -> Optional[int]: ...
     def status(self) -> Status: ...
     def stats(self) -> Stats: ...
@@ -147,21 +160,13 @@ class Table:
         self,
         on_drop: Optional[Callable[[DropEvent], object]] = None,
         on_clear: Optional[Callable[[], object]] = None,
-        listen: Sequence[str] = ...,
-        token: Optional[Union[str, bytes]] = None,
-        tls_cert: Optional[str] = None,
-        tls_key: Optional[str] = None,
-        tls_client_ca: Optional[str] = None,
+        **serving: Unpack[ServeOptions],
     ) -> Reaper: ...
     def acquire_reaper(
         self,
         on_drop: Optional[Callable[[DropEvent], object]] = None,
         on_clear: Optional[Callable[[], object]] = None,
-        listen: Sequence[str] = ...,
-        token: Optional[Union[str, bytes]] = None,
-        tls_cert: Optional[str] = None,
-        tls_key: Optional[str] = None,
-        tls_client_ca: Optional[str] = None,
+        **serving: Unpack[ServeOptions],
     ) -> DrivenReaper: ...
     def close(self) -> None: ...
     def __enter__(self) -> "Table": ...
@@ -183,7 +188,7 @@ def connect(
     instance_id: int,
     label: str = "",
     token: Optional[Union[str, bytes]] = None,
-    timeout: float = 2.0,
+    connect_timeout: float = 2.0,
     tls_ca: Optional[str] = None,
     tls_cert: Optional[str] = None,
     tls_key: Optional[str] = None,

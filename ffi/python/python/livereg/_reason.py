@@ -3,7 +3,9 @@ one list of reasons (the values of the C ABI's ``livereg_reason``)."""
 
 import enum
 
-from livereg._native import REASONS
+from livereg._native import _REASONS
 
-Reason = enum.IntEnum("Reason", REASONS, module="livereg")  # type: ignore[misc]
+__all__ = ["Reason"]
+
+Reason = enum.IntEnum("Reason", _REASONS, module="livereg")  # type: ignore[misc]
 Reason.__doc__ = "Why a registration ended."

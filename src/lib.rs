@@ -43,6 +43,14 @@
 #![deny(missing_docs)]
 #![cfg_attr(loom, allow(dead_code))]
 
+/// Declares items that need the OS (files, threads, clocks): left out of
+/// the loom build, which model-checks the slot protocol in ordinary memory.
+macro_rules! needs_the_os {
+    ($($item:item)*) => {
+        $(#[cfg(not(loom))] $item)*
+    };
+}
+
 // The crate's rooms: the table (its format and slot protocol are also
 // compiled into the loom models), the worker side, the reaper side, the
 // observers (`status`), the sessions over a socket, the fleet (`etcd`) and
@@ -54,48 +62,35 @@ mod sync;
 mod table;
 mod text;
 
-// Rooms that need the OS (files, threads, clocks): left out of the loom
-// build, which model-checks the slot protocol in ordinary memory.
-#[cfg(not(loom))]
-mod clock;
-#[cfg(not(loom))]
-mod error;
 #[cfg(all(not(loom), feature = "etcd"))]
 pub mod etcd;
-#[cfg(not(loom))]
-mod os;
-#[cfg(not(loom))]
-mod reaper;
-#[cfg(not(loom))]
-mod session;
-#[cfg(not(loom))]
-mod status;
-#[cfg(not(loom))]
-mod worker;
 
-#[cfg(not(loom))]
-pub use clock::{Clock, ManualClock, StampClock, MIN_TIMEOUT_TICKS, STAMP_LAG_TICKS};
-#[cfg(not(loom))]
-pub use error::{codes, Error, Result, ResultCode, RESULT_CODES};
-#[cfg(not(loom))]
-pub use os::clock::{coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns};
-#[cfg(not(loom))]
-pub use reaper::{HandlerError, Reaper, ReaperBuilder, ReaperThread, ScanReport, HANDLER_DEADLINE};
-#[cfg(not(loom))]
-pub use session::{
-    connect, read_token_file, remote_clear, remote_reset, remote_status, wire, Address,
-    ConnectOptions, SessionRefusals, TlsClient, TlsServer, DEFAULT_CONNECT_TIMEOUT, TLS_BUILT_IN,
-};
-#[cfg(not(loom))]
-pub use status::{
-    ExitDetection, ProcessMetrics, RegistrationState, RegistrationStatus, RemoteStatus, Status,
-};
-#[cfg(not(loom))]
-pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
-#[cfg(not(loom))]
-pub use worker::{
-    raise_in_this_thread, BeatThread, Busy, OnEnd, Registration, Worker, REGISTER_WAIT,
-};
+needs_the_os! {
+    mod clock;
+    mod error;
+    mod os;
+    mod reaper;
+    mod session;
+    mod status;
+    mod worker;
+    pub use clock::{Clock, ManualClock, StampClock, MIN_TIMEOUT_TICKS, STAMP_LAG_TICKS};
+    pub use error::{codes, Error, Result, ResultCode, RESULT_CODES};
+    pub use os::clock::{coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns};
+    pub use reaper::{
+        HandlerError, Reaper, ReaperBuilder, ReaperThread, ScanReport, HANDLER_DEADLINE,
+    };
+    pub use session::{
+        connect, read_token_file, remote_clear, remote_reset, remote_status, wire, Address,
+        ConnectOptions, SessionRefusals, TlsClient, TlsServer, DEFAULT_CONNECT_TIMEOUT, TLS_BUILT_IN,
+    };
+    pub use status::{
+        ExitDetection, ProcessMetrics, RegistrationState, RegistrationStatus, RemoteStatus, Status,
+    };
+    pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
+    pub use worker::{
+        raise_in_this_thread, BeatThread, Busy, OnEnd, Registration, Worker, REGISTER_WAIT,
+    };
+}
 
 pub use event::{DropEvent, Reason};
 #[doc(hidden)]

@@ -223,24 +223,22 @@ fn a_label_with_nul_is_refused() {
 #[cfg_attr(miri, ignore)] // a shared table: Miri's isolation has no /dev/shm
 fn the_wait_bounds_register_even_on_a_held_registration_lock() {
     let temp = common::TempTable::new("register-wait", &options());
+    let register = || {
+        temp.table
+            .registration(3)
+            .wait(Duration::from_millis(200))
+            .register()
+    };
     let held = common::hold_registration_lock(&temp.name);
     let started = std::time::Instant::now();
-    let refused = temp
-        .table
-        .registration(3)
-        .wait(Duration::from_millis(200))
-        .register()
-        .unwrap_err();
+    let refused = register().unwrap_err();
     let took = started.elapsed();
     assert!(matches!(refused, Error::Busy { .. }), "{refused}");
     assert!(took >= Duration::from_millis(200), "{took:?}");
-    assert!(took < Duration::from_secs(3), "not bounded by the wait: {took:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "not bounded by the wait: {took:?}"
+    );
     drop(held);
-    let worker = temp
-        .table
-        .registration(3)
-        .wait(Duration::from_millis(200))
-        .register()
-        .unwrap();
-    worker.deregister().unwrap();
+    register().unwrap().deregister().unwrap();
 }

@@ -23,22 +23,14 @@ pub(crate) mod layout;
 mod loom_models;
 pub(crate) mod protocol;
 
-#[cfg(not(loom))]
-pub(crate) mod handle;
-#[cfg(not(loom))]
-pub(crate) mod location;
-#[cfg(not(loom))]
-pub(crate) mod locks;
-#[cfg(not(loom))]
-pub(crate) mod memory;
-#[cfg(not(loom))]
-pub(crate) mod options;
-#[cfg(not(loom))]
-pub(crate) mod requests;
-#[cfg(not(loom))]
-pub(crate) mod wake;
-
-#[cfg(not(loom))]
-pub use handle::Table;
-#[cfg(not(loom))]
-pub use options::{TableOptions, DEFAULT_REGISTRATION_GRACE};
+needs_the_os! {
+    pub(crate) mod handle;
+    pub(crate) mod location;
+    pub(crate) mod locks;
+    pub(crate) mod memory;
+    pub(crate) mod options;
+    pub(crate) mod requests;
+    pub(crate) mod wake;
+    pub use handle::Table;
+    pub use options::{TableOptions, DEFAULT_REGISTRATION_GRACE};
+}

@@ -6,8 +6,8 @@ use crate::seconds::seconds;
 use crate::worker::Worker;
 use livereg::codes::LIVEREG_INVALID_ARGUMENT;
 use livereg::{Address, ConnectOptions, ReaperBuilder, TlsClient, TlsServer};
-use pyo3::prelude::*;
 use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use std::path::PathBuf;
 

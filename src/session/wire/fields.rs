@@ -89,33 +89,24 @@ impl<const MAX: usize> Field for Bytes16<MAX> {
     }
 }
 
-/// UTF-8 text under a 1-byte length, at most `MAX` bytes.
-pub(super) struct Text8<const MAX: usize>;
-impl<const MAX: usize> Field for Text8<MAX> {
+/// UTF-8 text under a `PREFIX`-byte length (1 or 2), at most `MAX` bytes.
+pub(super) struct Text<const PREFIX: usize, const MAX: usize>;
+impl<const PREFIX: usize, const MAX: usize> Field for Text<PREFIX, MAX> {
     type Value = String;
     fn put(value: &String, out: &mut Writer) {
-        out.bytes8(value.as_bytes(), MAX);
+        match PREFIX {
+            1 => out.bytes8(value.as_bytes(), MAX),
+            _ => out.bytes16(value.as_bytes(), MAX),
+        }
     }
     fn get(input: &mut Reader<'_>) -> Result<String, WireError> {
-        input.text8(MAX)
+        match PREFIX {
+            1 => input.text8(MAX),
+            _ => input.text16(MAX),
+        }
     }
     fn layout() -> String {
-        format!("text (u8 + ≤ {MAX} bytes)")
-    }
-}
-
-/// UTF-8 text under a 2-byte length, at most `MAX` bytes.
-pub(super) struct Text16<const MAX: usize>;
-impl<const MAX: usize> Field for Text16<MAX> {
-    type Value = String;
-    fn put(value: &String, out: &mut Writer) {
-        out.bytes16(value.as_bytes(), MAX);
-    }
-    fn get(input: &mut Reader<'_>) -> Result<String, WireError> {
-        input.text16(MAX)
-    }
-    fn layout() -> String {
-        format!("text (u16 + ≤ {MAX} bytes)")
+        format!("text (u{} + ≤ {MAX} bytes)", PREFIX * 8)
     }
 }
 

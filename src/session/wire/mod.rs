@@ -29,8 +29,8 @@ use declare::{describe, frames, read_field};
 pub use error::WireError;
 pub use fields::Reclaim;
 use fields::{
-    Bytes16, Field, Flag, MaybeReclaim, Reader, ReasonCode, ReasonOrNone, Text16, Text8, Writer,
-    U16, U32, U64, U8,
+    Bytes16, Field, Flag, MaybeReclaim, Reader, ReasonCode, ReasonOrNone, Text, Writer, U16, U32,
+    U64, U8,
 };
 
 /// The protocol version a `Hello` and a `Welcome` carry.
@@ -102,9 +102,9 @@ frames! {
         /// The listener's token (may be empty).
         token: Vec<u8> = Bytes16<TOKEN_MAX>,
         /// The registration's label.
-        label: String = Text8<LABEL_MAX>,
+        label: String = Text<1, LABEL_MAX>,
         /// The client's host name, as it reports it.
-        host: String = Text8<HOST_MAX>,
+        host: String = Text<1, HOST_MAX>,
         /// A registration to take back after a reconnect.
         reclaim: Option<Reclaim> = MaybeReclaim,
     }
@@ -168,7 +168,7 @@ frames! {
         /// The result code (as the C ABI's `livereg_result`).
         code: u8 = U8,
         /// Why, in a line.
-        message: String = Text16<MESSAGE_MAX>,
+        message: String = Text<2, MESSAGE_MAX>,
         /// Why the registration ended, for an `EVICTED` refusal.
         reason: Option<Reason> = ReasonOrNone [since REFUSED_REASON_SINCE],
     }
@@ -187,7 +187,7 @@ frames! {
     /// registrations of the instance asked about.
     Answer = 133, "answer", "server → client" {
         /// The JSON text.
-        json: String = Text16<ANSWER_MAX>,
+        json: String = Text<2, ANSWER_MAX>,
     }
     /// The `Clear` asked for was carried out.
     Done = 134, "done", "server → client" {}

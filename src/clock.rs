@@ -3,7 +3,6 @@
 //! tests move by hand.
 
 use crate::os;
-use crate::table::layout::{STAMPS_COARSE, STAMPS_PRECISE};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -108,8 +107,8 @@ pub const STAMP_LAG_TICKS: u32 = 6;
 
 /// How a table's registrants stamp their heartbeats: the [`StampClock`] its
 /// creator decided (never `Auto`) with the coarse clock's tick, recorded in
-/// its header (layout 1.4) and followed by every process. Every conversion
-/// between the three (the choice, this, the header's words) is here.
+/// its header (layout 1.4) and followed by every process. The header's
+/// words for it are the table's (`table/handle.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stamps {
     /// `CLOCK_MONOTONIC`: a stamp is the time of the heartbeat.
@@ -134,24 +133,6 @@ impl Stamps {
         match self {
             Stamps::Precise => Duration::ZERO,
             Stamps::Coarse { resolution_ns } => Duration::from_nanos(resolution_ns),
-        }
-    }
-
-    /// The header's words for them: `(stamp_clock, stamp_resolution_ns)`.
-    pub(crate) fn header_words(self) -> (u32, u64) {
-        match self {
-            Stamps::Precise => (STAMPS_PRECISE, 0),
-            Stamps::Coarse { resolution_ns } => (STAMPS_COARSE, resolution_ns),
-        }
-    }
-
-    /// What the header's words say, if this build knows the clock (a coarse
-    /// one's resolution is checked by the opener).
-    pub(crate) fn from_header_words(clock: u32, resolution_ns: u64) -> Option<Stamps> {
-        match clock {
-            STAMPS_PRECISE => Some(Stamps::Precise),
-            STAMPS_COARSE => Some(Stamps::Coarse { resolution_ns }),
-            _ => None,
         }
     }
 }

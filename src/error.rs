@@ -2,7 +2,6 @@
 //! each message names what was expected and what was found.
 
 use crate::event::Reason;
-use crate::table::protocol::Gone;
 use std::io;
 
 /// Everything that can go wrong, one variant per C result code.
@@ -258,18 +257,6 @@ impl Error {
         Error::Busy {
             message,
             pending_drop: None,
-        }
-    }
-
-    /// The `Evicted` of instance `instance_id`, whose registration is
-    /// `gone`: with its reason if it ended, without once its slot was reused.
-    pub(crate) fn from_gone(instance_id: u64, gone: Gone) -> Error {
-        Error::Evicted {
-            instance_id,
-            reason: match gone {
-                Gone::Ended(reason) => reason,
-                Gone::Reused => None,
-            },
         }
     }
 

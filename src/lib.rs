@@ -54,8 +54,8 @@ macro_rules! needs_the_os {
 // The crate's rooms: the table (its format and slot protocol are also
 // compiled into the loom models), the worker side, the reaper side, the
 // observers (`status`), the sessions over a socket, the fleet (`etcd`) and
-// the OS calls; beside them the types every room shares (errors, events,
-// the clock). Each folder's module doc says what it owns and what it may
+// the OS calls; beside them what every room shares (errors, events, the
+// clock, an observer's own absence). Each folder's module doc says what it owns and what it may
 // import; no file imports what its parent module defines.
 mod event;
 mod sync;
@@ -66,6 +66,7 @@ mod text;
 pub mod etcd;
 
 needs_the_os! {
+    mod absence;
     mod clock;
     mod error;
     mod os;
@@ -80,11 +81,12 @@ needs_the_os! {
         HandlerError, Reaper, ReaperBuilder, ReaperThread, ScanReport, HANDLER_DEADLINE,
     };
     pub use session::{
-        connect, read_token_file, remote_clear, remote_reset, remote_status, wire, Address,
+        connect, read_token_file, remote_clear, remote_reset, wire, Address,
         ConnectOptions, SessionRefusals, TlsClient, TlsServer, DEFAULT_CONNECT_TIMEOUT, TLS_BUILT_IN,
     };
     pub use status::{
-        ExitDetection, ProcessMetrics, RegistrationState, RegistrationStatus, RemoteStatus, Status,
+        remote_status, ExitDetection, ProcessMetrics, RegistrationState, RegistrationStatus,
+        RemoteStatus, Status,
     };
     pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
     pub use worker::{

@@ -24,6 +24,9 @@
 //! [`ClusterStatus::fetch`] reads every host's keys and lease TTLs back;
 //! [`ClusterWatch`] follows them: a snapshot, then each registration,
 //! end (with its reason) and host gone as it happens.
+//!
+//! It may import the observers (a table's status), the table, the OS calls
+//! and the shared types; only the crate root imports it.
 
 mod backoff;
 mod cluster;

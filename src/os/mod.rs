@@ -1,4 +1,5 @@
 //! The few Linux calls the table needs beyond `std`, one module per area.
+//! It imports nothing of the crate; every room may import it.
 
 pub(crate) mod clock;
 pub(crate) mod epoll;

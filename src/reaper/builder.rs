@@ -1,8 +1,8 @@
 //! Setting a reaper up: its handlers, listeners and clock, then taking the
 //! table's reaper role.
 
-use super::lock_rounds::LockRounds;
-use super::observe::Seen;
+use super::lock_schedule::LockRounds;
+use super::seen::Seen;
 use super::role::{Dispatch, Reaper};
 use crate::clock::Clock;
 use crate::error::Result;

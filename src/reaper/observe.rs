@@ -11,32 +11,6 @@ use crate::table::protocol::{self, Beat, Gone};
 
 use super::role::Reaper;
 
-/// The reaper's memory of one slot's beat word: when, on its own clock, it
-/// first saw the current value. A registration stamping with another clock (a
-/// time namespace) is judged by this instead of by its stamps.
-#[derive(Clone, Copy)]
-pub(super) struct Seen {
-    word: u64,
-    first_seen: u64,
-    /// The progress word and generation last seen, and when (reaper clock)
-    /// it was first seen so: the later of the last step and becoming busy.
-    progress: u64,
-    progress_generation: u32,
-    progress_since: u64,
-}
-
-impl Seen {
-    /// An impossible beat word (generation tag 0xFFFF with an unknown end
-    /// marker), so the first real word always counts as new.
-    pub(super) const NONE: Seen = Seen {
-        word: u64::MAX,
-        first_seen: 0,
-        progress: u64::MAX,
-        progress_generation: 0,
-        progress_since: 0,
-    };
-}
-
 impl Reaper {
     /// One `LIVE` slot's fate this scan: observe it, [`decide`], then carry
     /// the decision out.

@@ -2,8 +2,8 @@
 //! scans, its handlers, its listeners), with what it remembers of each slot
 //! and how it dispatches drops.
 
-use super::lock_rounds::LockRounds;
-use super::observe::Seen;
+use super::lock_schedule::LockRounds;
+use super::seen::Seen;
 use crate::error::Result;
 use crate::event::DropEvent;
 use crate::reaper::exit_watch::ExitWatcher;

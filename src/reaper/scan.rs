@@ -7,7 +7,7 @@ use super::role::{Dispatch, Reaper, ScanReport};
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
 use crate::os::clock::monotonic_ns;
-use crate::reaper::absence::absence_threshold;
+use crate::absence::absence_threshold;
 use crate::reaper::exit_watch::ExitWatcher;
 use crate::reaper::handlers::{HandlerPool, Job};
 use crate::session::limited_log;

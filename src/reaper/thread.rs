@@ -167,7 +167,7 @@ impl ReaperThread {
     /// told to stop, and does once the handler has returned.
     pub fn stop(mut self) -> Result<()> {
         let inside =
-            crate::reaper::handlers::refuse_inside_handler(&self.table.memory, "stop the reaper");
+            crate::table::inside_handlers::refuse_inside_handler(&self.table.memory, "stop the reaper");
         self.halt();
         inside
     }
@@ -182,7 +182,7 @@ impl ReaperThread {
             std::mem::forget(self.thread.take());
             return;
         }
-        if crate::reaper::handlers::refuse_inside_handler(&self.table.memory, "stop the reaper")
+        if crate::table::inside_handlers::refuse_inside_handler(&self.table.memory, "stop the reaper")
             .is_err()
         {
             // Called from one of its handlers: joining would wait for the

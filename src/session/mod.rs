@@ -9,7 +9,9 @@
 //! held, their records), and between them the address, the frames
 //! (`wire`), a socket with its framing (`stream`), TLS and the schedules
 //! (`timing`). The reaper and the rest of the crate name only what this
-//! module re-exports.
+//! module re-exports. It may import the worker side (a session is a
+//! worker's nature), the table, the OS calls and the shared types; the
+//! reaper side and the observers import it.
 
 mod address;
 mod client;
@@ -22,8 +24,9 @@ mod token_file;
 pub mod wire;
 
 pub use address::Address;
+pub(crate) use client::ask_status;
 pub use client::{
-    connect, remote_clear, remote_reset, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT,
+    connect, remote_clear, remote_reset, ConnectOptions, DEFAULT_CONNECT_TIMEOUT,
 };
 pub(crate) use server::limited_log;
 pub use server::SessionRefusals;

@@ -187,7 +187,7 @@ impl Table {
         header
             .progress_timeout_ns
             .store(duration_ns(options.progress_timeout), Relaxed);
-        let (clock, resolution_ns) = self.memory.stamps.header_words();
+        let (clock, resolution_ns) = header_words(self.memory.stamps);
         header.stamp_clock.store(clock, Relaxed);
         header.stamp_resolution_ns.store(resolution_ns, Relaxed);
         // Release: an opener that reads READY sees every field above.
@@ -441,7 +441,7 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32, Stamps)
     } else {
         let clock = header.stamp_clock.load(Relaxed);
         let resolution_ns = header.stamp_resolution_ns.load(Relaxed);
-        match Stamps::from_header_words(clock, resolution_ns) {
+        match stamps_of_header_words(clock, resolution_ns) {
             Some(Stamps::Precise) => Stamps::Precise,
             Some(Stamps::Coarse { resolution_ns }) => {
                 let most = timeout / u64::from(MIN_TIMEOUT_TICKS);
@@ -462,4 +462,23 @@ fn validate(name: &str, header: &Header, size: u64) -> Result<(u32, u32, Stamps)
         }
     };
     Ok((capacity, minor, stamps))
+}
+
+/// The header's words for how registrants stamp: `(stamp_clock,
+/// stamp_resolution_ns)`.
+fn header_words(stamps: Stamps) -> (u32, u64) {
+    match stamps {
+        Stamps::Precise => (STAMPS_PRECISE, 0),
+        Stamps::Coarse { resolution_ns } => (STAMPS_COARSE, resolution_ns),
+    }
+}
+
+/// What the header's words say, if this build knows the clock (a coarse
+/// one's resolution is checked by the opener).
+fn stamps_of_header_words(clock: u32, resolution_ns: u64) -> Option<Stamps> {
+    match clock {
+        STAMPS_PRECISE => Some(Stamps::Precise),
+        STAMPS_COARSE => Some(Stamps::Coarse { resolution_ns }),
+        _ => None,
+    }
 }

@@ -15,6 +15,7 @@
 //! - `location.rs`: where a table lives (a name or a path);
 //! - `locks.rs`: the reaper role and the registration lock;
 //! - `requests.rs`: what any process asks of the reaper (clear, reset);
+//! - `inside_handlers.rs`: such asks refused from the reaper's own handlers;
 //! - `wake.rs`: who wakes a caller-driven reaper.
 
 pub(crate) mod info;
@@ -25,6 +26,7 @@ pub(crate) mod protocol;
 
 needs_the_os! {
     pub(crate) mod handle;
+    pub(crate) mod inside_handlers;
     pub(crate) mod location;
     pub(crate) mod locks;
     pub(crate) mod memory;

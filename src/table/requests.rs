@@ -133,7 +133,7 @@ impl Table {
     }
 
     fn request(&self, request: Request, wait: Duration) -> Result<()> {
-        crate::reaper::handlers::refuse_inside_handler(
+        crate::table::inside_handlers::refuse_inside_handler(
             &self.memory,
             &format!("{} the table", request.verb()),
         )?;

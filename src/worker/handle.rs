@@ -212,7 +212,7 @@ impl Worker {
 
     fn gone(&self, gone: Gone) -> Error {
         self.release_lock();
-        Error::from_gone(self.instance_id, gone)
+        gone.evicted(self.instance_id)
     }
 
     /// The handle was inherited through `fork`: the registration is the
@@ -339,6 +339,20 @@ impl Worker {
     pub(crate) fn with_session(mut self, link: Box<dyn Nature>) -> Worker {
         self.nature = link;
         self
+    }
+}
+
+impl Gone {
+    /// The `Evicted` of instance `instance_id`, whose registration is gone
+    /// so: with its reason if it ended, without once its slot was reused.
+    pub(crate) fn evicted(self, instance_id: u64) -> Error {
+        Error::Evicted {
+            instance_id,
+            reason: match self {
+                Gone::Ended(reason) => reason,
+                Gone::Reused => None,
+            },
+        }
     }
 }
 

@@ -226,7 +226,7 @@ impl<'t> Registration<'t> {
                 pending_drop: Some(self.instance_id),
             }
             };
-            crate::reaper::handlers::refuse_inside_handler(inner, "register it again")
+            crate::table::inside_handlers::refuse_inside_handler(inner, "register it again")
                 .map_err(|_| pending("this is a handler of the reaper that runs that drop"))?;
             let slot = inner.slot(index);
             let released = inner.wait_settled(crate::clock::time_left(deadline), || {

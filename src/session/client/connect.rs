@@ -7,11 +7,10 @@
 
 use super::dial::{exchange, request_clear, tls_for, unexpected, Dialer};
 use super::sender::SessionLink;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::session::address::Address;
 use crate::session::tls::TlsClient;
 use crate::session::wire::{Frame, VERSION};
-use crate::status::report::Status;
 use crate::table::handle::Table;
 use crate::table::options::TableOptions;
 use crate::worker::handle::Worker;
@@ -111,19 +110,19 @@ pub fn connect(
     Ok(worker.with_session(Box::new(link)))
 }
 
-/// The status of the table behind the listener at `address`, with only
-/// the registrations of `instance` (none if `None`): what `status` and
-/// `probe` show for a process that cannot map the table. Registers nothing.
+/// The status of the table behind the listener at `address` as it answers
+/// it (JSON), with only the registrations of `instance` (none if `None`).
+/// Registers nothing; [`remote_status`](crate::remote_status) reads it.
 ///
 /// # Errors
 ///
 /// As [`connect`]: a bad address, a refused token, no answer in time, a
 /// failed connection.
-pub fn remote_status(
+pub(crate) fn ask_status(
     address: &str,
     instance: Option<u64>,
     options: &ConnectOptions,
-) -> Result<Status> {
+) -> Result<String> {
     let ask = Frame::Ask {
         version: VERSION,
         token: options.token.clone().unwrap_or_default(),
@@ -133,11 +132,7 @@ pub fn remote_status(
     let tls = tls_for(&parsed, options.tls.as_ref())?;
     let timeout = options.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
     match exchange(&parsed, tls.as_ref(), timeout, &ask, Duration::ZERO)? {
-        Frame::Answer { json } => serde_json::from_str(&json).map_err(|e| {
-            Error::Incompatible(format!(
-                "session {address}: the answer is not a status: {e}"
-            ))
-        }),
+        Frame::Answer { json } => Ok(json),
         other => Err(unexpected(&parsed, "an answer", &other)),
     }
 }

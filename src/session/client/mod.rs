@@ -7,6 +7,7 @@ mod connect;
 mod dial;
 mod sender;
 
+pub(crate) use connect::ask_status;
 pub use connect::{
-    connect, remote_clear, remote_reset, remote_status, ConnectOptions, DEFAULT_CONNECT_TIMEOUT,
+    connect, remote_clear, remote_reset, ConnectOptions, DEFAULT_CONNECT_TIMEOUT,
 };

@@ -8,7 +8,7 @@ use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::error::Error;
 use crate::event::Reason;
 use crate::os::{eventfd, poll};
-use crate::reaper::absence::absence_threshold;
+use crate::absence::absence_threshold;
 use crate::session::stream::{send, Received};
 use crate::session::timing::{forward_interval, SILENT_TIMEOUTS_MAX};
 use crate::session::wire::{Frame, HEARD_SINCE};

@@ -260,10 +260,10 @@ impl Connection {
         match (live, protocol::still_live(slot, claim.generation)) {
             // Ended while its client was away: the client hears why.
             (_, Err(ended @ Gone::Ended(Some(_)))) => {
-                return Err(Error::from_gone(instance_id, ended))
+                return Err(ended.evicted(instance_id))
             }
             (false, _) => return Err(gone()),
-            (true, Err(gone_now)) => return Err(Error::from_gone(instance_id, gone_now)),
+            (true, Err(gone_now)) => return Err(gone_now.evicted(instance_id)),
             (true, Ok(())) => {}
         }
         let Some(heard) =

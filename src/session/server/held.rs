@@ -4,7 +4,7 @@
 //! `Disconnected`), and the records beside the table.
 
 use super::records::Records;
-use crate::reaper::absence::Absence;
+use crate::absence::Absence;
 use crate::table::handle::Table;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::os::epoll::{Epoll, WAIT_MAX};
 use crate::os::eventfd;
-use crate::reaper::absence::absence_threshold;
+use crate::absence::absence_threshold;
 use crate::session::address::Address;
 use crate::session::server::limited_log::limited_log;
 use crate::session::timing::{heard_interval, listener_tick};

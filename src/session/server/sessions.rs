@@ -9,7 +9,7 @@ use super::refusals::SessionRefusals;
 use crate::clock::duration_ns;
 use crate::error::Result;
 use crate::event::Reason;
-use crate::reaper::absence::Absence;
+use crate::absence::Absence;
 use crate::session::timing::{listener_stale_after, unheard_allowance, STALE_SCANS_MAX};
 use crate::table::handle::Table;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};

@@ -57,12 +57,12 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 ///
 /// # Errors
 ///
-/// - [`Error::InvalidArgument`]: a bad address, instance id 0, a bad label.
-/// - What the listener refused with: [`Error::Exists`] (the id is live),
-///   [`Error::Permission`] (a wrong token), [`Error::Full`],
-///   [`Error::Busy`] (the id's previous drop is pending), …
-/// - [`Error::Timeout`]: no answer within the connect timeout.
-/// - [`Error::Io`]: the connection failed or closed before an answer.
+/// - [`Error::InvalidArgument`](crate::Error::InvalidArgument): a bad address, instance id 0, a bad label.
+/// - What the listener refused with: [`Error::Exists`](crate::Error::Exists) (the id is live),
+///   [`Error::Permission`](crate::Error::Permission) (a wrong token), [`Error::Full`](crate::Error::Full),
+///   [`Error::Busy`](crate::Error::Busy) (the id's previous drop is pending), …
+/// - [`Error::Timeout`](crate::Error::Timeout): no answer within the connect timeout.
+/// - [`Error::Io`](crate::Error::Io): the connection failed or closed before an answer.
 ///
 /// # Examples
 ///
@@ -144,7 +144,7 @@ pub(crate) fn ask_status(
 ///
 /// # Errors
 ///
-/// As [`Table::clear`] ([`Error::Timeout`], [`Error::NoReaper`]), and as
+/// As [`Table::clear`] ([`Error::Timeout`](crate::Error::Timeout), [`Error::NoReaper`](crate::Error::NoReaper)), and as
 /// [`connect`] for the connection (a bad address, a refused token, a
 /// failed connection).
 ///

@@ -42,6 +42,19 @@
  *            200 kernel ticks), a heartbeat time is CLOCK_MONOTONIC_COARSE:
  *            up to a few ticks before the ping. The reaper allows for it
  *            (never early; up to 6 ticks late).
+ * Dying:     a process's first registration in a shared table starts one
+ *            small library thread ("livereg-death"), and its last
+ *            deregistration ends it. The thread owns the process's death
+ *            word (in NAME.dying beside the table), which the kernel marks
+ *            as the process begins to die (SIGKILL, a crash, exit, exec),
+ *            before its memory and files are torn down: the reaper calls
+ *            on_dying within about a millisecond, whatever the process
+ *            holds, and on_drop once it has ended. Registrations from a
+ *            thread that then ends, forked children and stopped processes
+ *            are never reported dying; exec() ends the process's
+ *            registrations. Set LIVEREG_NO_DEATH_THREAD=1 in the worker's
+ *            environment to start no thread (its death is then seen once it
+ *            has ended, as on a kernel without set_robust_list).
  * Durations: a span of time is uint64_t milliseconds, named *_ms; a call's
  *            bound on its own waiting is its wait_ms, a connection's
  *            connect_timeout_ms, a table's budgets *_timeout_ms and
@@ -131,14 +144,21 @@ typedef struct livereg_drop_event {
                                        its pid is in the client's own PID namespace), else 0 */
 } livereg_drop_event;
 
-/* Reaper callbacks; either may be NULL. They must return (no longjmp, no C++
- * exception); a slot is freed (and its instance id may register again) only
- * after its on_drop returned. A callback that runs past 30 s is logged and
- * counted (handlers_overdue) but never interrupted. */
+/* Reaper callbacks; any may be NULL. Zero the struct ({0} or memset) before
+ * filling it: fields added at its end in later releases then stay NULL.
+ * They must return (no longjmp, no C++ exception); a slot is freed (and its
+ * instance id may register again) only after its on_drop returned. A
+ * callback that runs past 30 s is logged and counted (handlers_overdue) but
+ * never interrupted. */
 typedef struct livereg_callbacks {
-    void *userdata;                 /* passed back to both callbacks */
+    void *userdata;                 /* passed back to every callback */
     void (*on_drop)(void *userdata, const livereg_drop_event *event);
     void (*on_clear)(void *userdata);
+    /* The registration's process began to die (see "Dying" above): called
+     * once, before its on_drop, with the event on_drop will get; the
+     * process runs no more of its code, but until on_drop a device it
+     * drives may still write memory it shared. */
+    void (*on_dying)(void *userdata, const livereg_drop_event *event);
 } livereg_callbacks;
 
 /* Fills *out with the defaults. NULL is ignored. */

@@ -117,7 +117,7 @@ fn watch(table: &Table, every: Duration) -> Outcome {
         let live: Seen = status
             .registrations
             .iter()
-            .filter(|r| r.state == RegistrationState::Live)
+            .filter(|r| r.state != RegistrationState::Ending)
             .map(|r| {
                 (
                     (r.slot, r.generation),
@@ -225,8 +225,17 @@ fn header(status: &Status) -> String {
     } else {
         String::new()
     };
+    let dying = status
+        .registrations
+        .iter()
+        .filter(|r| r.state == RegistrationState::Dying)
+        .count();
+    let dying = match dying {
+        0 => String::new(),
+        n => format!(" ({n} dying: their processes are exiting)"),
+    };
     format!(
-        "table '{}': {}/{} slots live, timeout {}, grace {}{progress}, scan every {}{stamps}\n\
+        "table '{}': {}/{} slots live{dying}, timeout {}, grace {}{progress}, scan every {}{stamps}\n\
          reaper: {}\n\
          ended: {} (total {}), handler failures {}, handlers overdue {}, corrupt slots {}\n\n",
         status.table,

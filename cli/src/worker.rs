@@ -50,6 +50,18 @@ pub struct Args {
     /// several GPUs from one process.
     #[arg(long, default_value_t = 0)]
     also: u64,
+    /// Register from a thread that then ends (the process lives on, beating
+    /// from its main thread): its registration must never be seen dying.
+    #[arg(long)]
+    register_from_a_thread: bool,
+    /// Before registering, hold this many MiB of memory, touched page by
+    /// page (4 KiB pages, no huge pages): a worker as big as an engine,
+    /// whose end the kernel takes long to finish (prints `holding MIB`).
+    #[arg(long, default_value_t = 0)]
+    hold_mib: u64,
+    /// After registering, replace this process with `sleep 3600` (`exec`).
+    #[arg(long)]
+    exec_sleep: bool,
 }
 
 fn say(line: &str) {
@@ -74,7 +86,18 @@ fn register(target: &Target, args: &Args) -> Result<Worker, Error> {
 pub fn run(args: Args) -> Outcome {
     die_with_parent();
     let target = Target::open(&args.who.name, &args.who.token)?;
-    let mut worker = register(&target, &args)?;
+    let _held = hold(args.hold_mib);
+    let mut worker = if args.register_from_a_thread {
+        std::thread::scope(|scope| scope.spawn(|| register(&target, &args)).join())
+            .map_err(|_| "the registering thread panicked")??
+    } else {
+        register(&target, &args)?
+    };
+    if args.exec_sleep {
+        let mut sleep = std::process::Command::new("sleep");
+        sleep.arg("3600");
+        return Err(std::os::unix::process::CommandExt::exec(&mut sleep).into());
+    }
     let others = register_others(&target, &args)?;
     if args.never_beat {
         std::mem::forget(worker);
@@ -112,6 +135,24 @@ pub fn run(args: Args) -> Outcome {
             return Ok(code);
         }
     }
+}
+
+/// `--hold-mib`: that much memory, every 4 KiB page of it written, with huge
+/// pages refused (so the kernel has every page to free at the end).
+fn hold(mib: u64) -> Vec<u8> {
+    if mib == 0 {
+        return Vec::new();
+    }
+    let bytes = (mib as usize) << 20;
+    let mut held: Vec<u8> = Vec::with_capacity(bytes);
+    // SAFETY: advice on this process's own allocation; no memory effects.
+    unsafe { libc::madvise(held.as_mut_ptr().cast(), bytes, libc::MADV_NOHUGEPAGE) };
+    held.resize(bytes, 0);
+    for page in held.chunks_mut(4096) {
+        page[0] = 1;
+    }
+    say(&format!("holding {mib}"));
+    held
 }
 
 /// If the demo or test that started this worker dies, so does the worker.

@@ -139,7 +139,7 @@ fn header_structs_have_the_rust_layout() {
             instance_id, slot, generation, reason, pid, registered_ns, last_heartbeat_ns, silent_ns, label,
             remote,
         }
-        livereg_callbacks { userdata, on_drop, on_clear }
+        livereg_callbacks { userdata, on_drop, on_clear, on_dying }
         livereg_connect_options { token, connect_timeout_ms, tls_ca_file, tls_cert_file, tls_key_file }
     };
     let mut program = String::from(

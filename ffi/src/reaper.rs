@@ -8,8 +8,8 @@ use crate::table::{borrow, livereg_table};
 use crate::types::{livereg_callbacks, livereg_drop_event, livereg_result};
 use livereg::{label_prefix, DropEvent, Reaper, ReaperBuilder, ReaperThread, Table, LABEL_MAX};
 use std::cell::Cell;
-use std::ffi::c_char;
 use std::ffi::c_int;
+use std::ffi::{c_char, c_void};
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 
@@ -83,25 +83,11 @@ unsafe impl Sync for Callbacks {}
 
 impl Callbacks {
     fn on_drop(&self, event: &DropEvent) {
-        if let Some(on_drop) = self.0.on_drop {
-            let label = c_label(&event.label);
-            let c_event = livereg_drop_event {
-                instance_id: event.instance_id,
-                slot: event.slot,
-                generation: event.generation,
-                reason: event.reason.into(),
-                pid: event.pid,
-                registered_ns: event.registered_ns,
-                last_heartbeat_ns: event.last_heartbeat_ns.unwrap_or(0),
-                silent_ns: event.silent_for.as_nanos() as u64,
-                label,
-                remote: u32::from(event.remote),
-            };
-            // SAFETY:
-            // - `on_drop` is a C function pointer supplied for this purpose;
-            // - `c_event` outlives the call, as the header promises.
-            unsafe { on_drop(self.0.userdata, &c_event) };
-        }
+        call(self.0.on_drop, self.0.userdata, event);
+    }
+
+    fn on_dying(&self, event: &DropEvent) {
+        call(self.0.on_dying, self.0.userdata, event);
     }
 
     fn on_clear(&self) {
@@ -109,6 +95,31 @@ impl Callbacks {
             // SAFETY: a C function pointer supplied for this purpose.
             unsafe { on_clear(self.0.userdata) };
         }
+    }
+}
+
+/// A C event callback, if given, with `event` as C sees it.
+type EventCallback = unsafe extern "C" fn(*mut c_void, *const livereg_drop_event);
+
+fn call(callback: Option<EventCallback>, userdata: *mut c_void, event: &DropEvent) {
+    if let Some(callback) = callback {
+        let label = c_label(&event.label);
+        let c_event = livereg_drop_event {
+            instance_id: event.instance_id,
+            slot: event.slot,
+            generation: event.generation,
+            reason: event.reason.into(),
+            pid: event.pid,
+            registered_ns: event.registered_ns,
+            last_heartbeat_ns: event.last_heartbeat_ns.unwrap_or(0),
+            silent_ns: event.silent_for.as_nanos() as u64,
+            label,
+            remote: u32::from(event.remote),
+        };
+        // SAFETY:
+        // - `callback` is a C function pointer supplied for this purpose;
+        // - `c_event` outlives the call, as the header promises.
+        unsafe { callback(userdata, &c_event) };
     }
 }
 
@@ -128,6 +139,10 @@ fn builder(table: &Table, callbacks: Option<Callbacks>) -> ReaperBuilder {
         Some(callbacks) => builder
             .on_drop(move |event| {
                 callbacks.on_drop(event);
+                Ok(())
+            })
+            .on_dying(move |event| {
+                callbacks.on_dying(event);
                 Ok(())
             })
             .on_clear(move || {

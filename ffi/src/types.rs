@@ -138,4 +138,8 @@ pub struct livereg_callbacks {
         Option<unsafe extern "C" fn(userdata: *mut c_void, event: *const livereg_drop_event)>,
     /// Called once per completed clear, after its drops.
     pub on_clear: Option<unsafe extern "C" fn(userdata: *mut c_void)>,
+    /// Called once per registration whose process the kernel began to end,
+    /// before its `on_drop`, with the same event.
+    pub on_dying:
+        Option<unsafe extern "C" fn(userdata: *mut c_void, event: *const livereg_drop_event)>,
 }

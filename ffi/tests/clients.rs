@@ -152,6 +152,44 @@ fn c99_program_passes_the_api_checks() {
     ));
 }
 
+/// The C program that kills workers and times their on_dying, on_drop and
+/// pidfd (`ffi/tests/c/dying.c`), built against the installed library.
+fn dying_program() -> PathBuf {
+    let source = root().join("ffi/tests/c/dying.c");
+    let libs = pkg_config(&["--libs"]);
+    compile("cc", &["-std=gnu11"], &source, "ffi-test-dying", &libs)
+}
+
+/// A C server through `livereg.h` alone hears a SIGKILLed worker dying
+/// before its drop (both `PROCESS_EXITED`; the program checks the order
+/// and reasons), in this PID namespace and from another sharing the table.
+/// The bound is generous (a loaded machine): the figures are in
+/// BENCHMARKS.md (`cargo bench -p livereg-ffi --bench dying`).
+#[test]
+fn a_c_server_hears_a_killed_worker_dying_before_its_drop() {
+    let binary = dying_program();
+    for namespace in ["own", "pidns"] {
+        let name = format!("livereg-c-dying-{}-{namespace}", std::process::id());
+        let output = client(&binary)
+            .args([&name, "256", "3", namespace])
+            .output()
+            .unwrap();
+        let _ = Table::unlink(&name);
+        check(&output, &format!("dying.c ({namespace})"));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let median = stdout
+            .lines()
+            .find_map(|line| line.strip_prefix("median dying_us "))
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|us| us.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no median in:\n{stdout}"));
+        assert!(
+            median < 1_000_000.0,
+            "{namespace}: dying after {median} us:\n{stdout}"
+        );
+    }
+}
+
 #[test]
 fn cxx11_program_passes_the_api_checks() {
     let source = root().join("ffi/tests/c/test_api.c");

@@ -361,7 +361,7 @@ impl Mirror {
             let key = self.key(registration.instance_id);
             let id = (registration.slot, registration.generation);
             match (registration.state, registration.ended_reason) {
-                (RegistrationState::Live, _) => {
+                (RegistrationState::Live | RegistrationState::Dying, _) => {
                     let record = self.records.entry(id).or_insert_with(|| {
                         let age = registration.registered_age_seconds.unwrap_or(0.0);
                         ClusterRecord {
@@ -375,8 +375,10 @@ impl Mirror {
                             registered_unix_seconds: ((now - age) * 1000.0).round() / 1000.0,
                             boot_token: status.boot_token,
                             ended: None,
+                            dying: false,
                         }
                     });
+                    record.dying = registration.state == RegistrationState::Dying;
                     // The reaper's, now: a publisher may outlive a reaper
                     // restart, or start before its reaper.
                     record.boot_token = status.boot_token;

@@ -132,6 +132,7 @@ pub(super) fn plan(
             if let Some(reason) = ends.of(key, last.slot, last.generation) {
                 let last = ClusterRecord {
                     ended: Some(reason),
+                    dying: false,
                     ..last.clone()
                 };
                 plan.last_values
@@ -168,12 +169,14 @@ mod tests {
             registered_unix_seconds: 1.0,
             boot_token: 9,
             ended: None,
+            dying: false,
         }
     }
 
     fn ended(record: &ClusterRecord, reason: Reason) -> String {
         ClusterRecord {
             ended: Some(reason),
+            dying: false,
             ..record.clone()
         }
         .to_json()

@@ -28,6 +28,14 @@ pub struct ClusterRecord {
     pub boot_token: u64,
     /// `null` while live; the end reason in the last value before the delete.
     pub ended: Option<Reason>,
+    /// Whether its process has begun to exit (written at once; absent
+    /// while false, as records before it had none).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub dying: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }
 
 impl ClusterRecord {
@@ -127,6 +135,7 @@ mod tests {
             registered_unix_seconds: 1.5,
             boot_token: 3,
             ended: Some(Reason::ProcessExited),
+            dying: false,
         };
         let json = record.to_json();
         assert!(json.contains(r#""ended":"process_exited""#), "{json}");

@@ -53,6 +53,13 @@ pub enum ClusterEvent {
         /// Its last record.
         record: ClusterRecord,
     },
+    /// A registration's process began to exit (its host's reaper saw its
+    /// death word marked): it runs no more of its code; `Ended` follows
+    /// once its host sees it has ended.
+    Dying {
+        /// Its record, `dying` set.
+        record: ClusterRecord,
+    },
     /// A host's keys all went together without a published end: its lease
     /// expired (the host, or its reaper, stopped keeping it alive).
     HostGone {
@@ -198,8 +205,16 @@ impl FleetView {
             }
             return;
         }
-        let announced = self.live.get(&key).is_some_and(|was| same(was, &record));
-        if !announced {
+        let announced = self.live.get(&key).filter(|was| same(was, &record));
+        if announced.is_some_and(|was| record.dying && !was.dying) {
+            changes.push(ClusterChange {
+                revision,
+                event: ClusterEvent::Dying {
+                    record: record.clone(),
+                },
+            });
+        }
+        if announced.is_none() {
             if let Some(replaced) = self.live.remove(&key) {
                 // The id registered again without an end seen in between.
                 changes.push(ClusterChange {
@@ -281,6 +296,7 @@ mod tests {
             registered_unix_seconds: 1.0,
             boot_token: 7,
             ended: None,
+            dying: false,
         }
     }
 
@@ -336,6 +352,12 @@ mod tests {
                         c.revision, record.host, record.instance_id
                     )
                 }
+                ClusterEvent::Dying { record } => {
+                    format!(
+                        "{}: dying {}/{}",
+                        c.revision, record.host, record.instance_id
+                    )
+                }
                 ClusterEvent::Ended { record } => format!(
                     "{}: ended {}/{} {:?}",
                     c.revision, record.host, record.instance_id, record.ended
@@ -345,6 +367,20 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    #[test]
+    fn a_record_turned_dying_is_told_once_then_its_end() {
+        let mut view = FleetView::new("/p");
+        let a = record("h1", 1, 1);
+        let dying = ClusterRecord {
+            dying: true,
+            ..a.clone()
+        };
+        let changes = apply(&mut view, &[put(&a, 2), put(&dying, 3), put(&dying, 4)]);
+        assert_eq!(kinds(&changes), ["2: registered h1/1", "3: dying h1/1"]);
+        let changes = apply(&mut view, &[ended(&dying, Reason::ProcessExited, 5)]);
+        assert_eq!(kinds(&changes), ["5: ended h1/1 Some(ProcessExited)"]);
     }
 
     #[test]

@@ -224,7 +224,7 @@ impl ClusterWatch {
     fn take_in(&mut self, change: &ClusterChange) {
         self.revision = self.revision.max(change.revision);
         match &change.event {
-            ClusterEvent::Registered { record } => {
+            ClusterEvent::Registered { record } | ClusterEvent::Dying { record } => {
                 self.live
                     .insert(key_of(&self.prefix, record), record.clone());
             }

@@ -15,6 +15,7 @@ pub(crate) mod private_file;
 pub(crate) mod process;
 pub(crate) mod random;
 mod raw;
+pub(crate) mod robust;
 pub(crate) mod signal;
 pub(crate) mod socket;
 pub(crate) mod unix_connect;

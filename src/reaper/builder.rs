@@ -2,6 +2,7 @@
 //! table's reaper role.
 
 use super::lock_schedule::LockRounds;
+use super::death_watch::DeathWatch;
 use super::seen::Seen;
 use super::role::{Dispatch, Reaper};
 use crate::clock::Clock;
@@ -47,6 +48,7 @@ use std::time::Duration;
 pub struct ReaperBuilder {
     table: Table,
     drop_handlers: Vec<DropHandler>,
+    dying_handlers: Vec<DropHandler>,
     clear_handlers: Vec<ClearHandler>,
     handler_deadline: Duration,
     listens: Vec<ListenConfig>,
@@ -62,6 +64,7 @@ impl Table {
         ReaperBuilder {
             table: self.clone(),
             drop_handlers: Vec::new(),
+            dying_handlers: Vec::new(),
             clear_handlers: Vec::new(),
             handler_deadline: HANDLER_DEADLINE,
             listens: Vec::new(),
@@ -85,6 +88,23 @@ impl ReaperBuilder {
         F: Fn(&DropEvent) -> Result<(), HandlerError> + Send + Sync + 'static,
     {
         self.drop_handlers.push(Box::new(handler));
+        self
+    }
+
+    /// Adds a dying handler, called once for a registration whose process
+    /// the kernel has begun to end (killed, crashed, exiting, `exec`ing): it
+    /// runs no more of its own code, though until it has ended (its
+    /// [`on_drop`](ReaperBuilder::on_drop), reason `ProcessExited`, after)
+    /// a system call in flight or a device it drives may still write
+    /// memory it shared. Within a millisecond of the kill whatever the
+    /// process holds, where the table has death words and the registrant
+    /// a death thread (see `docs/semantics.md`); never for a process that
+    /// still runs. The event is the one its drop will carry.
+    pub fn on_dying<F>(mut self, handler: F) -> Self
+    where
+        F: Fn(&DropEvent) -> Result<(), HandlerError> + Send + Sync + 'static,
+    {
+        self.dying_handlers.push(Box::new(handler));
         self
     }
 
@@ -202,6 +222,9 @@ impl ReaperBuilder {
             Some(_) => ExitWatcher::start(inner.clone()).ok(),
             None => None,
         };
+        // And through their death words, where the table has them, so a
+        // process is seen as soon as it begins to die.
+        let death_watch = DeathWatch::start(inner.clone());
         let wake = WakeFd::start(inner.clone()).map_err(|source| crate::error::Error::Io {
             context: format!(
                 "table '{}': start the reaper's wake-up descriptor",
@@ -233,12 +256,15 @@ impl ReaperBuilder {
             handlers: Dispatch::Inline(Handlers {
                 memory: inner.clone(),
                 drop_handlers: self.drop_handlers,
+                dying_handlers: self.dying_handlers,
                 clear_handlers: self.clear_handlers,
                 running: Running::new(self.handler_deadline),
             }),
             table: self.table,
             role,
             watcher,
+            _death_watch: death_watch,
+            death_words_whole: false,
             wake,
             last_scan_ns: None,
             locks: LockRounds::default(),

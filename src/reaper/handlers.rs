@@ -13,7 +13,7 @@ use crate::table::inside_handlers::InsideHandlers;
 use crate::table::memory::TableMemory;
 use crate::table::protocol;
 use std::cell::Cell;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -39,6 +39,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Handlers {
     pub memory: Arc<TableMemory>,
     pub drop_handlers: Vec<DropHandler>,
+    pub dying_handlers: Vec<DropHandler>,
     pub clear_handlers: Vec<ClearHandler>,
     pub running: Running,
 }
@@ -147,6 +148,37 @@ impl Handlers {
         failures
     }
 
+    /// Runs every dying handler for `event` (its process began to die; the
+    /// registration stays until it has ended). Returns the handlers that
+    /// failed.
+    pub(crate) fn report_dying(&self, event: &DropEvent) -> u32 {
+        let inner = &self.memory;
+        let job = self.running.begin(format!(
+            "instance {} (dying, slot {})",
+            event.instance_id, event.slot
+        ));
+        let mut failures = 0;
+        {
+            let _inside = InsideHandlers::enter(inner);
+            for handler in &self.dying_handlers {
+                if let Err(cause) = isolate(|| handler(event)) {
+                    failures += 1;
+                    log::warn!(
+                        "table '{}': dying handler failed for instance {}: {cause}",
+                        inner.name,
+                        event.instance_id
+                    );
+                }
+            }
+        }
+        self.running.end(job, inner);
+        inner
+            .header()
+            .handler_failures
+            .fetch_add(u64::from(failures), Relaxed);
+        failures
+    }
+
     /// Runs the clear handlers, then marks clear `ticket` completed.
     pub(crate) fn complete_clear(&self, ticket: u64) -> u32 {
         let inner = &self.memory;
@@ -175,6 +207,9 @@ impl Handlers {
 /// A drop or a clear completion, queued for the handler threads.
 pub(crate) enum Job {
     Drop(DropEvent),
+    /// A registration whose process began to die: its drop, queued after,
+    /// waits for it.
+    Dying(DropEvent),
     /// Runs once every drop queued before it has finished.
     Clear(u64),
 }
@@ -201,6 +236,9 @@ struct PoolState {
     next: u64,
     /// Drops queued or running, by sequence number.
     drops: BTreeSet<u64>,
+    /// The registrations (slot, generation) whose dying handlers are
+    /// queued or running: their drops wait.
+    dying: HashSet<(u32, u32)>,
     threads: usize,
     idle: usize,
     closed: bool,
@@ -234,8 +272,14 @@ impl HandlerPool {
         let mut state = lock(&self.pool.state);
         let seq = state.next;
         state.next += 1;
-        if matches!(job, Job::Drop(_)) {
-            state.drops.insert(seq);
+        match &job {
+            Job::Drop(_) => {
+                state.drops.insert(seq);
+            }
+            Job::Dying(event) => {
+                state.dying.insert((event.slot, event.generation));
+            }
+            Job::Clear(_) => {}
         }
         state.queue.push_back((seq, job));
         let start = state.idle < state.queue.len();
@@ -292,7 +336,22 @@ impl Pool {
     fn run(&self, seq: u64, job: Job) {
         match job {
             Job::Drop(event) => {
+                let registration = (event.slot, event.generation);
+                let mut state = lock(&self.state);
+                while state.dying.contains(&registration) {
+                    state = self
+                        .done
+                        .wait(state)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+                drop(state);
                 self.handlers.drop_registration(&event);
+            }
+            Job::Dying(event) => {
+                self.handlers.report_dying(&event);
+                lock(&self.state)
+                    .dying
+                    .remove(&(event.slot, event.generation));
             }
             Job::Clear(ticket) => {
                 let mut state = lock(&self.state);

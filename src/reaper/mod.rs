@@ -10,11 +10,15 @@
 //! - `observe.rs`: one live slot observed, decided, carried out;
 //! - `lock_schedule.rs`: when locks are tested; `lock_rounds.rs`: the tests;
 //! - `seen.rs`: what the reaper remembers of each slot between scans;
-//! - `exit_watch.rs`: a registrant's exit seen the moment it happens;
+//! - `death_watch.rs`: a registrant's death seen as it begins (death words),
+//!   `dying.rs`: what a scan makes of it;
+//! - `exit_watch.rs`: a registrant's exit seen the moment it has ended;
 //! - `handlers.rs`: the drop and clear handlers run, the slots freed;
 //! - `thread.rs`: [`ReaperThread`], a reaper on a thread of its own.
 
 mod builder;
+mod death_watch;
+mod dying;
 pub(crate) mod exit_watch;
 pub(crate) mod handlers;
 mod lock_rounds;

@@ -107,7 +107,12 @@ impl Reaper {
                 exited: false,
             };
         }
+        // A dying process's lock is tested at every scan: it is free once
+        // the process has closed its files (it has ended), or at once after
+        // an `exec` (which no pidfd sees).
+        let dying = self.is_dying(index, generation);
         let test = match &mut self.watcher {
+            _ if dying => LockCheck::Now,
             Some(watcher) => watcher.lock_check(index, generation, slot),
             None => LockCheck::Now,
         };

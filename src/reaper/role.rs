@@ -3,6 +3,7 @@
 //! and how it dispatches drops.
 
 use super::lock_schedule::LockRounds;
+use super::death_watch::DeathWatch;
 use super::seen::Seen;
 use crate::error::Result;
 use crate::event::DropEvent;
@@ -25,6 +26,9 @@ use std::time::Duration;
 pub struct ScanReport {
     /// The registrations that ended, as their handlers saw them.
     pub ended: Vec<DropEvent>,
+    /// The registrations found dying (their process began to exit), as
+    /// their dying handlers saw them.
+    pub dying: Vec<DropEvent>,
     /// Handlers that failed or panicked in this scan (when the handlers run
     /// on the scanning thread; a reaper thread's are counted in
     /// [`Status::handler_failures`](crate::status::report::Status) as they finish).
@@ -72,6 +76,12 @@ pub struct Reaper {
     pub(super) clock_id: u64,
     /// Watches registered processes through pidfds (shared tables).
     pub(super) watcher: Option<ExitWatcher>,
+    /// Waits on the registering processes' death words (shared tables that
+    /// have them).
+    pub(super) _death_watch: Option<DeathWatch>,
+    /// Whether this scan may read the death words (present and whole,
+    /// checked as the scan begins).
+    pub(super) death_words_whole: bool,
     /// Readable when a scan is due early.
     pub(super) wake: WakeFd,
     /// When the last scan ran, on the table clock.

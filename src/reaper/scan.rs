@@ -15,6 +15,7 @@ use crate::status::metrics;
 use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use crate::table::layout::{Slot, FLAG_REMOTE};
 use crate::table::protocol::{self, Beat, CLAIMING, FREE, LIVE};
+use std::collections::HashSet;
 use std::time::Duration;
 
 impl Reaper {
@@ -57,6 +58,7 @@ impl Reaper {
             )));
         }
         inner.check_size()?;
+        self.death_words_whole = inner.death_words().is_some();
         // This scan answers every wake-up so far.
         self.wake.drain();
         self.last_scan_ns = Some(now_ns);
@@ -96,6 +98,7 @@ impl Reaper {
     /// Judges every slot, recording what ended (and corrupt slots).
     fn sweep(&mut self, now_ns: u64, report: &mut ScanReport) {
         let inner = self.table.memory.clone();
+        let mut held_words = HashSet::new();
         for index in 0..inner.capacity {
             let slot = inner.slot(index);
             let state = slot.state.load(Acquire);
@@ -119,6 +122,17 @@ impl Reaper {
                     continue;
                 }
             }
+            if let Some(event) = self.newly_dying(index, slot, generation, now_ns, &mut held_words)
+            {
+                log::info!(
+                    "table '{}': instance {} (pid {}, slot {}) dying: its process began to exit",
+                    inner.name,
+                    event.instance_id,
+                    event.pid,
+                    event.slot
+                );
+                report.dying.push(event);
+            }
             match self.judge(index, slot, generation, now_ns, report.reset) {
                 Verdict::Keep => {}
                 Verdict::Corrupt => report.corrupt_slots += 1,
@@ -132,6 +146,7 @@ impl Reaper {
                 }
             }
         }
+        self.free_dead_words(&held_words);
     }
 
     /// Runs (inline) or queues (on the handler threads) the drops of what
@@ -145,6 +160,9 @@ impl Reaper {
         let name = &self.table.memory.name;
         match &mut self.handlers {
             Dispatch::Inline(handlers) => {
+                for event in &report.dying {
+                    report.handler_failures += handlers.report_dying(event);
+                }
                 for event in &report.ended {
                     report.handler_failures += handlers.drop_registration(event);
                 }
@@ -153,6 +171,9 @@ impl Reaper {
                 }
             }
             Dispatch::Pool(pool) => {
+                for event in &report.dying {
+                    queue(pool, Job::Dying(event.clone()), name);
+                }
                 for event in &report.ended {
                     self.in_flight[event.slot as usize] = event.generation.wrapping_add(1);
                     queue(pool, Job::Drop(event.clone()), name);

@@ -220,6 +220,18 @@ fn registrations(text: &mut Exposition, status: &Status) {
         text.sample(Some(("state", state)), Value::Integer(count as u64));
     }
     text.family(
+        "livereg_registrations_dying",
+        Kind::Gauge,
+        None,
+        "Registrations whose process has begun to exit and that have not yet ended.",
+    );
+    let dying = status
+        .registrations
+        .iter()
+        .filter(|r| r.state == RegistrationState::Dying)
+        .count();
+    text.sample(None, Value::Integer(dying as u64));
+    text.family(
         "livereg_registrations_ended",
         Kind::Counter,
         None,

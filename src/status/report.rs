@@ -90,7 +90,8 @@ pub struct RegistrationStatus {
     pub label: String,
     /// Registered pid, in the registrant's namespace.
     pub pid: u32,
-    /// `live`, or `ending` while its drop is pending.
+    /// `live`, `dying` once its process began to exit, or `ending` while
+    /// its drop is pending.
     pub state: RegistrationState,
     /// Why it ended, once it has.
     pub ended_reason: Option<Reason>,
@@ -137,6 +138,10 @@ pub struct RemoteStatus {
 pub enum RegistrationState {
     /// Registered and not ended.
     Live,
+    /// Not ended, but its process has begun to exit (the kernel marked its
+    /// death word): it runs no more of its code; `ending` once the reaper
+    /// has seen it end.
+    Dying,
     /// Ended; its drop is pending (the reaper has not finished it).
     Ending,
 }
@@ -165,6 +170,7 @@ impl RegistrationState {
     pub fn as_str(self) -> &'static str {
         match self {
             RegistrationState::Live => "live",
+            RegistrationState::Dying => "dying",
             RegistrationState::Ending => "ending",
         }
     }
@@ -218,6 +224,7 @@ impl Table {
             reaper_clock: self.clock.identity() != Clock::UNKNOWN
                 && header.reaper_clock_id.load(Relaxed) == self.clock.identity(),
             shared: inner.file().is_some(),
+            death_words: inner.death_words().is_some(),
         };
         let records = OnceCell::new();
         let registrations: Vec<RegistrationStatus> = (0..inner.capacity)
@@ -240,7 +247,7 @@ impl Table {
             stamp_resolution_seconds: self.stamp_resolution().as_secs_f64(),
             tracked_instances: registrations
                 .iter()
-                .filter(|r| r.state == RegistrationState::Live)
+                .filter(|r| r.state != RegistrationState::Ending)
                 .count(),
             capacity: inner.capacity,
             reaper_alive: view.reaper_alive,
@@ -277,6 +284,8 @@ struct View {
     clock_id: u64,
     reaper_clock: bool,
     shared: bool,
+    /// Whether the table's death words can be read (present and whole).
+    death_words: bool,
 }
 
 impl View {
@@ -322,6 +331,13 @@ impl Table {
             pid: slot.pid.load(Relaxed),
             state: if matches!(protocol::decode_beat(word), Beat::Ended(_)) {
                 RegistrationState::Ending
+            } else if view.death_words
+                && inner
+                    .death_words
+                    .as_ref()
+                    .is_some_and(|words| words.is_dying(index, generation))
+            {
+                RegistrationState::Dying
             } else {
                 RegistrationState::Live
             },

@@ -26,6 +26,7 @@ use crate::table::layout::{
     MAX_CAPACITY, READY, SCANS_PER_TIMEOUT, SLOT_SIZE, STAMPS_COARSE, STAMPS_PRECISE,
     STAMP_CLOCK_SINCE_MINOR, VERSION_MAJOR, VERSION_MINOR,
 };
+use crate::table::death_words::{self, DeathWords};
 use crate::table::location;
 use crate::table::memory::{Backing, TableMemory};
 use crate::table::options::TableOptions;
@@ -33,6 +34,7 @@ use memmap2::MmapOptions;
 use std::alloc::{self, Layout};
 use std::fs::{File, OpenOptions, Permissions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -89,12 +91,13 @@ impl Table {
             .mode(options.mode)
             .open(&path)
             .map_err(|e| Error::os(name, "create", e))?;
-        Self::initialise(name, file, options).inspect_err(|_| {
+        Self::initialise(name, &path, file, options).inspect_err(|_| {
             let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(death_words::beside(&path));
         })
     }
 
-    fn initialise(name: &str, file: File, options: &TableOptions) -> Result<Table> {
+    fn initialise(name: &str, path: &Path, file: File, options: &TableOptions) -> Result<Table> {
         let size = table_size(options.capacity);
         // The umask may have cleared bits of the mode; make it exactly what
         // was asked before anyone can see the table ready.
@@ -106,12 +109,15 @@ impl Table {
             .len(size)
             .map_raw(&file)
             .map_err(|e| Error::os(name, "map", e))?;
+        let death_words = DeathWords::create(path, options.capacity, options.mode)
+            .map_err(|e| Error::os(name, "create its death words", e))?;
         let table = Table::from_memory(
             name,
             options.capacity,
             VERSION_MINOR,
             options.stamps(),
             Backing::Mapped { file, map },
+            Some(death_words),
         );
         table.write_header(options);
         Ok(table)
@@ -143,6 +149,7 @@ impl Table {
             VERSION_MINOR,
             options.stamps(),
             memory,
+            None,
         );
         table.write_header(options);
         Ok(table)
@@ -154,6 +161,7 @@ impl Table {
         minor: u32,
         stamps: Stamps,
         backing: Backing,
+        death_words: Option<DeathWords>,
     ) -> Table {
         let memory = TableMemory {
             name: name.to_owned(),
@@ -163,6 +171,8 @@ impl Table {
             backing,
             registrations: Mutex::new(()),
             reaper_candidate: Mutex::new(None),
+            death_words,
+            death_listing: Mutex::new(None),
         };
         Table {
             memory: Arc::new(memory),
@@ -242,12 +252,14 @@ impl Table {
         // - `Header` is made of atomics, so shared access is race-free.
         let header = unsafe { &*map.as_ptr().cast::<Header>() };
         let (capacity, minor, stamps) = validate(name, header, size)?;
+        let death_words = DeathWords::open(&path, &file, capacity);
         Ok(Table::from_memory(
             name,
             capacity,
             minor,
             stamps,
             Backing::Mapped { file, map },
+            death_words,
         ))
     }
 
@@ -261,8 +273,9 @@ impl Table {
     pub fn unlink(name: &str) -> Result<()> {
         let path = location::resolve(name)?;
         std::fs::remove_file(&path).map_err(|e| Error::os(name, "unlink", e))?;
-        // The sessions' records beside it, if a listener made them.
+        // The sessions' records and the death words beside it, if made.
         let _ = std::fs::remove_file(location::sessions_beside(&path));
+        let _ = std::fs::remove_file(death_words::beside(&path));
         Ok(())
     }
 

@@ -5,6 +5,7 @@
 use crate::clock::Stamps;
 use crate::error::{Error, Result};
 use crate::os::fork::LockDescriptor;
+use crate::table::death_words::{DeathWords, Listing};
 use crate::sync::AtomicU64;
 use crate::table::layout::{
     object_size, observations_start, slots_end, Header, InfoArea, Slot, HEADER_SIZE,
@@ -34,6 +35,10 @@ pub(crate) struct TableMemory {
     /// role, with the fork epoch it was opened in: kept for the next attempt
     /// (see `table_locks.rs`).
     pub(crate) reaper_candidate: Mutex<Option<(LockDescriptor, u64)>>,
+    /// The death words beside a shared table, if it has them.
+    pub(crate) death_words: Option<DeathWords>,
+    /// This process's process word in them, while it has registrations.
+    pub(crate) death_listing: Mutex<Option<Listing>>,
 }
 
 pub(crate) enum Backing {
@@ -135,6 +140,13 @@ impl TableMemory {
             )));
         }
         Ok(())
+    }
+
+    /// The death words, if the table has them, both its object and their
+    /// file are whole (nothing truncated under this handle is touched).
+    pub fn death_words(&self) -> Option<&DeathWords> {
+        self.check_size().ok()?;
+        self.death_words.as_ref().filter(|words| words.intact())
     }
 
     /// The info area, in tables of layout 1.2 and later.

@@ -25,6 +25,7 @@ mod loom_models;
 pub(crate) mod protocol;
 
 needs_the_os! {
+    pub(crate) mod death_words;
     pub(crate) mod handle;
     pub(crate) mod inside_handlers;
     pub(crate) mod location;

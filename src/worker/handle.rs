@@ -11,8 +11,10 @@ use crate::sync::Ordering::Relaxed;
 use crate::table::handle::Table;
 use crate::table::layout::Slot;
 use crate::table::protocol::{self, Gone, Stamp};
+use crate::worker::death_thread;
 use crate::worker::nature::{Local, Nature};
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -36,6 +38,9 @@ pub struct Worker {
     /// The fork epoch the handle was made in: a forked child's copy is not
     /// the registration's owner.
     fork_epoch: u64,
+    /// Whether this process's death word speaks for the registration (until
+    /// it is known to have ended).
+    death_word: AtomicBool,
     finished: bool,
     /// Where the registration lives: this slot's table, or the reaper's
     /// table through a session whose sender thread forwards this slot.
@@ -70,6 +75,12 @@ impl Worker {
             instance_id,
             lock: Mutex::new(lock_file),
             fork_epoch: fork::epoch(),
+            death_word: AtomicBool::new(
+                table
+                    .memory
+                    .death_words()
+                    .is_some_and(|words| words.owner_of(index, generation).is_some()),
+            ),
             finished: false,
             nature: Box::new(Local {
                 table: table.clone(),
@@ -225,12 +236,17 @@ impl Worker {
         }
     }
 
+    /// The registration is known to have ended: its exit lock is closed
+    /// and its process's death word no longer speaks for it.
     fn release_lock(&self) {
         let mut lock = self
             .lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         *lock = None;
+        if self.death_word.swap(false, Relaxed) {
+            death_thread::leave(&self.table.memory);
+        }
     }
 
     /// The registered instance id.

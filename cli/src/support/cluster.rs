@@ -197,6 +197,10 @@ fn render_change(change: &ClusterChange) -> String {
                 .ended
                 .map_or("(no reason published)".to_owned(), |r| r.to_string())
         ),
+        ClusterEvent::Dying { record } => format!(
+            "dying       {}/{}/{}  (its process began to exit)",
+            record.host, record.table, record.instance_id
+        ),
         ClusterEvent::HostGone { host, records } => format!(
             "host gone   {host}  (its lease expired; {} registration{}: {})",
             records.len(),

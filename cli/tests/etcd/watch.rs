@@ -39,6 +39,7 @@ fn told(change: &ClusterChange) -> String {
             record.instance_id,
             record.ended.map_or("-".into(), |r| r.to_string())
         ),
+        ClusterEvent::Dying { record } => format!("dying {}/{}", record.host, record.instance_id),
         ClusterEvent::HostGone { host, records } => {
             let ids: Vec<String> = records.iter().map(|r| r.instance_id.to_string()).collect();
             format!("host gone {host} ({})", ids.join(","))
@@ -405,4 +406,64 @@ fn a_stalled_engine_is_told_to_the_fleet_as_ended_stalled() {
         "{ended}"
     );
     let _ = std::fs::remove_file(&busy);
+}
+
+/// A SIGKILLed worker holding 1 GiB (whose end the kernel takes a while to
+/// finish) is told to the fleet `dying` as soon as its host's reaper sees
+/// its death word, then ended `process_exited`; `status --cluster --watch`
+/// prints both, in that order.
+#[test]
+fn a_killed_engine_is_told_to_the_fleet_dying_before_its_end() {
+    let etcd = EtcdServer::start("watch-dying");
+    let prefix = prefix("watch-dying");
+    let (name, _table) = table("watch-dying", "5s");
+    let _reaper = reaper(&name, &etcd, &prefix, "host-d", &[]);
+    let mut fleet = ClusterWatch::start(&watch_options(&etcd.address(), &prefix)).unwrap();
+    let mut command = Daemon::spawn(&[
+        "status",
+        "--cluster",
+        "--watch",
+        "--etcd",
+        &etcd.address(),
+        "--etcd-prefix",
+        &prefix,
+    ]);
+    let lines = lines_of(&mut command);
+    let mut engine = Daemon::spawn(&[
+        "worker",
+        &name,
+        "--instance",
+        "6",
+        "--interval",
+        "100ms",
+        "--hold-mib",
+        "1024",
+    ]);
+    assert_eq!(
+        changes(&mut fleet, 1, Duration::from_secs(30)),
+        ["registered host-d/6"]
+    );
+    let _ = engine.0.kill();
+    let told = changes(&mut fleet, 2, Duration::from_secs(30));
+    assert_eq!(
+        told,
+        ["dying host-d/6", "ended host-d/6 process_exited"],
+        "{told:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut printed = Vec::new();
+    let told = |line: &str, what: &str| line.contains(&format!("  {what}  "));
+    while !printed.iter().any(|line: &String| told(line, "ended")) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .expect("the command printed no ended line");
+        if told(&line, "dying") || told(&line, "ended") {
+            printed.push(line);
+        }
+    }
+    assert!(
+        printed.len() == 2 && told(&printed[0], "dying") && printed[0].contains("host-d/"),
+        "{printed:?}"
+    );
 }

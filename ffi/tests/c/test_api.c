@@ -204,6 +204,7 @@ static void test_reaper_clear_and_probe(void) {
     EXPECT(livereg_probe(table, &token), LIVEREG_NO_REAPER);
     EXPECT(livereg_clear(table, 100), LIVEREG_NO_REAPER);
 
+    memset(&callbacks, 0, sizeof callbacks); /* fields added later stay NULL */
     callbacks.userdata = &s;
     callbacks.on_drop = on_drop;
     callbacks.on_clear = on_clear;
@@ -306,6 +307,7 @@ static void test_killed_child_is_dropped(void) {
     memset(&s, 0, sizeof s);
     name_for(name, sizeof name, "fork");
     table = create(name, 400, 800, 4);
+    memset(&callbacks, 0, sizeof callbacks); /* fields added later stay NULL */
     callbacks.userdata = &s;
     callbacks.on_drop = on_drop;
     callbacks.on_clear = NULL;
@@ -350,6 +352,7 @@ static void test_stale_worker_after_slot_reuse(void) {
     memset(&s, 0, sizeof s);
     name_for(name, sizeof name, "stale");
     table = create(name, 200, 200, 1);
+    memset(&callbacks, 0, sizeof callbacks); /* fields added later stay NULL */
     callbacks.userdata = &s;
     callbacks.on_drop = on_drop;
     callbacks.on_clear = NULL;

@@ -27,6 +27,9 @@ class RegistrationState(str, enum.Enum):
 
     #: Registered and not ended.
     LIVE = "live"
+    #: Not ended, but its process has begun to exit (it runs no more of its
+    #: code); ``ENDING`` once the reaper has seen it end.
+    DYING = "dying"
     #: Ended; its drop is pending.
     ENDING = "ending"
 

@@ -1,0 +1,95 @@
+//! What a scan makes of the death words: a live registration whose
+//! process's word the kernel marked is reported dying, once across every
+//! reaper (the slot's record keeps when it was); a marked word none of
+//! whose registrations is live any more is given back for the next process.
+
+use super::role::Reaper;
+use crate::event::{DropEvent, Reason};
+use crate::os::robust::OWNER_DIED;
+use crate::sync::Ordering::{AcqRel, Acquire, Relaxed};
+use crate::table::death_words::DeathWords;
+use crate::table::layout::{Slot, FLAG_REMOTE};
+use crate::table::protocol::{self, Beat};
+use std::collections::HashSet;
+use std::time::Duration;
+
+impl Reaper {
+    /// The event of slot `index`'s registration of `generation` if its
+    /// process began to die and no reaper reported it yet (it is reported
+    /// now); notes the process word as one a live registration holds.
+    pub(super) fn newly_dying(
+        &self,
+        index: u32,
+        slot: &Slot,
+        generation: u32,
+        now_ns: u64,
+        held: &mut HashSet<u32>,
+    ) -> Option<DropEvent> {
+        let words = self.death_words()?;
+        let owner = words.slot(index).owner.load(Acquire);
+        let process = words.owner_of(index, generation)?;
+        held.insert((owner >> 32) as u32 - 1);
+        if process.word.load(Acquire) & OWNER_DIED == 0 {
+            return None;
+        }
+        words
+            .slot(index)
+            .dying_seen_ns
+            .compare_exchange(0, now_ns.max(1), AcqRel, Relaxed)
+            .ok()?;
+        Some(dying_event(slot, index, generation))
+    }
+
+    /// The table's death words, if this scan found them whole.
+    fn death_words(&self) -> Option<&DeathWords> {
+        self.table
+            .memory
+            .death_words
+            .as_ref()
+            .filter(|_| self.death_words_whole)
+    }
+
+    /// Whether slot `index`'s registration of `generation` is dying: its
+    /// process's word is marked.
+    pub(super) fn is_dying(&self, index: u32, generation: u32) -> bool {
+        self.death_words()
+            .is_some_and(|words| words.is_dying(index, generation))
+    }
+
+    /// Gives back every marked process word that no live registration
+    /// holds (`held`): its process has ended and its drops are done.
+    pub(super) fn free_dead_words(&self, held: &HashSet<u32>) {
+        let Some(words) = self.death_words() else {
+            return;
+        };
+        for index in 0..words.capacity() {
+            let word = &words.process(index).word;
+            let value = word.load(Acquire);
+            if value & OWNER_DIED != 0 && !held.contains(&index) {
+                let _ = word.compare_exchange(value, 0, AcqRel, Relaxed);
+            }
+        }
+    }
+}
+
+/// The event a dying registration's handlers get: the one its drop will
+/// carry (reason `ProcessExited`), its last heartbeat as the slot says now.
+fn dying_event(slot: &Slot, index: u32, generation: u32) -> DropEvent {
+    let registered_ns = slot.registered_ns.load(Relaxed);
+    let last_heartbeat_ns = match protocol::decode_beat(slot.beat.load(Acquire)) {
+        Beat::At(stamp) => Some(stamp.ns_near(registered_ns)),
+        _ => None,
+    };
+    DropEvent {
+        instance_id: slot.instance_id.load(Relaxed),
+        slot: index,
+        generation,
+        reason: Reason::ProcessExited,
+        pid: slot.pid.load(Relaxed),
+        remote: slot.flags.load(Relaxed) & FLAG_REMOTE != 0,
+        label: slot.load_label(),
+        registered_ns,
+        last_heartbeat_ns,
+        silent_for: Duration::ZERO,
+    }
+}

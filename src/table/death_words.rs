@@ -1,0 +1,238 @@
+//! The death words: a file beside a shared table (`NAME.dying`, the
+//! table's owner and mode) with one word per registering process and one
+//! record per slot. A process claims a free word with its first
+//! registration in the table, hands it to the kernel on the robust list of
+//! a thread of its own (`worker/death_thread.rs`), and records in each of
+//! its slots which word is its process's. When the process begins to die,
+//! the kernel sets `OWNER_DIED` in the word before it tears anything down,
+//! and the reaper, waiting on the word (`reaper/death_watch.rs`), reports
+//! every registration of that process `dying` at once.
+//!
+//! A file of its own rather than more of the table: the table's layout
+//! stays what every build on either side of it reads, and a table made
+//! before it (no file) has no death words (its processes are seen once they
+//! have ended, as always). Heap tables have none: a process dying takes
+//! their reaper with it.
+//!
+//! Layout: a 128-byte header (magic `LRDY`, the capacity), `capacity`
+//! process words of 16 bytes, then `capacity` slot records of 16 bytes.
+
+use crate::os::robust::{RobustList, OWNER_DIED};
+use crate::sync::{AtomicU32, AtomicU64};
+use memmap2::{MmapOptions, MmapRaw};
+use std::fs::{File, OpenOptions, Permissions};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+const MAGIC: u32 = u32::from_le_bytes(*b"LRDY");
+const HEADER: usize = 128;
+
+/// One registering process's word.
+#[repr(C, align(16))]
+pub(crate) struct ProcessWord {
+    /// The futex word: 0 while free; the id of the process's death thread
+    /// while the process holds it, with `OWNER_DIED` once the kernel began
+    /// ending that thread's process, and `WAITERS` while a reaper waits.
+    pub word: AtomicU32,
+    /// The process's id in its own PID namespace, for the status.
+    pub pid: AtomicU32,
+    reserved: AtomicU64,
+}
+
+/// Which process word speaks for a slot's registration.
+#[repr(C, align(16))]
+pub(crate) struct SlotRecord {
+    /// `(word index + 1) << 32 | generation`: the registration of that
+    /// slot generation belongs to the process of that word; 0: none.
+    pub owner: AtomicU64,
+    /// When (a reaper's clock, nanoseconds, at least 1) a reaper reported
+    /// this registration dying; 0 until then. Written once, so it is
+    /// reported once whatever reaper sees it.
+    pub dying_seen_ns: AtomicU64,
+}
+
+#[cfg(not(loom))]
+const _: () = {
+    assert!(std::mem::size_of::<ProcessWord>() == 16);
+    assert!(std::mem::size_of::<SlotRecord>() == 16);
+};
+
+/// This process's hold on one of a table's process words: the word, the
+/// robust list of the thread that owns it, how many of this process's
+/// registrations it speaks for, and the channel whose closing ends the
+/// thread. Kept by the table's memory, edited by the worker side.
+pub(crate) struct Listing {
+    /// The fork epoch it was made in: a forked child holds none of it.
+    pub epoch: u64,
+    pub word: u32,
+    pub registrations: usize,
+    pub list: Box<RobustList>,
+    /// Hands the list back to the thread, which then ends.
+    pub stop: std::sync::mpsc::Sender<Box<RobustList>>,
+}
+
+/// A table's death words, mapped.
+pub(crate) struct DeathWords {
+    map: MmapRaw,
+    file: File,
+    capacity: u32,
+}
+
+// SAFETY:
+// - the mapping lives as long as `DeathWords`, and every byte of it is
+//   accessed through atomics, so sharing it between threads is race free.
+unsafe impl Send for DeathWords {}
+// SAFETY: as above.
+unsafe impl Sync for DeathWords {}
+
+impl DeathWords {
+    /// Makes the file beside a new table at `table` (replacing a stale one a
+    /// removed table of the same name left), with the table's `mode`.
+    pub(crate) fn create(table: &Path, capacity: u32, mode: u32) -> std::io::Result<DeathWords> {
+        let path = beside(table);
+        // A name, never followed: a link planted there is removed, not
+        // its target.
+        let _ = std::fs::remove_file(&path);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)?;
+        file.set_permissions(Permissions::from_mode(mode))?;
+        file.set_len(size(capacity) as u64)?;
+        let words = Self::map(file, capacity)?;
+        words.header(1).store(capacity, crate::sync::Ordering::Relaxed);
+        words
+            .header(0)
+            .store(MAGIC, crate::sync::Ordering::Release);
+        Ok(words)
+    }
+
+    /// The death words beside the table at `table`, if a build that makes
+    /// them made the table: `None` when the file is absent, is not a
+    /// regular file of the table's owner, or is not what `capacity` needs
+    /// (then nothing of it is touched, and this process's registrations are
+    /// seen once they have ended).
+    pub(crate) fn open(table: &Path, table_file: &File, capacity: u32) -> Option<DeathWords> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(beside(table))
+            .ok()?;
+        let (found, table_meta) = (file.metadata().ok()?, table_file.metadata().ok()?);
+        let fits = found.file_type().is_file()
+            && found.uid() == table_meta.uid()
+            && found.len() == size(capacity) as u64;
+        let words = fits.then(|| Self::map(file, capacity).ok()).flatten()?;
+        let acquire = crate::sync::Ordering::Acquire;
+        let made = words.header(0).load(acquire) == MAGIC
+            && words.header(1).load(crate::sync::Ordering::Relaxed) == capacity;
+        made.then_some(words)
+    }
+
+    fn map(file: File, capacity: u32) -> std::io::Result<DeathWords> {
+        let map = MmapOptions::new().len(size(capacity)).map_raw(&file)?;
+        Ok(DeathWords {
+            map,
+            file,
+            capacity,
+        })
+    }
+
+    /// Whether the file is still whole: one truncated under this handle (by
+    /// a hostile or careless process) is never touched (its pages would
+    /// fault).
+    pub(crate) fn intact(&self) -> bool {
+        self.file
+            .metadata()
+            .is_ok_and(|meta| meta.len() >= size(self.capacity) as u64)
+    }
+
+    /// Word `index` of the file's header.
+    fn header(&self, index: usize) -> &AtomicU32 {
+        // SAFETY: the map is at least HEADER bytes, page aligned; the
+        // header's words are atomics.
+        unsafe { &*self.map.as_ptr().cast::<AtomicU32>().add(index) }
+    }
+
+    /// How many process words (and slot records) there are.
+    pub(crate) fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Process word `index`.
+    ///
+    /// # Panics
+    ///
+    /// If `index` is not below the capacity.
+    pub(crate) fn process(&self, index: u32) -> &ProcessWord {
+        assert!(index < self.capacity, "process word {index} of {}", self.capacity);
+        // SAFETY:
+        // - the map holds `capacity` process words after the header, 16-byte
+        //   aligned (the map is page aligned, the header 128 bytes);
+        // - `ProcessWord` is made of atomics, so shared access is race free.
+        unsafe {
+            &*self
+                .map
+                .as_ptr()
+                .add(HEADER + index as usize * 16)
+                .cast::<ProcessWord>()
+        }
+    }
+
+    /// Slot `index`'s record.
+    ///
+    /// # Panics
+    ///
+    /// If `index` is not below the capacity.
+    pub(crate) fn slot(&self, index: u32) -> &SlotRecord {
+        assert!(index < self.capacity, "slot record {index} of {}", self.capacity);
+        let start = HEADER + self.capacity as usize * 16;
+        // SAFETY: as for `process`, in the records that follow the words.
+        unsafe {
+            &*self
+                .map
+                .as_ptr()
+                .add(start + index as usize * 16)
+                .cast::<SlotRecord>()
+        }
+    }
+
+    /// The process word that speaks for slot `index`'s registration of
+    /// `generation`, if its process recorded one.
+    pub(crate) fn owner_of(&self, index: u32, generation: u32) -> Option<&ProcessWord> {
+        let owner = self
+            .slot(index)
+            .owner
+            .load(crate::sync::Ordering::Acquire);
+        let word = (owner >> 32) as u32;
+        (owner as u32 == generation && word != 0 && word <= self.capacity)
+            .then(|| self.process(word - 1))
+    }
+}
+
+impl DeathWords {
+    /// Whether slot `index`'s registration of `generation` is dying: the
+    /// kernel marked its process's word.
+    pub(crate) fn is_dying(&self, index: u32, generation: u32) -> bool {
+        self.owner_of(index, generation).is_some_and(|process| {
+            process.word.load(crate::sync::Ordering::Acquire) & OWNER_DIED != 0
+        })
+    }
+}
+
+/// The file's size for `capacity` slots.
+fn size(capacity: u32) -> usize {
+    HEADER + capacity as usize * 32
+}
+
+/// The death words' file beside a table's (`NAME.dying`): removed with the
+/// table.
+pub(crate) fn beside(table: &Path) -> PathBuf {
+    let mut path = table.as_os_str().to_owned();
+    path.push(".dying");
+    PathBuf::from(path)
+}

@@ -1,11 +1,26 @@
 //! Registering and deregistering, and a reset, with an idle reaper thread.
+//! A process's first registration in a shared table starts its death
+//! thread and its last deregistration ends it: measured beside the same
+//! with the thread already running (another registration held) and with
+//! death threads turned off (`LIVEREG_NO_DEATH_THREAD=1`), in one run.
 
 mod support;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use livereg::TableOptions;
+use livereg::{Table, TableOptions};
 use std::time::Duration;
 use support::BenchTable;
+
+/// How a register + deregister cycle runs.
+enum Setup {
+    /// The process's first and last registration: its death thread starts
+    /// and ends.
+    FirstAndLast,
+    /// Beside a held registration: the death thread runs throughout.
+    ThreadRunning,
+    /// With death threads turned off.
+    NoDeathThread,
+}
 
 fn lifecycle(c: &mut Criterion) {
     let options = TableOptions {
@@ -16,20 +31,29 @@ fn lifecycle(c: &mut Criterion) {
     let reaper = bench.table.reaper().spawn().unwrap();
     let mut group = c.benchmark_group("lifecycle");
     let mut id = 0u64;
-    group.bench_function(
-        "register + deregister (shared table, reaper running)",
-        |b| {
-            b.iter(|| {
-                id += 1;
-                bench
-                    .table
-                    .register(id, "bench")
-                    .unwrap()
-                    .deregister()
-                    .unwrap()
-            })
-        },
-    );
+    for (setup, name) in [
+        (
+            Setup::FirstAndLast,
+            "register + deregister (shared table, reaper running)",
+        ),
+        (
+            Setup::ThreadRunning,
+            "register + deregister beside a held one (death thread running)",
+        ),
+        (
+            Setup::NoDeathThread,
+            "register + deregister (no death thread)",
+        ),
+    ] {
+        let held = matches!(setup, Setup::ThreadRunning)
+            .then(|| bench.table.register(u64::MAX, "held").unwrap());
+        if matches!(setup, Setup::NoDeathThread) {
+            std::env::set_var("LIVEREG_NO_DEATH_THREAD", "1");
+        }
+        group.bench_function(name, |b| b.iter(|| cycle(&bench.table, &mut id)));
+        std::env::remove_var("LIVEREG_NO_DEATH_THREAD");
+        drop(held);
+    }
     group.bench_function(
         "reset of one registration, until completed (idle reaper)",
         |b| {
@@ -48,6 +72,12 @@ fn lifecycle(c: &mut Criterion) {
     );
     group.finish();
     reaper.stop().unwrap();
+}
+
+/// One registration of a new id, deregistered at once.
+fn cycle(table: &Table, id: &mut u64) {
+    *id += 1;
+    table.register(*id, "bench").unwrap().deregister().unwrap();
 }
 
 criterion_group! {

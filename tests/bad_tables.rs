@@ -304,3 +304,55 @@ fn counters_at_their_maximum_do_not_overflow_status() {
     let status = Table::open(&temp.name).unwrap().status().unwrap();
     assert_eq!(status.ended_total, u64::MAX);
 }
+
+/// The death words' file (`NAME.dying`) truncated under open handles is
+/// never touched again: registering, scanning and status go on (the
+/// registration without a death word), nothing faults.
+#[test]
+fn a_death_words_file_truncated_under_open_handles_is_left_alone() {
+    let temp = TempTable::new("dying-truncated", &options());
+    let mut reaper = temp.table.reaper().build().unwrap();
+    let first = temp.table.register(1, "w").unwrap();
+    reaper.scan().unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/dev/shm/{}.dying", temp.name))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let second = temp.table.register(2, "w").unwrap();
+    let report = reaper.scan().unwrap();
+    assert!(report.dying.is_empty() && report.ended.is_empty());
+    assert_eq!(temp.table.status().unwrap().tracked_instances, 2);
+    first.deregister().unwrap();
+    second.deregister().unwrap();
+    assert_eq!(reaper.scan().unwrap().ended.len(), 2);
+}
+
+/// A death words' file replaced by a symbolic link (to a file of the
+/// attacker's choosing) or by a file of the wrong size is not used: the
+/// table opens, registers and reaps as one without death words, and the
+/// link's target is untouched.
+#[test]
+fn a_planted_death_words_file_is_ignored_and_its_target_untouched() {
+    let temp = TempTable::new("dying-planted", &options());
+    let dying = format!("/dev/shm/{}.dying", temp.name);
+    let target =
+        std::env::temp_dir().join(format!("livereg-planted-target-{}", std::process::id()));
+    std::fs::write(&target, vec![7u8; 4096]).unwrap();
+    for plant in ["link", "size"] {
+        std::fs::remove_file(&dying).unwrap();
+        match plant {
+            "link" => std::os::unix::fs::symlink(&target, &dying).unwrap(),
+            _ => std::fs::write(&dying, [0u8; 100]).unwrap(),
+        }
+        let table = Table::open(&temp.name).unwrap();
+        let worker = table.register(3, "w").unwrap();
+        let mut reaper = table.reaper().build().unwrap();
+        assert!(reaper.scan().unwrap().dying.is_empty());
+        worker.deregister().unwrap();
+        assert_eq!(reaper.scan().unwrap().ended.len(), 1, "{plant}");
+    }
+    assert_eq!(std::fs::read(&target).unwrap(), vec![7u8; 4096]);
+    std::fs::remove_file(&target).unwrap();
+}

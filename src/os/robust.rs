@@ -7,17 +7,13 @@
 //! for any reason, at the very start of its exit (before its address space
 //! is torn down and its files closed), the kernel walks the list (at most
 //! 2,048 entries, and the one named `list_op_pending`), sets
-//! [`OWNER_DIED`] in every word still holding the thread's id, and wakes one
-//! waiter of each word whose [`WAITERS`] bit is set (a shared futex: the
+//! `OWNER_DIED` in every word still holding the thread's id, and wakes one
+//! waiter of each word whose `WAITERS` bit is set (a shared futex: the
 //! waiter waits without `FUTEX_PRIVATE_FLAG`, on a shared mapping).
 
 use std::sync::atomic::{AtomicIsize, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// The word's bit saying someone waits on it (the kernel wakes one).
-pub(crate) const WAITERS: u32 = 0x8000_0000;
-/// The word's bit the kernel sets when its owner thread exited.
-pub(crate) const OWNER_DIED: u32 = 0x4000_0000;
 /// The most words one `futex_waitv` call waits on (`FUTEX_WAITV_MAX`).
 pub(crate) const WAITV_MAX: usize = 128;
 

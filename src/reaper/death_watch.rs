@@ -10,8 +10,9 @@
 //! `futex_waitv` is refused (Linux before 5.16), the thread ends and scans
 //! still find marked words at their own pace.
 
-use crate::os::robust::{self, Waited, OWNER_DIED, WAITERS, WAITV_MAX};
-use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::os::robust::{self, Waited, WAITV_MAX};
+use crate::sync::Ordering::{Acquire, Release};
+use crate::table::death_protocol;
 use crate::table::memory::TableMemory;
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU32;
@@ -95,35 +96,24 @@ fn watch(memory: &TableMemory, stop: &AtomicU32) {
         let (mut marked, mut changed) = (false, false);
         for index in 0..words.capacity() {
             let word = &words.process(index).word;
-            let value = word.load(Acquire);
-            if value == 0 {
-                told.remove(&index);
-                continue;
-            }
-            if value & OWNER_DIED != 0 {
+            if death_protocol::is_marked(word) {
                 marked |= told.insert(index);
                 continue;
             }
-            // Alive (again: a word given back may be claimed by the next
-            // process between two looks): its marking will be news.
+            // Free, or alive (again: a word given back may be claimed by
+            // the next process between two looks): its marking is news.
             told.remove(&index);
-            if waited.len() == WAITV_MAX {
-                continue; // seen by the scans, at their pace
+            if word.load(Acquire) == 0 || waited.len() == WAITV_MAX {
+                continue; // (past the most one wait takes: the scans' pace)
             }
-            let expected = value | WAITERS;
-            if value & WAITERS == 0
-                && word
-                    .compare_exchange(value, expected, AcqRel, Relaxed)
-                    .is_err()
-            {
-                changed = true; // marked or given back just now: look again
-                continue;
+            match death_protocol::wait_on(word) {
+                Some(expected) => waited.push(Waited {
+                    word,
+                    expected,
+                    shared: true,
+                }),
+                None => changed = true, // marked or given back just now
             }
-            waited.push(Waited {
-                word,
-                expected,
-                shared: true,
-            });
         }
         if marked {
             memory.wake_reaper();

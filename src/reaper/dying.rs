@@ -5,8 +5,8 @@
 
 use super::role::Reaper;
 use crate::event::{DropEvent, Reason};
-use crate::os::robust::OWNER_DIED;
-use crate::sync::Ordering::{AcqRel, Acquire, Relaxed};
+use crate::sync::Ordering::{Acquire, Relaxed};
+use crate::table::death_protocol;
 use crate::table::death_words::DeathWords;
 use crate::table::layout::{Slot, FLAG_REMOTE};
 use crate::table::protocol::{self, Beat};
@@ -29,15 +29,9 @@ impl Reaper {
         let owner = words.slot(index).owner.load(Acquire);
         let process = words.owner_of(index, generation)?;
         held.insert((owner >> 32) as u32 - 1);
-        if process.word.load(Acquire) & OWNER_DIED == 0 {
-            return None;
-        }
-        words
-            .slot(index)
-            .dying_seen_ns
-            .compare_exchange(0, now_ns.max(1), AcqRel, Relaxed)
-            .ok()?;
-        Some(dying_event(slot, index, generation))
+        let reported = death_protocol::is_marked(&process.word)
+            && death_protocol::report_once(&words.slot(index).dying_seen_ns, now_ns);
+        reported.then(|| dying_event(slot, index, generation))
     }
 
     /// The table's death words, if this scan found them whole.
@@ -62,12 +56,8 @@ impl Reaper {
         let Some(words) = self.death_words() else {
             return;
         };
-        for index in 0..words.capacity() {
-            let word = &words.process(index).word;
-            let value = word.load(Acquire);
-            if value & OWNER_DIED != 0 && !held.contains(&index) {
-                let _ = word.compare_exchange(value, 0, AcqRel, Relaxed);
-            }
+        for index in (0..words.capacity()).filter(|index| !held.contains(index)) {
+            death_protocol::free_if_marked(&words.process(index).word);
         }
     }
 }

@@ -17,7 +17,8 @@
 //! Layout: a 128-byte header (magic `LRDY`, the capacity), `capacity`
 //! process words of 16 bytes, then `capacity` slot records of 16 bytes.
 
-use crate::os::robust::{RobustList, OWNER_DIED};
+use crate::os::robust::RobustList;
+use crate::table::death_protocol;
 use crate::sync::{AtomicU32, AtomicU64};
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::{File, OpenOptions, Permissions};
@@ -218,9 +219,8 @@ impl DeathWords {
     /// Whether slot `index`'s registration of `generation` is dying: the
     /// kernel marked its process's word.
     pub(crate) fn is_dying(&self, index: u32, generation: u32) -> bool {
-        self.owner_of(index, generation).is_some_and(|process| {
-            process.word.load(crate::sync::Ordering::Acquire) & OWNER_DIED != 0
-        })
+        self.owner_of(index, generation)
+            .is_some_and(|process| death_protocol::is_marked(&process.word))
     }
 }
 

@@ -376,3 +376,81 @@ fn progress_racing_a_stall_verdict_is_counted_or_refused() {
         }
     });
 }
+
+mod death_word {
+    //! The death word's protocol (`death_protocol.rs`): threads stand for a
+    //! registering process, its kernel, reapers and the next process.
+
+    use crate::sync::Ordering::Acquire;
+    use crate::sync::{AtomicU32, AtomicU64};
+    use crate::table::death_protocol::{self, OWNER_DIED, WAITERS};
+    use loom::sync::Arc;
+    use loom::thread;
+
+    const TID: u32 = 5;
+    const NEXT: u32 = 9;
+
+    /// A reaper that marked its wait on a word the process then gave back
+    /// is always woken (the give-back saw `WAITERS`); the word is never
+    /// marked dying, and the next process's claim is its own.
+    #[test]
+    fn a_word_given_back_under_a_waiting_reaper_wakes_it_and_is_never_marked() {
+        loom::model(|| {
+            let word = Arc::new(AtomicU32::new(0));
+            assert!(death_protocol::claim(&word, TID));
+            let reaper_word = word.clone();
+            // Waiting on this process's word (not on the next's, which
+            // may already hold it).
+            let reaper = thread::spawn(move || {
+                death_protocol::wait_on(&reaper_word)
+                    .is_some_and(|expected| expected & death_protocol::TID_MASK == TID)
+            });
+            let woke = death_protocol::give_back(&word);
+            let next_word = word.clone();
+            let next = thread::spawn(move || death_protocol::claim(&next_word, NEXT));
+            let waited = reaper.join().unwrap();
+            let claimed = next.join().unwrap();
+            assert!(!waited || woke, "a waiting reaper left unwoken");
+            let value = word.load(Acquire);
+            assert_eq!(value & OWNER_DIED, 0, "marked while no process died");
+            assert!(claimed && value & !WAITERS == NEXT, "{value:#x}");
+        });
+    }
+
+    /// The kernel marking the word at the owner's death keeps a reaper's
+    /// `WAITERS` (so it wakes the reaper), and a free racing it never frees
+    /// a word that was not marked.
+    #[test]
+    fn a_death_wakes_a_waiting_reaper_and_only_a_marked_word_is_freed() {
+        loom::model(|| {
+            let word = Arc::new(AtomicU32::new(0));
+            assert!(death_protocol::claim(&word, TID));
+            let reaper_word = word.clone();
+            let reaper = thread::spawn(move || death_protocol::wait_on(&reaper_word).is_some());
+            let freeing_word = word.clone();
+            let freeing = thread::spawn(move || death_protocol::free_if_marked(&freeing_word));
+            let woken = death_protocol::kernel_marks(&word, TID);
+            let waited = reaper.join().unwrap();
+            freeing.join().unwrap();
+            assert!(
+                !waited || woken,
+                "a waiting reaper the kernel does not wake"
+            );
+            let value = word.load(Acquire);
+            assert!(value == 0 || value & OWNER_DIED != 0, "{value:#x}");
+        });
+    }
+
+    /// Two reapers (one taking over from the other) report a dying
+    /// registration exactly once.
+    #[test]
+    fn two_reapers_report_a_dying_registration_once() {
+        loom::model(|| {
+            let seen = Arc::new(AtomicU64::new(0));
+            let other = seen.clone();
+            let first = thread::spawn(move || death_protocol::report_once(&other, 10));
+            let second = death_protocol::report_once(&seen, 20);
+            assert!(first.join().unwrap() ^ second);
+        });
+    }
+}

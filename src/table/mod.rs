@@ -8,6 +8,8 @@
 //!
 //! - `layout.rs`: the header and slot format, offsets and sizes;
 //! - `protocol.rs`: the slot protocol: claim, publish, beat, end, free;
+//! - `death_protocol.rs`: the death word's steps (checked with loom too),
+//!   `death_words.rs` the file they are in;
 //! - `info.rs`: the info area's sequence lock;
 //! - `handle.rs`: [`Table`]: create, open, unlink, validate;
 //! - `options.rs`: [`TableOptions`];
@@ -18,6 +20,7 @@
 //! - `inside_handlers.rs`: such asks refused from the reaper's own handlers;
 //! - `wake.rs`: who wakes a caller-driven reaper.
 
+pub(crate) mod death_protocol;
 pub(crate) mod info;
 pub(crate) mod layout;
 #[cfg(all(test, loom))]

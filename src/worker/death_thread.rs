@@ -18,8 +18,9 @@
 //! has ended, as before. `LIVEREG_NO_DEATH_THREAD=1` turns it off.
 
 use crate::os::fork;
-use crate::os::robust::{self, RobustList, WAITERS};
-use crate::sync::Ordering::{AcqRel, Relaxed, Release};
+use crate::os::robust::{self, RobustList};
+use crate::sync::Ordering::{Relaxed, Release};
+use crate::table::death_protocol;
 use crate::table::death_words::Listing;
 use crate::table::memory::TableMemory;
 use std::sync::mpsc;
@@ -61,11 +62,7 @@ pub(crate) fn enlist(memory: &TableMemory) -> Option<u32> {
         let offset = process.word.as_ptr() as isize - list.entry() as isize;
         list.futex_offset.store(offset, Release);
         list.list_op_pending.store(list.entry(), Release);
-        if process
-            .word
-            .compare_exchange(0, thread_id, AcqRel, Relaxed)
-            .is_err()
-        {
+        if !death_protocol::claim(&process.word, thread_id) {
             list.list_op_pending.store(0, Release);
             continue;
         }
@@ -114,8 +111,7 @@ pub(crate) fn leave(memory: &TableMemory) {
     // and the thread ends on an empty list, so nothing marks it.
     if let Some(words) = memory.death_words() {
         let process = words.process(held.word);
-        let before = process.word.swap(0, AcqRel);
-        if before & WAITERS != 0 {
+        if death_protocol::give_back(&process.word) {
             robust::wake_one(&process.word);
         }
     }

@@ -15,7 +15,14 @@ pub fn attach(
     mut builder: ReaperBuilder,
     on_drop: Option<Py<PyAny>>,
     on_clear: Option<Py<PyAny>>,
+    on_dying: Option<Py<PyAny>>,
 ) -> ReaperBuilder {
+    if let Some(callback) = on_dying {
+        builder = builder.on_dying(move |event| {
+            let what = format!("on_dying for instance {}", event.instance_id);
+            call(&what, |py| callback.call1(py, (DropEvent::dying(event),)))
+        });
+    }
     if let Some(callback) = on_drop {
         builder = builder.on_drop(move |event| {
             let what = format!(

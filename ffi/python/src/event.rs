@@ -34,6 +34,10 @@ pub struct DropEvent {
     /// its pid is in the client's own PID namespace.
     #[pyo3(get)]
     remote: bool,
+    /// Whether this is a `dying` event: its process began to exit (its drop
+    /// follows once it has ended).
+    #[pyo3(get)]
+    dying: bool,
     reason: u8,
 }
 
@@ -49,7 +53,18 @@ impl From<&livereg::DropEvent> for DropEvent {
             last_heartbeat_ns: event.last_heartbeat_ns,
             silent_ns: u64::try_from(event.silent_for.as_nanos()).unwrap_or(u64::MAX),
             remote: event.remote,
+            dying: false,
             reason: event.reason as u8,
+        }
+    }
+}
+
+impl DropEvent {
+    /// `event` as a `dying` event.
+    pub fn dying(event: &livereg::DropEvent) -> DropEvent {
+        DropEvent {
+            dying: true,
+            ..DropEvent::from(event)
         }
     }
 }
@@ -74,8 +89,9 @@ impl DropEvent {
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let reason = self.reason(py)?.getattr("name")?.extract::<String>()?;
+        let dying = if self.dying { ", dying=True" } else { "" };
         Ok(format!(
-            "DropEvent(instance_id={}, reason={reason}, pid={}, label={:?}, slot={})",
+            "DropEvent(instance_id={}, reason={reason}, pid={}, label={:?}, slot={}{dying})",
             self.instance_id, self.pid, self.label, self.slot
         ))
     }

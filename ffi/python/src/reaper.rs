@@ -136,6 +136,18 @@ impl DrivenReaper {
         py.detach(|| call(&mut lock(&self.reaper)))
     }
 
+    /// One scan now, on this thread (the GIL released), as the library
+    /// reports it.
+    fn scan_report(&self, py: Python<'_>) -> PyResult<livereg::ScanReport> {
+        self.with_live(py, "scan", |reaper| {
+            let reaper = reaper.as_mut().ok_or_else(|| self.stopped_error())?;
+            self.scanning.store(thread_id(), Ordering::Release);
+            let report = reaper.scan();
+            self.scanning.store(0, Ordering::Release);
+            report.or_raise()
+        })
+    }
+
     fn stopped_error(&self) -> PyErr {
         errors::new(
             LIVEREG_INVALID_ARGUMENT,
@@ -169,14 +181,19 @@ impl DrivenReaper {
     /// One scan now: ends what went silent or exited, runs the callbacks on
     /// this thread, and returns the registrations that ended.
     fn scan(&self, py: Python<'_>) -> PyResult<Vec<DropEvent>> {
-        self.with_live(py, "scan", |reaper| {
-            let reaper = reaper.as_mut().ok_or_else(|| self.stopped_error())?;
-            self.scanning.store(thread_id(), Ordering::Release);
-            let report = reaper.scan();
-            self.scanning.store(0, Ordering::Release);
-            let report = report.or_raise()?;
-            Ok(report.ended.iter().map(DropEvent::from).collect())
-        })
+        let report = self.scan_report(py)?;
+        Ok(report.ended.iter().map(DropEvent::from).collect())
+    }
+
+    /// One scan now, as `scan()`, returning the registrations found dying
+    /// (events with `dying` set) before those that ended: what `events()`
+    /// yields.
+    fn scan_all(&self, py: Python<'_>) -> PyResult<Vec<DropEvent>> {
+        let report = self.scan_report(py)?;
+        let dying = report.dying.iter().map(DropEvent::dying);
+        Ok(dying
+            .chain(report.ended.iter().map(DropEvent::from))
+            .collect())
     }
 
     /// Gives the reaper role back (another reaper may take it).

@@ -63,9 +63,10 @@ impl Table {
         &self,
         on_drop: Option<Py<PyAny>>,
         on_clear: Option<Py<PyAny>>,
+        on_dying: Option<Py<PyAny>>,
         listening: session::Listening,
     ) -> PyResult<livereg::ReaperBuilder> {
-        let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear);
+        let builder = callbacks::attach(self.live()?.reaper(), on_drop, on_clear, on_dying);
         session::listen(builder, listening)
     }
 }
@@ -219,16 +220,17 @@ impl Table {
     /// (required for `tcp://`). `tls://` addresses take `tls_cert` and
     /// `tls_key` (PEM files), and `tls_client_ca` to require client
     /// certificates (which may then replace the token).
-    #[pyo3(signature = (on_drop=None, on_clear=None, **serving))]
+    #[pyo3(signature = (on_drop=None, on_clear=None, on_dying=None, **serving))]
     fn start_reaper(
         &self,
         py: Python<'_>,
         on_drop: Option<Py<PyAny>>,
         on_clear: Option<Py<PyAny>>,
+        on_dying: Option<Py<PyAny>>,
         serving: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Reaper> {
         let listening = session::Listening::from_keywords(serving)?;
-        let builder = self.reaper_builder(on_drop, on_clear, listening)?;
+        let builder = self.reaper_builder(on_drop, on_clear, on_dying, listening)?;
         py.detach(move || builder.spawn())
             .map(Reaper::new)
             .or_raise()
@@ -238,16 +240,17 @@ impl Table {
     /// `DrivenReaper`); callbacks run inside `scan()`. Raises `BusyError` if
     /// another reaper holds the table. `listen`, `token` and the TLS files
     /// as for `start_reaper`.
-    #[pyo3(signature = (on_drop=None, on_clear=None, **serving))]
+    #[pyo3(signature = (on_drop=None, on_clear=None, on_dying=None, **serving))]
     fn acquire_reaper(
         &self,
         py: Python<'_>,
         on_drop: Option<Py<PyAny>>,
         on_clear: Option<Py<PyAny>>,
+        on_dying: Option<Py<PyAny>>,
         serving: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<DrivenReaper> {
         let listening = session::Listening::from_keywords(serving)?;
-        let builder = self.reaper_builder(on_drop, on_clear, listening)?;
+        let builder = self.reaper_builder(on_drop, on_clear, on_dying, listening)?;
         py.detach(move || builder.build())
             .map(DrivenReaper::new)
             .or_raise()

@@ -12,7 +12,8 @@ if TYPE_CHECKING:
 
 
 async def events(reaper: DrivenReaper) -> AsyncIterator[DropEvent]:
-    """Drives ``reaper`` on the running loop and yields every drop.
+    """Drives ``reaper`` on the running loop and yields every registration
+    found dying (``event.dying``: its process began to exit) and every drop.
 
     The loop waits on the reaper's descriptor (readable when a watched process
     exits, a registration ends or a clear is requested) and on its scan timer;
@@ -31,7 +32,7 @@ async def events(reaper: DrivenReaper) -> AsyncIterator[DropEvent]:
     try:
         while not reaper.stopped:
             try:
-                ended = await loop.run_in_executor(None, reaper.scan)
+                ended = await loop.run_in_executor(None, reaper.scan_all)
             except InvalidArgumentError:
                 if reaper.stopped:
                     return

@@ -3,6 +3,10 @@ build, with LMCache's connector) → LMCache's real 0.5.6 server lets go of
 the engine: with livereg's server module, beside the kernel's own word that
 the process ended and beside stock LMCache, in the same run.
 
+Each run also records when the worker's registration is first seen
+``dying`` in the table (its death word marked by the kernel as the process
+began to exit), before the pidfd.
+
 Each run starts one engine (``tests_lmcache/vllm_engine.py``: vLLM's
 three-process layout, livereg's plugin loaded by vLLM from its entry point),
 opens a pidfd on its worker, SIGKILLs the worker and records when the pidfd
@@ -29,6 +33,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Dict, List, Set
@@ -48,15 +53,36 @@ def held(server: Server) -> Set[int]:
         return set(server.changes[-1]["ids"]) if server.changes else set()
 
 
+def dying_seen(table: str, instance_id: int, found: List[float]) -> None:
+    """Appends when the table first shows ``instance_id``'s registration
+    ``dying`` (its worker's death word marked), looking every millisecond
+    for up to 30 s; nothing if it never does (a table without death words)."""
+    try:
+        handle = livereg.open(table)
+    except livereg.Error:
+        return
+    until = time.monotonic() + 30
+    while time.monotonic() < until:
+        states = {r.state for r in handle.status().registrations if r.instance_id == instance_id}
+        if livereg.RegistrationState.DYING in states:
+            found.append(time.monotonic())
+            return
+        time.sleep(0.001)
+
+
 def kill_once(server: Server, model: Path, table: str, wait: float) -> Dict[str, float]:
     """One engine started, its worker SIGKILLed: seconds from the kill to
-    the pidfd readable and to the server letting go."""
+    its registration seen dying, to the pidfd readable and to the server
+    letting go."""
     before = held(server)
     engine = Engine(model, server.port, table)
     try:
         server.wait_for(lambda: bool(held(server) - before), 30, "the engine to be held")
         [instance_id] = held(server) - before
         pidfd = os.pidfd_open(engine.worker)
+        dying: List[float] = []
+        watching = threading.Thread(target=dying_seen, args=(table, instance_id, dying))
+        watching.start()
         try:
             killed_at = time.monotonic()
             os.kill(engine.worker, signal.SIGKILL)
@@ -65,7 +91,9 @@ def kill_once(server: Server, model: Path, table: str, wait: float) -> Dict[str,
         finally:
             os.close(pidfd)
         gone_at = server.wait_gone(instance_id, wait)
-        return {"exited": exited_at - killed_at, "gone": gone_at - killed_at}
+        watching.join()
+        seen = {"dying": dying[0] - killed_at} if dying else {}
+        return {"exited": exited_at - killed_at, "gone": gone_at - killed_at, **seen}
     finally:
         engine.close()
 
@@ -111,7 +139,10 @@ def measure(model: Path, runs: int, stock_runs: int) -> None:
     print("| SIGKILL of VLLM::Worker → | runs | median ms | max ms | min ms |")
     print("|---|---:|---:|---:|---:|")
     floor = [r["exited"] for r in ours]
-    print(row("its pidfd readable (the kernel's word: the floor)", floor))
+    dying = [r["dying"] for r in ours if "dying" in r]
+    if dying:
+        print(row("its registration seen dying (its death word marked)", dying))
+    print(row("its pidfd readable (the kernel's word that it ended)", floor))
     print(row(f"livereg server module lets go (timeout {LIVEREG_TIMEOUT:g} s)", [r["gone"] for r in ours]))
     if stock:
         print(row(f"stock LMCache 0.5.6 lets go (timeout {LMCACHE_TIMEOUT:g} s)", [r["gone"] for r in stock]))

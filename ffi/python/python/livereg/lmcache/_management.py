@@ -110,7 +110,8 @@ class LiveregManagement(_BASE):  # type: ignore[misc]
         self._table = self._served.table
         if self._reap_timeout > 0:
             self._served.start_reaper(
-                self._ended, self.clear, listen, token, tls_cert, tls_key, tls_client_ca
+                self._ended, self.clear, listen=list(listen), token=token, tls_cert=tls_cert,
+                tls_key=tls_key, tls_client_ca=tls_client_ca,
             )
             if self._driver.targets:
                 self._served.repeat(self.reap_cycle, self._reap_timeout / 4, "the reap cycle", "livereg-lmcache-cycle")

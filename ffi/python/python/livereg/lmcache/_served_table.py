@@ -6,10 +6,15 @@ a step of theirs on a fixed interval until they close."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import livereg
 from livereg.lmcache._common import create_or_reuse, logger, server_info
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from livereg._native import ServeOptions
 
 
 class ServedTable:
@@ -34,24 +39,14 @@ class ServedTable:
         self,
         on_drop: Callable[[livereg.DropEvent], object],
         on_clear: Optional[Callable[[], object]] = None,
-        listen: Sequence[str] = (),
-        token: Optional[Union[str, bytes]] = None,
-        tls_cert: Optional[str] = None,
-        tls_key: Optional[str] = None,
-        tls_client_ca: Optional[str] = None,
+        on_dying: Optional[Callable[[livereg.DropEvent], object]] = None,
+        **serving: Unpack[ServeOptions],
     ) -> None:
-        """Starts the table's reaper, serving sessions at ``listen``; the
-        table is closed again if it cannot start."""
+        """Starts the table's reaper, serving sessions as ``serving`` says
+        (``Table.start_reaper``'s listener options); the table is closed
+        again if it cannot start."""
         try:
-            self.reaper = self.table.start_reaper(
-                on_drop=on_drop,
-                on_clear=on_clear,
-                listen=list(listen),
-                token=token,
-                tls_cert=tls_cert,
-                tls_key=tls_key,
-                tls_client_ca=tls_client_ca,
-            )
+            self.reaper = self.table.start_reaper(on_drop, on_clear, on_dying, **serving)
         except BaseException:
             self.table.close()
             raise

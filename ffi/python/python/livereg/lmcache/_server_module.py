@@ -13,6 +13,7 @@ it is: engines that only PING keep its rules.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import livereg
@@ -90,8 +91,12 @@ class LiveregServerModule:
             timeout, progress_timeout,
         )
         self._table = self._served.table
+        #: Engines whose process began to exit, by instance id: when it was
+        #: seen (their state is freed once they have ended).
+        self._dying: Dict[int, float] = {}
         self._served.start_reaper(
             self._ended,
+            on_dying=self._dying_now,
             listen=listen,
             token=token,
             tls_cert=config.get("tls_cert"),
@@ -116,6 +121,18 @@ class LiveregServerModule:
         """The livereg table (for engines' names, status, tests)."""
         return self._table
 
+    def _dying_now(self, event: livereg.DropEvent) -> None:
+        """The reaper's dying handler: the engine's process began to exit.
+        Nothing is freed yet (see docs/lmcache.md, "Dying, then ended"):
+        what LMCache's ``unregister_kv_cache`` frees may still be written by
+        the dying engine's device or a system call in flight until the
+        process has ended; the engine is said dying at once."""
+        self._dying[event.instance_id] = time.monotonic()
+        logger.warning(
+            "livereg: %s (instance %d, pid %d) dying: its process began to exit; its state is freed once it has ended",
+            event.label or "an engine", event.instance_id, event.pid,
+        )
+
     def _ended(self, event: livereg.DropEvent) -> None:
         """The reaper's drop handler: the engine crashed, hung, deregistered
         or was reset; every target frees it now. (A vLLM EngineCore's own
@@ -125,6 +142,7 @@ class LiveregServerModule:
                 "livereg: %s (instance %d, pid %d) stalled: busy with no step for %.1fs; its state is let go",
                 event.label or "an engine", event.instance_id, event.pid, event.silent_ns / 1e9,
             )
+        self._dying.pop(event.instance_id, None)
         if event.label.startswith(CORE_LABEL):
             return
         self._driver.free(event.instance_id, (event.slot, event.generation))
@@ -143,6 +161,7 @@ class LiveregServerModule:
                 "reap_timeout_seconds": self._table.reap_timeout,
                 "progress_timeout_seconds": self._table.progress_timeout,
                 "tracked_instances": stats["tracked_instances"],
+                "dying": sorted(self._dying),
                 "reaper_alive": stats["reaper_alive"],
                 "ended": stats["ended"],
                 "handler_failures": stats["handler_failures"],

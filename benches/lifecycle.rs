@@ -24,7 +24,7 @@ enum Setup {
 
 fn lifecycle(c: &mut Criterion) {
     let options = TableOptions {
-        capacity: 1024,
+        capacity: 8192,
         ..TableOptions::default()
     };
     let bench = BenchTable::new("lifecycle", &options);
@@ -53,7 +53,35 @@ fn lifecycle(c: &mut Criterion) {
         group.bench_function(name, |b| b.iter(|| cycle(&bench.table, &mut id)));
         std::env::remove_var("LIVEREG_NO_DEATH_THREAD");
         drop(held);
+        drained(&bench.table);
     }
+    drained(&bench.table);
+    group.bench_function(
+        "a process's first registration (its death thread started)",
+        |b| {
+            b.iter_batched(
+                || (),
+                |()| {
+                    id += 1;
+                    bench.table.register(id, "first").unwrap()
+                },
+                BatchSize::PerIteration,
+            )
+        },
+    );
+    group.bench_function(
+        "a process's last deregistration (its death thread ended)",
+        |b| {
+            b.iter_batched(
+                || {
+                    id += 1;
+                    bench.table.register(id, "last").unwrap()
+                },
+                |worker| worker.deregister().unwrap(),
+                BatchSize::PerIteration,
+            )
+        },
+    );
     group.bench_function(
         "reset of one registration, until completed (idle reaper)",
         |b| {
@@ -72,6 +100,20 @@ fn lifecycle(c: &mut Criterion) {
     );
     group.finish();
     reaper.stop().unwrap();
+}
+
+/// Waits until the reaper has dropped every registration the last bench
+/// left (a burst of deregistrations outruns a reaper on two cores), so the
+/// next starts on an empty table.
+fn drained(table: &Table) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !table.status().unwrap().registrations.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reaper never caught up"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// One registration of a new id, deregistered at once.

@@ -44,6 +44,19 @@ fn helper_beats() {
         .unwrap();
     let table = livereg::Table::open(&name).unwrap();
     let worker = table.register(beats + 1, "beats").unwrap();
+    // The process's death thread claims its word just after the first
+    // registration (allocating, calling the kernel): not the beats' doing.
+    while !table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.death_word)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // (and then parks: let it get there.)
+    std::thread::sleep(std::time::Duration::from_millis(100));
     worker.heartbeat().unwrap();
     let before = ALLOCATIONS.load(Ordering::Relaxed);
     for _ in 0..beats {

@@ -94,6 +94,16 @@ pub fn run(args: Args) -> Outcome {
         register(&target, &args)?
     };
     if args.exec_sleep {
+        // Once its death thread holds the word (it starts just after the
+        // first registration), so the exec is what ends it.
+        if let Target::Table(table) = &target {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline
+                && !table.status()?.registrations.iter().any(|r| r.death_word)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         let mut sleep = std::process::Command::new("sleep");
         sleep.arg("3600");
         return Err(std::os::unix::process::CommandExt::exec(&mut sleep).into());

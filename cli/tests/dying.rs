@@ -12,12 +12,15 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+#[path = "support/worker_process.rs"]
+mod worker_process;
+
 use common::{long_options, TempTable};
 use livereg::{DropEvent, Reason, Table, TableOptions};
-use std::io::{BufRead, BufReader, Lines};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use worker_process::WorkerProcess;
 
 /// What a reaper thread heard, in order, with when.
 #[derive(Debug)]
@@ -39,58 +42,19 @@ fn reaper(table: &Table) -> (livereg::ReaperThread, mpsc::Receiver<(Heard, Insta
     (reaper, heard)
 }
 
-/// A worker process (the CLI's hidden worker mode), killed on drop.
-struct WorkerProcess {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-}
-
-impl WorkerProcess {
-    fn spawn(command: &mut Command) -> WorkerProcess {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn a worker process");
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        WorkerProcess { child, lines }
-    }
-
-    fn worker(table: &str, instance: u64, extra: &[&str]) -> WorkerProcess {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_livereg"));
-        command
-            .args(["worker", table, "--instance", &instance.to_string()])
-            .args(["--interval", "50ms"])
-            .args(extra);
-        WorkerProcess::spawn(&mut command)
-    }
-
-    /// Reads lines until one starts with `prefix`; returns it.
-    fn wait_for(&mut self, prefix: &str) -> String {
-        loop {
-            let line = self
-                .lines
-                .next()
-                .and_then(Result::ok)
-                .unwrap_or_else(|| panic!("the worker ended before saying '{prefix}'"));
-            if line.starts_with(prefix) {
-                return line;
-            }
-        }
-    }
-
-    fn signal(&self, signal: i32) {
-        // SAFETY: `kill` has no memory effects; the child is not yet waited
-        // for, so its pid is not reused.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
-    }
-}
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        self.signal(libc::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// Waits until instance `id`'s registration has its process's death word
+/// (the death thread claims it just after the first registration).
+fn wait_for_death_word(table: &Table, id: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == id && r.death_word)
+    {
+        assert!(Instant::now() < deadline, "no death word for {id}");
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -130,6 +94,7 @@ fn a_sigkilled_worker_is_dying_before_it_has_ended_then_dropped_process_exited()
     let (_reaper, heard) = reaper(&temp.table);
     let mut worker = WorkerProcess::worker(&temp.name, 7, &["--hold-mib", "512"]);
     worker.wait_for("registered");
+    wait_for_death_word(&temp.table, 7);
     let killed = Instant::now();
     worker.signal(libc::SIGKILL);
     let (dying_at, dropped_at) = dying_then_dropped(&heard, 7);
@@ -148,6 +113,7 @@ fn a_worker_whose_registering_thread_ended_is_never_dying() {
     let (_reaper, heard) = reaper(&temp.table);
     let mut worker = WorkerProcess::worker(&temp.name, 8, &["--register-from-a-thread"]);
     worker.wait_for("registered");
+    wait_for_death_word(&temp.table, 8);
     hears_nothing_for(&heard, Duration::from_millis(800));
     assert_eq!(temp.table.status().unwrap().registrations.len(), 1);
     worker.signal(libc::SIGKILL);
@@ -160,6 +126,7 @@ fn a_worker_whose_forked_child_exited_is_never_dying() {
     let (_reaper, heard) = reaper(&temp.table);
     let mut worker = WorkerProcess::worker(&temp.name, 9, &["--fork-child"]);
     worker.wait_for("registered");
+    wait_for_death_word(&temp.table, 9);
     let line = worker.wait_for("forked");
     let child: libc::pid_t = line["forked ".len()..].parse().unwrap();
     // SAFETY: `kill` and `waitpid`-free reaping: the grandchild is the
@@ -177,6 +144,7 @@ fn a_stopped_worker_is_not_dying() {
     let (_reaper, heard) = reaper(&temp.table);
     let mut worker = WorkerProcess::worker(&temp.name, 10, &[]);
     worker.wait_for("registered");
+    wait_for_death_word(&temp.table, 10);
     worker.signal(libc::SIGSTOP);
     hears_nothing_for(&heard, Duration::from_millis(800));
     worker.signal(libc::SIGCONT);
@@ -207,7 +175,16 @@ fn a_process_with_more_registrations_than_a_robust_list_walks_is_dying_whole() {
     let mut worker = WorkerProcess::worker(&temp.name, 1, &["--also", &also]);
     worker.wait_for(&format!("also {}", registrations - 1));
     let deadline = Instant::now() + Duration::from_secs(20);
-    while temp.table.status().unwrap().registrations.len() < registrations {
+    while temp
+        .table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .filter(|r| r.death_word)
+        .count()
+        < registrations
+    {
         assert!(Instant::now() < deadline, "not all registered");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -236,6 +213,7 @@ fn a_reaper_taking_over_while_a_process_is_dying_reports_it_once() {
     let temp = TempTable::new("dying-takeover", &long_options());
     let mut worker = WorkerProcess::worker(&temp.name, 12, &["--hold-mib", "1024"]);
     worker.wait_for("registered");
+    wait_for_death_word(&temp.table, 12);
     let mut first = temp.table.reaper().build().unwrap();
     worker.signal(libc::SIGKILL);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -271,6 +249,7 @@ fn a_process_killed_while_no_reaper_ran_is_reported_dying_once_by_the_next() {
     let temp = TempTable::new("dying-noreaper", &long_options());
     let mut worker = WorkerProcess::worker(&temp.name, 13, &[]);
     worker.wait_for("registered");
+    wait_for_death_word(&temp.table, 13);
     worker.signal(libc::SIGKILL);
     let _ = worker.child.wait();
     let mut reaper = temp.table.reaper().build().unwrap();
@@ -336,6 +315,7 @@ fn a_worker_in_another_pid_namespace_is_seen_dying_too() {
         ]);
     let mut worker = WorkerProcess::spawn(&mut command);
     worker.wait_for("registered");
+    wait_for_death_word(&temp.table, 15);
     // SIGKILL to unshare, which (--kill-child) kills the namespace's init,
     // the worker, and with it the namespace.
     worker.signal(libc::SIGKILL);

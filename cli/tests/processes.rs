@@ -4,58 +4,15 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+#[path = "support/worker_process.rs"]
+mod worker_process;
+
 use common::{long_options, reaper_with_channel, Recorder, TempTable};
 use livereg::{ExitDetection, Reason, Table, TableOptions};
-use std::io::{BufRead, BufReader, Lines};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A worker process (the CLI's hidden worker mode), killed on drop.
-struct WorkerProcess {
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-}
-
-impl WorkerProcess {
-    fn spawn(table: &str, instance: u64, extra: &[&str]) -> WorkerProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_livereg"))
-            .args([
-                "worker",
-                table,
-                "--instance",
-                &instance.to_string(),
-                "--interval",
-                "50ms",
-            ])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn a worker process");
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        WorkerProcess { child, lines }
-    }
-
-    /// The next line the worker prints (blocking; the worker prints soon or exits).
-    fn next_line(&mut self) -> Option<String> {
-        self.lines.next().and_then(Result::ok)
-    }
-
-    fn signal(&self, signal: i32) {
-        // SAFETY:
-        // - `kill` has no memory effects; the child has not been waited for,
-        //   so its pid cannot have been reused.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
-    }
-}
-
-impl Drop for WorkerProcess {
-    fn drop(&mut self) {
-        self.signal(libc::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use worker_process::WorkerProcess;
 
 /// Waits until the only registration's exit detection is `means`.
 fn wait_for_detection(table: &Table, means: ExitDetection) {
@@ -79,7 +36,7 @@ fn sigkilled_worker_ends_as_process_exited_long_before_its_timeout() {
     let options = long_options();
     let temp = TempTable::new("sigkill", &options);
     let (_reaper, events) = reaper_with_channel(&temp.table);
-    let mut worker = WorkerProcess::spawn(&temp.name, 11, &[]);
+    let mut worker = WorkerProcess::worker(&temp.name, 11, &[]);
     assert!(worker.next_line().unwrap().starts_with("registered"));
     wait_for_detection(&temp.table, ExitDetection::PidfdAndLock);
     let killed = Instant::now();
@@ -109,7 +66,7 @@ fn sigkilled_worker_is_dropped_within_the_timeout_bound() {
     };
     let temp = TempTable::new("sigkill-bound", &options);
     let (_reaper, events) = reaper_with_channel(&temp.table);
-    let mut worker = WorkerProcess::spawn(&temp.name, 12, &[]);
+    let mut worker = WorkerProcess::worker(&temp.name, 12, &[]);
     assert!(worker.next_line().unwrap().starts_with("registered"));
     let killed = Instant::now();
     worker.signal(libc::SIGKILL);
@@ -136,7 +93,7 @@ fn sigstopped_worker_is_evicted_and_registers_again_after_sigcont() {
     };
     let temp = TempTable::new("sigstop", &options);
     let (_reaper, events) = reaper_with_channel(&temp.table);
-    let mut worker = WorkerProcess::spawn(&temp.name, 13, &["--reregister"]);
+    let mut worker = WorkerProcess::worker(&temp.name, 13, &["--reregister"]);
     let first = worker.next_line().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     worker.signal(libc::SIGSTOP);
@@ -167,7 +124,7 @@ fn processes_racing_to_register_one_id_have_exactly_one_winner() {
     let temp = TempTable::new("race", &common::options());
     for round in 1..=5u64 {
         let racers: Vec<WorkerProcess> = (0..3)
-            .map(|_| WorkerProcess::spawn(&temp.name, 100 + round, &[]))
+            .map(|_| WorkerProcess::worker(&temp.name, 100 + round, &[]))
             .collect();
         let mut lines: Vec<Option<String>> = Vec::new();
         for mut racer in racers {

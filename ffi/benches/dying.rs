@@ -79,7 +79,7 @@ fn main() {
     let (sizes, runs): (&[u64], u32) = if quick() {
         (&[256], 2)
     } else {
-        (&[256, 1024, 4096, 8192], 7)
+        (&[256, 1024, 4096, 8192], 5)
     };
     println!("| held | namespace | on_dying (median) | on_drop (median) | pidfd readable (median) | on_dying / pidfd |");
     println!("|---|---|---|---|---|---|");

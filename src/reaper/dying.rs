@@ -4,14 +4,14 @@
 //! whose registrations is live any more is given back for the next process.
 
 use super::role::Reaper;
+use super::scan::drop_event;
 use crate::event::{DropEvent, Reason};
-use crate::sync::Ordering::{Acquire, Relaxed};
+use crate::sync::Ordering::Acquire;
 use crate::table::death_protocol;
 use crate::table::death_words::DeathWords;
-use crate::table::layout::{Slot, FLAG_REMOTE};
-use crate::table::protocol::{self, Beat};
+use crate::table::layout::Slot;
+use crate::table::protocol;
 use std::collections::HashSet;
-use std::time::Duration;
 
 impl Reaper {
     /// The event of slot `index`'s registration of `generation` if its
@@ -65,21 +65,6 @@ impl Reaper {
 /// The event a dying registration's handlers get: the one its drop will
 /// carry (reason `ProcessExited`), its last heartbeat as the slot says now.
 fn dying_event(slot: &Slot, index: u32, generation: u32) -> DropEvent {
-    let registered_ns = slot.registered_ns.load(Relaxed);
-    let last_heartbeat_ns = match protocol::decode_beat(slot.beat.load(Acquire)) {
-        Beat::At(stamp) => Some(stamp.ns_near(registered_ns)),
-        _ => None,
-    };
-    DropEvent {
-        instance_id: slot.instance_id.load(Relaxed),
-        slot: index,
-        generation,
-        reason: Reason::ProcessExited,
-        pid: slot.pid.load(Relaxed),
-        remote: slot.flags.load(Relaxed) & FLAG_REMOTE != 0,
-        label: slot.load_label(),
-        registered_ns,
-        last_heartbeat_ns,
-        silent_for: Duration::ZERO,
-    }
+    let beat = protocol::decode_beat(slot.beat.load(Acquire));
+    drop_event(slot, index, generation, Reason::ProcessExited, 0, beat)
 }

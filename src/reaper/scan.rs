@@ -137,7 +137,8 @@ impl Reaper {
                 Verdict::Keep => {}
                 Verdict::Corrupt => report.corrupt_slots += 1,
                 Verdict::Ended { reason, silent_ns } => {
-                    let event = drop_event(slot, index, generation, reason, silent_ns);
+                    let last_beat = protocol::final_beat(slot);
+                    let event = drop_event(slot, index, generation, reason, silent_ns, last_beat);
                     log_ended(&inner.name, &event);
                     if reason.is_eviction() {
                         metrics::observe_eviction(inner.header(), silent_ns);
@@ -268,15 +269,18 @@ fn log_ended(table: &str, event: &DropEvent) {
 /// Lines a second about sessions' endings, past which they are counted.
 const REMOTE_ENDINGS_LOGGED: u64 = 32;
 
-fn drop_event(
+/// The event of slot `index`'s registration of `generation`, ending for
+/// `reason` after `silent_ns`, whose last beat word said `last_beat`.
+pub(super) fn drop_event(
     slot: &Slot,
     index: u32,
     generation: u32,
     reason: Reason,
     silent_ns: u64,
+    last_beat: Beat,
 ) -> DropEvent {
     let registered_ns = slot.registered_ns.load(Relaxed);
-    let last_heartbeat_ns = match protocol::final_beat(slot) {
+    let last_heartbeat_ns = match last_beat {
         Beat::At(stamp) => Some(stamp.ns_near(registered_ns)),
         _ => None,
     };

@@ -112,6 +112,10 @@ pub struct RegistrationStatus {
     pub registered_age_seconds: Option<f64>,
     /// How its process's exit is detected.
     pub exit_detection: ExitDetection,
+    /// Whether its process's death word speaks for it: its death is seen
+    /// as it begins (`dying`). Absent from the JSON while false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub death_word: bool,
     /// For a session's registration: who holds it, over which connection.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote: Option<RemoteStatus>,
@@ -360,6 +364,11 @@ impl Table {
                 (true, false) => ExitDetection::Lock,
                 (true, true) => ExitDetection::PidfdAndLock,
             },
+            death_word: view.death_words
+                && inner
+                    .death_words
+                    .as_ref()
+                    .is_some_and(|words| words.owner_of(index, generation).is_some()),
             remote: remote.then(|| {
                 let record = records
                     .get_or_init(|| Records::read_all(self))

@@ -58,18 +58,26 @@ const _: () = {
     assert!(std::mem::size_of::<SlotRecord>() == 16);
 };
 
-/// This process's hold on one of a table's process words: the word, the
-/// robust list of the thread that owns it, how many of this process's
-/// registrations it speaks for, and the channel whose closing ends the
-/// thread. Kept by the table's memory, edited by the worker side.
+/// This process's hold on one of a table's process words: the word (once
+/// its thread has claimed it), the robust list of that thread, how many of
+/// this process's registrations it speaks for and which of them wait for
+/// the word, and the channel that ends the thread. Kept by the table's
+/// memory, edited by the worker side.
 pub(crate) struct Listing {
     /// The fork epoch it was made in: a forked child holds none of it.
     pub epoch: u64,
-    pub word: u32,
+    /// The claimed word; `None` until the thread has started and claimed
+    /// one (or when none was free).
+    pub word: Option<u32>,
     pub registrations: usize,
+    /// Registrations (slot, generation) made before the word was claimed:
+    /// their records are written when it is.
+    pub waiting: Vec<(u32, u32)>,
     pub list: Box<RobustList>,
-    /// Hands the list back to the thread, which then ends.
-    pub stop: std::sync::mpsc::Sender<Box<RobustList>>,
+    /// Where the list is handed back to the thread, which then ends.
+    pub handback: std::sync::Arc<std::sync::Mutex<Option<Box<RobustList>>>>,
+    /// The thread, to wake once the list is handed back.
+    pub thread: std::thread::Thread,
 }
 
 /// A table's death words, mapped.

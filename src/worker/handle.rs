@@ -75,12 +75,7 @@ impl Worker {
             instance_id,
             lock: Mutex::new(lock_file),
             fork_epoch: fork::epoch(),
-            death_word: AtomicBool::new(
-                table
-                    .memory
-                    .death_words()
-                    .is_some_and(|words| words.owner_of(index, generation).is_some()),
-            ),
+            death_word: AtomicBool::new(death_thread::is_listed(&table.memory)),
             finished: false,
             nature: Box::new(Local {
                 table: table.clone(),

@@ -7,13 +7,12 @@ use crate::event::Reason;
 
 use crate::os::fork::LockDescriptor;
 use crate::os::{lock, process};
-use crate::sync::Ordering::{Acquire, Relaxed, Release};
+use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::handle::Table;
 use crate::table::layout::{
     FLAG_COARSE_STAMPS, FLAG_PROXY, FLAG_REMOTE, LABEL_MAX, PROCESS_TAG_SHIFT,
 };
 use crate::table::protocol::{self, Beat, LIVE};
-use crate::table::memory::TableMemory;
 use crate::worker::death_thread;
 use crate::worker::handle::Worker;
 use std::fs::File;
@@ -329,7 +328,7 @@ impl<'t> Registration<'t> {
                 }
             };
             if !self.remote {
-                record_death_word(inner, index, generation);
+                death_thread::enlist(inner, index, generation);
             }
             protocol::publish(slot, generation, &fields);
             inner.header().registrations_total.fetch_add(1, Relaxed);
@@ -358,20 +357,6 @@ impl Registration<'_> {
             lock_file,
         )
     }
-}
-
-/// Puts slot `index`'s registration of `generation` under this process's
-/// death word (see `death_thread.rs`), where the table has death words:
-/// the reaper reports it dying as soon as the process begins to die.
-fn record_death_word(inner: &TableMemory, index: u32, generation: u32) {
-    let (Some(words), Some(word)) = (inner.death_words(), death_thread::enlist(inner)) else {
-        return;
-    };
-    let record = words.slot(index);
-    record.dying_seen_ns.store(0, Relaxed);
-    record
-        .owner
-        .store(u64::from(word + 1) << 32 | u64::from(generation), Release);
 }
 
 /// This process's 16-bit tag (see [`PROCESS_TAG_SHIFT`]): its PID

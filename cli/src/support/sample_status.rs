@@ -52,6 +52,7 @@ pub fn registration(instance_id: u64) -> RegistrationStatus {
         last_heartbeat_age_seconds: Some(0.1),
         registered_age_seconds: Some(5.0),
         exit_detection: ExitDetection::PidfdAndLock,
+        death_word: false,
         remote: None,
     }
 }

@@ -66,6 +66,9 @@ class RegistrationStatus:
     registered_age_seconds: Optional[float]
     #: ``"pidfd+lock"``, ``"lock"``, ``"connection"`` (a session) or ``"none"``.
     exit_detection: str
+    #: Whether its process's death word speaks for it (its death is seen as
+    #: it begins: ``DYING``); absent from the JSON, so ``False``, otherwise.
+    death_word: bool = False
     #: For a session's registration: ``{"peer": ..., "host": ...,
     #: "connected": ...}``, the connection's peer as the listener saw it, the
     #: host the client reported, and whether the running reaper holds its

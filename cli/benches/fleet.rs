@@ -162,7 +162,7 @@ fn run(n: usize, ttl: Duration) -> Row {
     let read = consumers.all_read(ttl + Duration::from_secs(10), |e| match e {
         ClusterEvent::HostGone { host, .. } => *host == gone_host,
         ClusterEvent::Ended { record } => record.host == gone_host,
-        ClusterEvent::Registered { .. } => false,
+        ClusterEvent::Registered { .. } | ClusterEvent::Dying { .. } => false,
     });
     let host_gone = *read.iter().max().unwrap() - killed;
     let expected = expected - 1;

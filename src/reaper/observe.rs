@@ -39,9 +39,12 @@ impl Reaper {
                     reason: Reason::Cleared,
                     silent_ns: 0,
                 },
+                // Ended by another party (a listener judging its session's
+                // silence) between the look and the reset's end: its own
+                // reason, with the silence that ending stands for.
                 Err(Gone::Ended(Some(reason))) => Verdict::Ended {
                     reason,
-                    silent_ns: 0,
+                    silent_ns: self.silence_before_end(index, slot, generation, reason, now_ns),
                 },
                 Err(_) => Verdict::Corrupt,
             },

@@ -8,12 +8,22 @@ import asyncio
 import queue
 import signal
 import subprocess
+import time
 from typing import Callable, List, Tuple
 
 import livereg
 from conftest import python_child
 
 MakeTable = Callable[..., livereg.Table]
+
+
+def wait_for_death_word(table: livereg.Table, instance_id: int) -> None:
+    """Until the worker's death thread holds its process's word (it claims
+    it just after the first registration): its death is then seen dying."""
+    deadline = time.monotonic() + 10
+    while not any(r.death_word for r in table.status().registrations if r.instance_id == instance_id):
+        assert time.monotonic() < deadline, "no death word"
+        time.sleep(0.002)
 
 # A worker holding 256 MiB of touched pages: the kernel takes a while to
 # finish its end, so its death word is seen well before.
@@ -39,6 +49,7 @@ def test_a_killed_worker_is_heard_dying_then_dropped(make_table: MakeTable) -> N
     ), subprocess.Popen(python_child(WORKER, table.name), stdout=subprocess.PIPE) as child:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == b"registered"
+        wait_for_death_word(table, 7)
         try:
             heard.get(timeout=0.5)
             raise AssertionError("heard a worker that still runs")
@@ -68,6 +79,7 @@ def test_events_yield_the_dying_event_before_the_drop(make_table: MakeTable) -> 
     with subprocess.Popen(python_child(WORKER, table.name), stdout=subprocess.PIPE) as child:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == b"registered"
+        wait_for_death_word(table, 7)
         seen = asyncio.run(asyncio.wait_for(follow(child), 30))
     assert [(e.dying, e.instance_id, e.reason) for e in seen] == [
         (True, 7, livereg.Reason.PROCESS_EXITED),

@@ -448,6 +448,17 @@ fn a_killed_engine_is_told_to_the_fleet_dying_before_its_end() {
         changes(&mut fleet, 1, Duration::from_secs(30)),
         ["registered host-d/6"]
     );
+    // Once its death thread holds the process's word (claimed just after
+    // the first registration).
+    let table = livereg::Table::open(&name).unwrap();
+    wait_for("the death word", Duration::from_secs(10), || {
+        table
+            .status()
+            .unwrap()
+            .registrations
+            .iter()
+            .any(|r| r.instance_id == 6 && r.death_word)
+    });
     let _ = engine.0.kill();
     let told = changes(&mut fleet, 2, Duration::from_secs(30));
     assert_eq!(

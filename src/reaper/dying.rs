@@ -16,7 +16,7 @@ use std::collections::HashSet;
 impl Reaper {
     /// The event of slot `index`'s registration of `generation` if its
     /// process began to die and no reaper reported it yet (it is reported
-    /// now); notes the process word as one a live registration holds.
+    /// now); notes a marked process word as one a live registration holds.
     pub(super) fn newly_dying(
         &self,
         index: u32,
@@ -28,10 +28,15 @@ impl Reaper {
         let words = self.death_words()?;
         let owner = words.slot(index).owner.load(Acquire);
         let process = words.owner_of(index, generation)?;
+        if !death_protocol::is_marked(&process.word) {
+            return None;
+        }
+        // (Only marked words are noted: they are the ones to free, once no
+        // live registration holds them; a live process costs the scan no
+        // more than two loads.)
         held.insert((owner >> 32) as u32 - 1);
-        let reported = death_protocol::is_marked(&process.word)
-            && death_protocol::report_once(&words.slot(index).dying_seen_ns, now_ns);
-        reported.then(|| dying_event(slot, index, generation))
+        death_protocol::report_once(&words.slot(index).dying_seen_ns, now_ns)
+            .then(|| dying_event(slot, index, generation))
     }
 
     /// The table's death words, if this scan found them whole.

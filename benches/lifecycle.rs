@@ -57,35 +57,6 @@ fn lifecycle(c: &mut Criterion) {
     }
     drained(&bench.table);
     group.bench_function(
-        "a process's first registration (its death thread started)",
-        |b| {
-            // As a process's first registration is: after its last one's
-            // thread has ended and the reaper has settled (outside the
-            // timing), not on the heels of the previous iteration's.
-            b.iter_batched(
-                || std::thread::sleep(Duration::from_millis(2)),
-                |()| {
-                    id += 1;
-                    bench.table.register(id, "first").unwrap()
-                },
-                BatchSize::PerIteration,
-            )
-        },
-    );
-    group.bench_function(
-        "a process's last deregistration (its death thread ended)",
-        |b| {
-            b.iter_batched(
-                || {
-                    id += 1;
-                    bench.table.register(id, "last").unwrap()
-                },
-                |worker| worker.deregister().unwrap(),
-                BatchSize::PerIteration,
-            )
-        },
-    );
-    group.bench_function(
         "reset of one registration, until completed (idle reaper)",
         |b| {
             b.iter_batched(
@@ -119,6 +90,119 @@ fn drained(table: &Table) {
     }
 }
 
+/// A process's first registration and last deregistration, where the
+/// death thread starts and ends, beside a registration alone without one:
+/// on a table of the default size (the slot search reads every slot, so a
+/// larger table costs every registration more).
+fn first_and_last(c: &mut Criterion) {
+    let first = BenchTable::new("lifecycle-first", &TableOptions::default());
+    let reaper = first.table.reaper().spawn().unwrap();
+    let mut group = c.benchmark_group("lifecycle");
+    let mut id = 0u64;
+    std::env::set_var("LIVEREG_NO_DEATH_THREAD", "1");
+    group.bench_function(
+        "a registration alone, 2 ms after the last one's end (no death thread)",
+        |b| {
+            b.iter_batched(
+                || settle(Duration::from_millis(2)),
+                |()| {
+                    id += 1;
+                    first.table.register(id, "alone").unwrap()
+                },
+                BatchSize::PerIteration,
+            )
+        },
+    );
+    group.bench_function(
+        "a registration alone on a handle of its own (no death thread)",
+        |b| {
+            b.iter_batched(
+                || {
+                    settle(Duration::from_millis(2));
+                    Table::open(&first.name).unwrap()
+                },
+                |table| {
+                    id += 1;
+                    (table.register(id, "alone").unwrap(), table)
+                },
+                BatchSize::PerIteration,
+            )
+        },
+    );
+    group.bench_function("a deregistration alone (no death thread)", |b| {
+        b.iter_batched(
+            || {
+                settle(Duration::from_millis(2));
+                id += 1;
+                first.table.register(id, "alone").unwrap()
+            },
+            |worker| worker.deregister().unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    std::env::remove_var("LIVEREG_NO_DEATH_THREAD");
+    drained(&first.table);
+    group.bench_function(
+        "a process's first registration (its death thread started)",
+        |b| {
+            // Each on a handle of its own, as a process's first is: the
+            // thread lives with the handle's mapping, and the previous
+            // one's ended with it (outside the timing).
+            b.iter_batched(
+                || {
+                    settle(Duration::from_millis(2));
+                    Table::open(&first.name).unwrap()
+                },
+                |table| {
+                    id += 1;
+                    (table.register(id, "first").unwrap(), table)
+                },
+                BatchSize::PerIteration,
+            )
+        },
+    );
+    drained(&first.table);
+    group.bench_function(
+        "a first registration again (its death thread lingering)",
+        |b| {
+            // After the last one's deregistration, the reaper settled.
+            b.iter_batched(
+                || settle(Duration::from_millis(2)),
+                |()| {
+                    id += 1;
+                    first.table.register(id, "again").unwrap()
+                },
+                BatchSize::PerIteration,
+            )
+        },
+    );
+    group.bench_function(
+        "a process's last deregistration (its death thread ended)",
+        |b| {
+            b.iter_batched(
+                || {
+                    settle(Duration::from_millis(2));
+                    id += 1;
+                    first.table.register(id, "last").unwrap()
+                },
+                |worker| worker.deregister().unwrap(),
+                BatchSize::PerIteration,
+            )
+        },
+    );
+    group.finish();
+    reaper.stop().unwrap();
+}
+
+/// Lets `span` pass busy, not asleep: a CPU left idle wakes slowly on a
+/// VM, and that wake would be timed as the registration's.
+fn settle(span: Duration) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < span {
+        std::hint::spin_loop();
+    }
+}
+
 /// One registration of a new id, deregistered at once.
 fn cycle(table: &Table, id: &mut u64) {
     *id += 1;
@@ -128,6 +212,6 @@ fn cycle(table: &Table, id: &mut u64) {
 criterion_group! {
     name = benches;
     config = support::criterion();
-    targets = lifecycle
+    targets = lifecycle, first_and_last
 }
 criterion_main!(benches);

@@ -36,14 +36,25 @@ impl RobustList {
     /// An empty list (its `next` pointing at itself), boxed so that its
     /// address stays put.
     pub(crate) fn new() -> Box<RobustList> {
-        let list = Box::new(RobustList {
+        let list = Box::new(RobustList::unlinked());
+        list.empty();
+        list
+    }
+
+    /// A list not yet linked to itself: [`RobustList::empty`] it once it
+    /// is where it stays.
+    pub(crate) fn unlinked() -> RobustList {
+        RobustList {
             next: AtomicUsize::new(0),
             futex_offset: AtomicIsize::new(0),
             list_op_pending: AtomicUsize::new(0),
             entry: AtomicUsize::new(0),
-        });
-        list.next.store(list.head(), Ordering::Release);
-        list
+        }
+    }
+
+    /// Empties the list: its `next` points at its head.
+    pub(crate) fn empty(&self) {
+        self.next.store(self.head(), Ordering::Release);
     }
 
     /// The head's address (what `next` holds when the list is empty).

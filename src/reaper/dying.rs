@@ -55,13 +55,27 @@ impl Reaper {
             .is_some_and(|words| words.is_dying(index, generation))
     }
 
-    /// Gives back every marked process word that no live registration
-    /// holds (`held`): its process has ended and its drops are done.
-    pub(super) fn free_dead_words(&self, held: &HashSet<u32>) {
+    /// The process words the kernel has marked, looked at before a sweep:
+    /// the ones [`Reaper::free_dead_words`] may give back after it.
+    pub(super) fn marked_words(&self) -> Vec<u32> {
+        let Some(words) = self.death_words() else {
+            return Vec::new();
+        };
+        (0..words.capacity())
+            .filter(|&index| death_protocol::is_marked(&words.process(index).word))
+            .collect()
+    }
+
+    /// Gives back each word of `marked` (marked before the sweep) that no
+    /// live registration holds (`held`): its process has ended and its
+    /// drops are done. A word marked during the sweep waits for the next
+    /// one: the sweep may have looked at a registration of its process
+    /// before the mark, and not noted it.
+    pub(super) fn free_dead_words(&self, marked: &[u32], held: &HashSet<u32>) {
         let Some(words) = self.death_words() else {
             return;
         };
-        for index in (0..words.capacity()).filter(|index| !held.contains(index)) {
+        for &index in marked.iter().filter(|index| !held.contains(index)) {
             death_protocol::free_if_marked(&words.process(index).word);
         }
     }
@@ -72,4 +86,46 @@ impl Reaper {
 fn dying_event(slot: &Slot, index: u32, generation: u32) -> DropEvent {
     let beat = protocol::decode_beat(slot.beat.load(Acquire));
     drop_event(slot, index, generation, Reason::ProcessExited, 0, beat)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::table::death_protocol::OWNER_DIED;
+    use crate::{Table, TableOptions};
+    use std::collections::HashSet;
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::time::{Duration, Instant};
+
+    /// A shared table removed on drop.
+    struct Named(String);
+
+    impl Drop for Named {
+        fn drop(&mut self) {
+            let _ = Table::unlink(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_word_marked_during_a_sweep_is_not_given_back_until_the_next() {
+        let name = Named(format!("livereg-unit-dying-{}", std::process::id()));
+        let table = Table::create(&name.0, &TableOptions::default()).unwrap();
+        let _worker = table.register(1, "").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !table.status().unwrap().registrations[0].death_word {
+            assert!(Instant::now() < deadline, "the death thread never claimed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut reaper = table.reaper().build().unwrap();
+        reaper.death_words_whole = true; // as a scan finds them
+        let words = table.memory.death_words().unwrap();
+        let word = &words.owner_of(0, 0).expect("recorded").word;
+        let before = reaper.marked_words();
+        // The kernel's mark, as it lands while the sweep looks elsewhere
+        // (forged: this process lives).
+        word.fetch_or(OWNER_DIED, SeqCst);
+        reaper.free_dead_words(&before, &HashSet::new());
+        assert_ne!(word.load(SeqCst), 0, "given back under a live registration");
+        reaper.free_dead_words(&reaper.marked_words(), &HashSet::new());
+        assert_eq!(word.load(SeqCst), 0, "a word marked before the sweep, held by none");
+    }
 }

@@ -98,6 +98,7 @@ impl Reaper {
     /// Judges every slot, recording what ended (and corrupt slots).
     fn sweep(&mut self, now_ns: u64, report: &mut ScanReport) {
         let inner = self.table.memory.clone();
+        let marked_words = self.marked_words();
         let mut held_words = HashSet::new();
         for index in 0..inner.capacity {
             let slot = inner.slot(index);
@@ -147,7 +148,7 @@ impl Reaper {
                 }
             }
         }
-        self.free_dead_words(&held_words);
+        self.free_dead_words(&marked_words, &held_words);
     }
 
     /// Runs (inline) or queues (on the handler threads) the drops of what

@@ -59,25 +59,60 @@ const _: () = {
 };
 
 /// This process's hold on one of a table's process words: the word (once
-/// its thread has claimed it), the robust list of that thread, how many of
-/// this process's registrations it speaks for and which of them wait for
-/// the word, and the channel that ends the thread. Kept by the table's
-/// memory, edited by the worker side.
+/// its thread has claimed it), how many of this process's registrations it
+/// speaks for and which of them wait for the word, and the thread that
+/// owns it. Kept by the table's memory, edited by the worker side; the
+/// thread lingers, parked and holding no word, between a process's last
+/// registration and its next, and ends when the memory is dropped.
 pub(crate) struct Listing {
     /// The fork epoch it was made in: a forked child holds none of it.
     pub epoch: u64,
-    /// The claimed word; `None` until the thread has started and claimed
-    /// one (or when none was free).
+    /// The claimed word; `None` while no registration is counted, until the
+    /// thread has claimed one, or when none was free.
     pub word: Option<u32>,
     pub registrations: usize,
     /// Registrations (slot, generation) made before the word was claimed:
     /// their records are written when it is.
     pub waiting: Vec<(u32, u32)>,
-    pub list: Box<RobustList>,
-    /// Where the list is handed back to the thread, which then ends.
-    pub handback: std::sync::Arc<std::sync::Mutex<Option<Box<RobustList>>>>,
-    /// The thread, to wake once the list is handed back.
+    /// The thread's robust list and its end, shared with the thread.
+    pub lifeline: std::sync::Arc<Lifeline>,
+    /// The thread, to wake when there is a word to claim or it is to end.
     pub thread: std::thread::Thread,
+}
+
+/// What a death thread shares with the worker side: its robust list (freed
+/// once both have let go, the thread after switching to another list),
+/// whether the kernel refused it, and whether the thread is to end.
+pub(crate) struct Lifeline {
+    pub list: RobustList,
+    pub refused: std::sync::atomic::AtomicBool,
+    pub ended: std::sync::atomic::AtomicBool,
+}
+
+impl Lifeline {
+    /// An empty list, not refused, not ended.
+    pub(crate) fn new() -> std::sync::Arc<Lifeline> {
+        let lifeline = std::sync::Arc::new(Lifeline {
+            list: RobustList::unlinked(),
+            refused: std::sync::atomic::AtomicBool::new(false),
+            ended: std::sync::atomic::AtomicBool::new(false),
+        });
+        lifeline.list.empty();
+        lifeline
+    }
+}
+
+impl Drop for Listing {
+    /// The table memory is gone: its thread ends (a forked child's copy
+    /// names a thread this process does not have, and is left alone).
+    fn drop(&mut self) {
+        if self.epoch == crate::os::fork::epoch() {
+            self.lifeline
+                .ended
+                .store(true, std::sync::atomic::Ordering::Release);
+            self.thread.unpark();
+        }
+    }
 }
 
 /// A table's death words, mapped.

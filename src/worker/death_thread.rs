@@ -1,33 +1,37 @@
 //! A registering process's death thread: a small library thread, started
-//! with the process's first registration in a table and ended with its
-//! last, that owns the process's word among the table's death words (see
-//! `table/death_words.rs`). Its robust list holds that one word; when the
-//! process begins to die (SIGKILL, a crash, `exit`, `exec`), the kernel
-//! marks the word `OWNER_DIED` as the thread exits, before the process's
-//! memory and files are torn down, and the reaper sees the process dying.
-//! A thread of its own, not the one that registered: a registration made
-//! from a thread that then ends must not be reported dying.
+//! with the process's first registration in a table, that owns the
+//! process's word among the table's death words (see
+//! `table/death_words.rs`) while the process has registrations there. Its
+//! robust list holds that one word; when the process begins to die
+//! (SIGKILL, a crash, `exit`, `exec`), the kernel marks the word
+//! `OWNER_DIED` as the thread exits, before the process's memory and files
+//! are torn down, and the reaper sees the process dying. A thread of its
+//! own, not the one that registered: a registration made from a thread
+//! that then ends must not be reported dying.
 //!
-//! The first registration does not wait for the thread: it starts it and
-//! goes on (a thread's start is a scheduling delay on a busy machine); the
-//! thread, once it runs, claims a free word and records it for every
-//! registration made so far, and later ones record it themselves. A death
-//! before that is seen when it has ended, as before. The list is edited
-//! under the table memory's lock, with `list_op_pending` naming the entry
-//! while the word is taken or given back, so a death in the middle of an
-//! edit is still reported. A forked child inherits no death thread (the
-//! kernel gives it none, and its copy of the listing is ignored), so it
-//! never marks its parent's word. Where the kernel or a seccomp profile
-//! refuses `set_robust_list`, or every word is taken, the registrations
-//! have no death word. `LIVEREG_NO_DEATH_THREAD=1` turns it off.
+//! The first registration does not wait for the thread: it starts it (or
+//! wakes it) and goes on; the thread, once it runs, claims a free word and
+//! records it for every registration made so far, and later ones record it
+//! themselves. A death before that is seen when it has ended, as before.
+//! The last deregistration gives the word back; the thread stays, parked
+//! with an empty list, so that the process's next registration only wakes
+//! it (starting a thread is most of a first registration's cost), and ends
+//! when the table's memory is dropped. The list is edited under the table
+//! memory's lock, with `list_op_pending` naming the entry while the word is
+//! taken or given back, so a death in the middle of an edit is still
+//! reported. A forked child inherits no death thread (the kernel gives it
+//! none, and its copy of the listing is ignored), so it never marks its
+//! parent's word. Where the kernel or a seccomp profile refuses
+//! `set_robust_list`, or every word is taken, the registrations have no
+//! death word. `LIVEREG_NO_DEATH_THREAD=1` turns it off.
 
 use crate::os::fork;
 use crate::os::robust::{self, RobustList};
-use crate::sync::Ordering::{Relaxed, Release};
+use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use crate::table::death_protocol;
-use crate::table::death_words::{DeathWords, Listing};
+use crate::table::death_words::{DeathWords, Lifeline, Listing};
 use crate::table::memory::TableMemory;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, MutexGuard, Weak};
 use std::thread::Thread;
 
 /// The environment variable that turns death threads off (`1`).
@@ -58,7 +62,12 @@ pub(crate) fn enlist(memory: &Arc<TableMemory>, index: u32, generation: u32) -> 
         listing.registrations += 1;
         match listing.word {
             Some(word) => record(words, word, index, generation),
-            None => listing.waiting.push((index, generation)),
+            None if !listing.lifeline.refused.load(Relaxed) => {
+                listing.waiting.push((index, generation));
+                // Lingering, or not yet claimed: there is a word to claim.
+                listing.thread.unpark();
+            }
+            None => {}
         }
         return true;
     }
@@ -69,9 +78,8 @@ pub(crate) fn enlist(memory: &Arc<TableMemory>, index: u32, generation: u32) -> 
     if std::env::var_os(OFF_ENV).is_some_and(|v| v == "1") {
         return false;
     }
-    let list = RobustList::new();
-    let handback = Arc::new(Mutex::new(None));
-    let Some(thread) = start(memory.clone(), &list, handback.clone()) else {
+    let lifeline = Lifeline::new();
+    let Some(thread) = start(Arc::downgrade(memory), lifeline.clone()) else {
         return false;
     };
     *held = Some(Listing {
@@ -79,8 +87,7 @@ pub(crate) fn enlist(memory: &Arc<TableMemory>, index: u32, generation: u32) -> 
         word: None,
         registrations: 1,
         waiting: vec![(index, generation)],
-        list,
-        handback,
+        lifeline,
         thread,
     });
     true
@@ -91,11 +98,12 @@ pub(crate) fn is_listed(memory: &TableMemory) -> bool {
     memory.death_words.is_some()
         && listing(memory)
             .as_ref()
-            .is_some_and(|held| held.epoch == fork::epoch())
+            .is_some_and(|held| held.epoch == fork::epoch() && held.registrations > 0)
 }
 
-/// Counts one registration fewer; with the last, gives the word back and
-/// ends the thread. A forked child's call leaves the parent's alone.
+/// Counts one registration fewer; with the last, gives the word back (the
+/// thread lingers with an empty list). A forked child's call leaves the
+/// parent's alone.
 pub(crate) fn leave(memory: &TableMemory) {
     if memory.death_words.is_none() {
         return;
@@ -104,34 +112,27 @@ pub(crate) fn leave(memory: &TableMemory) {
     let Some(listing) = held.as_mut().filter(|held| held.epoch == fork::epoch()) else {
         return;
     };
-    listing.registrations -= 1;
+    listing.registrations = listing.registrations.saturating_sub(1);
     if listing.registrations > 0 {
         return;
     }
-    let Some(Listing {
-        word,
-        list,
-        handback,
-        thread,
-        ..
-    }) = held.take()
-    else {
+    // Ended before the thread claimed a word: none is to be claimed now.
+    listing.waiting.clear();
+    let Some(word) = listing.word.take() else {
         return;
     };
-    if let Some(word) = word {
-        // A file truncated under this handle is not touched: the word
-        // stays, and the thread ends on an empty list, marking nothing.
-        let process = memory.death_words().map(|words| words.process(word));
-        list.list_op_pending.store(list.entry(), Release);
-        list.next.store(list.head(), Release);
-        if process.is_some_and(|process| death_protocol::give_back(&process.word)) {
-            robust::wake_one(&process.expect("checked").word);
+    // A file truncated under this handle is not touched: the word stays,
+    // and the list is emptied all the same, so the thread marks nothing.
+    let list = &listing.lifeline.list;
+    let process = memory.death_words().map(|words| words.process(word));
+    list.list_op_pending.store(list.entry(), Release);
+    list.empty();
+    if let Some(process) = process {
+        if death_protocol::give_back(&process.word) {
+            robust::wake_one(&process.word);
         }
-        list.list_op_pending.store(0, Release);
     }
-    // The thread frees the list once it has stopped reading it, and ends.
-    *handback.lock().unwrap_or_else(|p| p.into_inner()) = Some(list);
-    thread.unpark();
+    list.list_op_pending.store(0, Release);
 }
 
 /// Slot `index`'s registration of `generation` belongs to word `word`.
@@ -143,55 +144,53 @@ fn record(words: &DeathWords, word: u32, index: u32, generation: u32) {
         .store(u64::from(word + 1) << 32 | u64::from(generation), Release);
 }
 
-/// Starts a death thread on `list`; it ends once the list is handed back
-/// through `handback` (and it is unparked).
-fn start(
-    memory: Arc<TableMemory>,
-    list: &RobustList,
-    handback: Arc<Mutex<Option<Box<RobustList>>>>,
-) -> Option<Thread> {
-    let head = list.head();
+/// Starts a death thread on `lifeline`'s list. Each time it is woken it
+/// claims a word if registrations wait for one; it ends once the lifeline
+/// is ended (or the table memory is gone).
+fn start(memory: Weak<TableMemory>, lifeline: Arc<Lifeline>) -> Option<Thread> {
     let spawned = std::thread::Builder::new()
         .name("livereg-death".into())
         .stack_size(DEATH_THREAD_STACK)
         .spawn(move || {
             // SAFETY:
-            // - `head` is the list the listing keeps, boxed, in the table
-            //   memory until `leave` hands it back here, where it is freed
-            //   only after this thread switched to the empty list.
-            // - The list is well formed: empty, or its one entry.
-            let list = unsafe { &*(head as *const RobustList) };
-            // SAFETY: as above; the list outlives its use here.
-            if unsafe { robust::set_robust_list(list) }.is_ok() {
-                claim(&memory, list);
+            // - this thread holds `lifeline` until it has switched to the
+            //   process's empty list below, so the list outlives its use;
+            // - the list is well formed: empty, or its one entry.
+            if unsafe { robust::set_robust_list(&lifeline.list) }.is_err() {
+                lifeline.refused.store(true, Release);
+                return;
             }
-            drop(memory);
-            // Parked, allocating nothing, until the list comes back.
-            let handed_back = loop {
-                if let Some(list) = handback.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                    break list;
+            // Parked, allocating nothing, between claims.
+            while !lifeline.ended.load(Acquire) {
+                match memory.upgrade() {
+                    Some(memory) => claim(&memory, &lifeline),
+                    None => break,
                 }
                 std::thread::park();
-            };
+            }
             // SAFETY: `empty_list` is a leaked, empty list that lives for the
             // whole process.
             let _ = unsafe { robust::set_robust_list(empty_list()) };
-            drop(handed_back);
+            drop(lifeline);
         })
         .ok()?;
     Some(spawned.thread().clone())
 }
 
-/// On the death thread: claims a free word for this thread, if the
-/// registrations still want one, and records it for those made so far.
-fn claim(memory: &TableMemory, list: &RobustList) {
+/// On the death thread: claims a free word for this thread, if
+/// registrations wait for one, and records it for them.
+fn claim(memory: &TableMemory, lifeline: &Arc<Lifeline>) {
     let mut held = listing(memory);
     let (Some(listing), Some(words)) = (held.as_mut(), memory.death_words()) else {
         return;
     };
-    if listing.list.head() != list.head() {
-        return; // ended already, and perhaps started again
+    if !Arc::ptr_eq(&listing.lifeline, lifeline)
+        || listing.word.is_some()
+        || listing.waiting.is_empty()
+    {
+        return;
     }
+    let list = &lifeline.list;
     let thread_id = robust::thread_id();
     for index in 0..words.capacity() {
         let process = words.process(index);
@@ -219,7 +218,8 @@ fn claim(memory: &TableMemory, list: &RobustList) {
         memory.wake_reaper();
         return;
     }
-    // Every word is taken: these registrations have none.
+    // Every word is taken: these registrations have none (the next
+    // registration wakes the thread to look again).
     listing.waiting.clear();
 }
 

@@ -43,9 +43,12 @@
  *            up to a few ticks before the ping. The reaper allows for it
  *            (never early; up to 6 ticks late).
  * Dying:     a process's first registration in a shared table starts one
- *            small library thread ("livereg-death"), and its last
- *            deregistration ends it. The thread owns the process's death
- *            word (in NAME.dying beside the table), which the kernel marks
+ *            small library thread ("livereg-death", 64 KiB of stack); it
+ *            stays, parked, until the table is closed (livereg_close of
+ *            the last handle). While the process has registrations there,
+ *            the thread owns the process's death word (in NAME.dying
+ *            beside the table; given back at the last deregistration),
+ *            which the kernel marks
  *            as the process begins to die (SIGKILL, a crash, exit, exec),
  *            before its memory and files are torn down: the reaper calls
  *            on_dying within about a millisecond, whatever the process

@@ -1,0 +1,59 @@
+//! The death thread's life in one process (a test binary of its own: it
+//! counts this process's threads): started by the first registration in a
+//! table, lingering parked between registrations (one thread however often
+//! the process registers again), ended when the table is closed.
+
+mod common;
+
+use common::{long_options, TempTable};
+use livereg::Table;
+use std::time::{Duration, Instant};
+
+/// This process's threads named `livereg-death`.
+fn death_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "livereg-death")
+        .count()
+}
+
+/// Waits until `death_threads()` is `count`.
+fn until_threads(count: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while death_threads() != count {
+        assert!(Instant::now() < deadline, "{what}: {} threads", death_threads());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Waits until `table` shows instance `id` with its process's death word.
+fn until_death_word(table: &Table, id: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == id && r.death_word)
+    {
+        assert!(Instant::now() < deadline, "no death word for {id}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn one_thread_per_open_table_from_the_first_registration_until_the_table_is_closed() {
+    let temp = TempTable::new("death-thread-life", &long_options());
+    let table = Table::open(&temp.name).unwrap();
+    assert_eq!(death_threads(), 0, "opening starts none");
+    for id in 1..=3 {
+        let worker = table.register(id, "again").unwrap();
+        until_death_word(&table, id);
+        until_threads(1, "one thread, registering again");
+        worker.deregister().unwrap();
+        until_threads(1, "lingering after the last deregistration");
+    }
+    drop(table);
+    until_threads(0, "the table closed");
+}

@@ -177,7 +177,7 @@ fn first_and_last(c: &mut Criterion) {
         },
     );
     group.bench_function(
-        "a process's last deregistration (its death thread ended)",
+        "a process's last deregistration (its death word given back)",
         |b| {
             b.iter_batched(
                 || {

@@ -22,7 +22,11 @@ fn death_threads() -> usize {
 fn until_threads(count: usize, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while death_threads() != count {
-        assert!(Instant::now() < deadline, "{what}: {} threads", death_threads());
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} threads",
+            death_threads()
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
 }

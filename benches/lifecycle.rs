@@ -1,8 +1,9 @@
-//! Registering and deregistering, and a reset, with an idle reaper thread.
-//! A process's first registration in a shared table starts its death
-//! thread and its last deregistration ends it: measured beside the same
-//! with the thread already running (another registration held) and with
-//! death threads turned off (`LIVEREG_NO_DEATH_THREAD=1`), in one run.
+//! Registering and deregistering, opening a table, and a reset, with an
+//! idle reaper thread. Opening a shared table starts the process's death
+//! thread, parked; a process's first registration wakes it to claim the
+//! process's death word, and its last deregistration gives the word back:
+//! each measured beside the same with death threads turned off
+//! (`LIVEREG_NO_DEATH_THREAD=1`, read when a handle is opened), in one run.
 
 mod support;
 
@@ -11,15 +12,15 @@ use livereg::{Table, TableOptions};
 use std::time::Duration;
 use support::BenchTable;
 
-/// How a register + deregister cycle runs.
-enum Setup {
-    /// The process's first and last registration: its death thread starts
-    /// and ends.
-    FirstAndLast,
-    /// Beside a held registration: the death thread runs throughout.
-    ThreadRunning,
-    /// With death threads turned off.
-    NoDeathThread,
+/// The death threads' switch, read by `Table::open`.
+const OFF: &str = "LIVEREG_NO_DEATH_THREAD";
+
+/// A handle of `name` opened with death threads turned off.
+fn without_death_thread(name: &str) -> Table {
+    std::env::set_var(OFF, "1");
+    let table = Table::open(name).unwrap();
+    std::env::remove_var(OFF);
+    table
 }
 
 fn lifecycle(c: &mut Criterion) {
@@ -28,33 +29,25 @@ fn lifecycle(c: &mut Criterion) {
         ..TableOptions::default()
     };
     let bench = BenchTable::new("lifecycle", &options);
+    let plain = without_death_thread(&bench.name);
     let reaper = bench.table.reaper().spawn().unwrap();
     let mut group = c.benchmark_group("lifecycle");
     let mut id = 0u64;
-    for (setup, name) in [
-        (
-            Setup::FirstAndLast,
-            "register + deregister (shared table, reaper running)",
-        ),
-        (
-            Setup::ThreadRunning,
-            "register + deregister beside a held one (death thread running)",
-        ),
-        (
-            Setup::NoDeathThread,
-            "register + deregister (no death thread)",
-        ),
-    ] {
-        let held = matches!(setup, Setup::ThreadRunning)
-            .then(|| bench.table.register(u64::MAX, "held").unwrap());
-        if matches!(setup, Setup::NoDeathThread) {
-            std::env::set_var("LIVEREG_NO_DEATH_THREAD", "1");
-        }
-        group.bench_function(name, |b| b.iter(|| cycle(&bench.table, &mut id)));
-        std::env::remove_var("LIVEREG_NO_DEATH_THREAD");
-        drop(held);
-        drained(&bench.table);
-    }
+    group.bench_function("register + deregister (no death thread)", |b| {
+        b.iter(|| cycle(&plain, &mut id))
+    });
+    drained(&bench.table);
+    group.bench_function(
+        "register + deregister as the process's first and last (its word claimed and given back)",
+        |b| b.iter(|| cycle(&bench.table, &mut id)),
+    );
+    drained(&bench.table);
+    let held = bench.table.register(u64::MAX, "held").unwrap();
+    group.bench_function(
+        "register + deregister beside a held one (the word held throughout)",
+        |b| b.iter(|| cycle(&bench.table, &mut id)),
+    );
+    drop(held);
     drained(&bench.table);
     group.bench_function(
         "reset of one registration, until completed (idle reaper)",
@@ -90,106 +83,72 @@ fn drained(table: &Table) {
     }
 }
 
-/// A process's first registration and last deregistration, where the
-/// death thread starts and ends, beside a registration alone without one:
-/// on a table of the default size (the slot search reads every slot, so a
-/// larger table costs every registration more).
+/// One at a time, each 2 ms after the last (the reaper settled): opening a
+/// table, a process's first registration and its last deregistration,
+/// each beside the same without a death thread, on a table of the default
+/// size (the slot search reads every slot, so a larger table costs every
+/// registration more).
 fn first_and_last(c: &mut Criterion) {
     let first = BenchTable::new("lifecycle-first", &TableOptions::default());
+    let plain = without_death_thread(&first.name);
     let reaper = first.table.reaper().spawn().unwrap();
     let mut group = c.benchmark_group("lifecycle");
     let mut id = 0u64;
-    std::env::set_var("LIVEREG_NO_DEATH_THREAD", "1");
-    group.bench_function(
-        "a registration alone, 2 ms after the last one's end (no death thread)",
-        |b| {
-            b.iter_batched(
-                || settle(Duration::from_millis(2)),
-                |()| {
-                    id += 1;
-                    first.table.register(id, "alone").unwrap()
-                },
-                BatchSize::PerIteration,
-            )
-        },
-    );
-    group.bench_function(
-        "a registration alone on a handle of its own (no death thread)",
-        |b| {
-            b.iter_batched(
-                || {
-                    settle(Duration::from_millis(2));
-                    Table::open(&first.name).unwrap()
-                },
-                |table| {
-                    id += 1;
-                    (table.register(id, "alone").unwrap(), table)
-                },
-                BatchSize::PerIteration,
-            )
-        },
-    );
-    group.bench_function("a deregistration alone (no death thread)", |b| {
+    group.bench_function("open a table (no death thread)", |b| {
+        std::env::set_var(OFF, "1");
         b.iter_batched(
-            || {
-                settle(Duration::from_millis(2));
-                id += 1;
-                first.table.register(id, "alone").unwrap()
-            },
-            |worker| worker.deregister().unwrap(),
+            || settle(Duration::from_millis(2)),
+            |()| Table::open(&first.name).unwrap(),
+            BatchSize::PerIteration,
+        );
+        std::env::remove_var(OFF);
+    });
+    group.bench_function("open a table (its death thread started)", |b| {
+        b.iter_batched(
+            || settle(Duration::from_millis(2)),
+            |()| Table::open(&first.name).unwrap(),
             BatchSize::PerIteration,
         )
     });
-    std::env::remove_var("LIVEREG_NO_DEATH_THREAD");
-    drained(&first.table);
-    group.bench_function(
-        "a process's first registration (its death thread started)",
-        |b| {
-            // Each on a handle of its own, as a process's first is: the
-            // thread lives with the handle's mapping, and the previous
-            // one's ended with it (outside the timing).
-            b.iter_batched(
-                || {
-                    settle(Duration::from_millis(2));
-                    Table::open(&first.name).unwrap()
-                },
-                |table| {
-                    id += 1;
-                    (table.register(id, "first").unwrap(), table)
-                },
-                BatchSize::PerIteration,
-            )
-        },
-    );
-    drained(&first.table);
-    group.bench_function(
-        "a first registration again (its death thread lingering)",
-        |b| {
-            // After the last one's deregistration, the reaper settled.
+    for (table, name) in [
+        (&plain, "a registration alone (no death thread)"),
+        (
+            &first.table,
+            "a process's first registration (its death thread woken)",
+        ),
+    ] {
+        group.bench_function(name, |b| {
             b.iter_batched(
                 || settle(Duration::from_millis(2)),
                 |()| {
                     id += 1;
-                    first.table.register(id, "again").unwrap()
+                    table.register(id, "first").unwrap()
                 },
                 BatchSize::PerIteration,
             )
-        },
-    );
-    group.bench_function(
-        "a process's last deregistration (its death word given back)",
-        |b| {
+        });
+        drained(&first.table);
+    }
+    for (table, name) in [
+        (&plain, "a deregistration alone (no death thread)"),
+        (
+            &first.table,
+            "a process's last deregistration (its death word given back)",
+        ),
+    ] {
+        group.bench_function(name, |b| {
             b.iter_batched(
                 || {
                     settle(Duration::from_millis(2));
                     id += 1;
-                    first.table.register(id, "last").unwrap()
+                    table.register(id, "last").unwrap()
                 },
                 |worker| worker.deregister().unwrap(),
                 BatchSize::PerIteration,
             )
-        },
-    );
+        });
+        drained(&first.table);
+    }
     group.finish();
     reaper.stop().unwrap();
 }

@@ -42,22 +42,22 @@
  *            200 kernel ticks), a heartbeat time is CLOCK_MONOTONIC_COARSE:
  *            up to a few ticks before the ping. The reaper allows for it
  *            (never early; up to 6 ticks late).
- * Dying:     a process's first registration in a shared table starts one
- *            small library thread ("livereg-death", 64 KiB of stack); it
- *            stays, parked, until the table is closed (livereg_close of
- *            the last handle). While the process has registrations there,
- *            the thread owns the process's death word (in NAME.dying
- *            beside the table; given back at the last deregistration),
- *            which the kernel marks
- *            as the process begins to die (SIGKILL, a crash, exit, exec),
+ * Dying:     opening a shared table (livereg_open, livereg_create)
+ *            starts one small library thread ("livereg-death", 64 KiB of
+ *            stack, parked) that lives until the handle is closed. While
+ *            the process has registrations there, the thread owns the
+ *            process's death word (in NAME.dying beside the table; given
+ *            back at the last deregistration), which the kernel marks as
+ *            the process begins to die (SIGKILL, a crash, exit, exec),
  *            before its memory and files are torn down: the reaper calls
  *            on_dying within about a millisecond, whatever the process
  *            holds, and on_drop once it has ended. Registrations from a
  *            thread that then ends, forked children and stopped processes
  *            are never reported dying; exec() ends the process's
- *            registrations. Set LIVEREG_NO_DEATH_THREAD=1 in the worker's
- *            environment to start no thread (its death is then seen once it
- *            has ended, as on a kernel without set_robust_list).
+ *            registrations. Set LIVEREG_NO_DEATH_THREAD=1 in the process's
+ *            environment before opening to start no thread (its death is
+ *            then seen once it has ended, as on a kernel without
+ *            set_robust_list).
  * Durations: a span of time is uint64_t milliseconds, named *_ms; a call's
  *            bound on its own waiting is its wait_ms, a connection's
  *            connect_timeout_ms, a table's budgets *_timeout_ms and

@@ -1,7 +1,8 @@
 //! The death thread's life in one process (a test binary of its own: it
-//! counts this process's threads): started by the first registration in a
-//! table, lingering parked between registrations (one thread however often
-//! the process registers again), ended when the table is closed.
+//! counts this process's threads): started, parked, by opening a shared
+//! table, woken by registrations (one thread however often the process
+//! registers again), ended when the table is closed; none where turned
+//! off.
 
 mod common;
 
@@ -47,17 +48,31 @@ fn until_death_word(table: &Table, id: u64) {
 }
 
 #[test]
-fn one_thread_per_open_table_from_the_first_registration_until_the_table_is_closed() {
+fn one_thread_per_open_table_from_its_opening_until_it_is_closed() {
     let temp = TempTable::new("death-thread-life", &long_options());
+    until_threads(1, "the creator's handle");
     let table = Table::open(&temp.name).unwrap();
-    assert_eq!(death_threads(), 0, "opening starts none");
+    until_threads(2, "and the opened one's");
     for id in 1..=3 {
         let worker = table.register(id, "again").unwrap();
         until_death_word(&table, id);
-        until_threads(1, "one thread, registering again");
+        until_threads(2, "no thread more for a registration");
         worker.deregister().unwrap();
-        until_threads(1, "lingering after the last deregistration");
+        until_threads(2, "parked after the last deregistration");
     }
     drop(table);
-    until_threads(0, "the table closed");
+    until_threads(1, "the opened table closed");
+    // Turned off (read at open): no thread, and registrations without a word.
+    std::env::set_var("LIVEREG_NO_DEATH_THREAD", "1");
+    let off = Table::open(&temp.name).unwrap();
+    std::env::remove_var("LIVEREG_NO_DEATH_THREAD");
+    let worker = off.register(9, "off").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(death_threads(), 1, "the creator's handle only");
+    let status = off.status().unwrap();
+    let registration = status.registrations.iter().find(|r| r.instance_id == 9);
+    assert!(!registration.expect("registered").death_word);
+    drop((worker, off));
+    drop(temp);
+    until_threads(0, "both closed");
 }

@@ -26,6 +26,7 @@ use crate::table::layout::{
     MAX_CAPACITY, READY, SCANS_PER_TIMEOUT, SLOT_SIZE, STAMPS_COARSE, STAMPS_PRECISE,
     STAMP_CLOCK_SINCE_MINOR, VERSION_MAJOR, VERSION_MINOR,
 };
+use crate::table::death_thread;
 use crate::table::death_words::{self, DeathWords};
 use crate::table::location;
 use crate::table::memory::{Backing, TableMemory};
@@ -174,8 +175,10 @@ impl Table {
             death_words,
             death_listing: Mutex::new(None),
         };
+        let memory = Arc::new(memory);
+        death_thread::start_parked(&memory);
         Table {
-            memory: Arc::new(memory),
+            memory,
             clock: Clock::monotonic(),
         }
     }

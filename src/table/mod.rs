@@ -9,7 +9,8 @@
 //! - `layout.rs`: the header and slot format, offsets and sizes;
 //! - `protocol.rs`: the slot protocol: claim, publish, beat, end, free;
 //! - `death_protocol.rs`: the death word's steps (checked with loom too),
-//!   `death_words.rs` the file they are in;
+//!   `death_words.rs` the file they are in, `death_thread.rs` the thread
+//!   that holds a process's word;
 //! - `info.rs`: the info area's sequence lock;
 //! - `handle.rs`: [`Table`]: create, open, unlink, validate;
 //! - `options.rs`: [`TableOptions`];
@@ -28,6 +29,7 @@ mod loom_models;
 pub(crate) mod protocol;
 
 needs_the_os! {
+    pub(crate) mod death_thread;
     pub(crate) mod death_words;
     pub(crate) mod handle;
     pub(crate) mod inside_handlers;

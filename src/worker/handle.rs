@@ -11,7 +11,7 @@ use crate::sync::Ordering::Relaxed;
 use crate::table::handle::Table;
 use crate::table::layout::Slot;
 use crate::table::protocol::{self, Gone, Stamp};
-use crate::worker::death_thread;
+use crate::table::death_thread;
 use crate::worker::nature::{Local, Nature};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicBool;

@@ -7,7 +7,6 @@
 //! side never does.
 
 pub(crate) mod beat_thread;
-pub(crate) mod death_thread;
 pub(crate) mod handle;
 pub(crate) mod nature;
 pub(crate) mod registration;

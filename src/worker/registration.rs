@@ -13,7 +13,7 @@ use crate::table::layout::{
     FLAG_COARSE_STAMPS, FLAG_PROXY, FLAG_REMOTE, LABEL_MAX, PROCESS_TAG_SHIFT,
 };
 use crate::table::protocol::{self, Beat, LIVE};
-use crate::worker::death_thread;
+use crate::table::death_thread;
 use crate::worker::handle::Worker;
 use std::fs::File;
 use std::time::Duration;

@@ -1,29 +1,31 @@
-//! A registering process's death thread: a small library thread, started
-//! with the process's first registration in a table, that owns the
-//! process's word among the table's death words (see
-//! `table/death_words.rs`) while the process has registrations there. Its
-//! robust list holds that one word; when the process begins to die
-//! (SIGKILL, a crash, `exit`, `exec`), the kernel marks the word
-//! `OWNER_DIED` as the thread exits, before the process's memory and files
-//! are torn down, and the reaper sees the process dying. A thread of its
-//! own, not the one that registered: a registration made from a thread
-//! that then ends must not be reported dying.
+//! A process's death thread: a small library thread, started parked when
+//! the process opens a shared table with death words, that owns the
+//! process's word among the table's death words (see `death_words.rs`)
+//! while the process has registrations there. Its robust list then holds
+//! that one word; when the process begins to die (SIGKILL, a crash,
+//! `exit`, `exec`), the kernel marks the word `OWNER_DIED` as the thread
+//! exits, before the process's memory and files are torn down, and the
+//! reaper sees the process dying. A thread of its own, not the one that
+//! registered: a registration made from a thread that then ends must not
+//! be reported dying.
 //!
-//! The first registration does not wait for the thread: it starts it (or
-//! wakes it) and goes on; the thread, once it runs, claims a free word and
-//! records it for every registration made so far, and later ones record it
-//! themselves. A death before that is seen when it has ended, as before.
-//! The last deregistration gives the word back; the thread stays, parked
-//! with an empty list, so that the process's next registration only wakes
-//! it (starting a thread is most of a first registration's cost), and ends
-//! when the table's memory is dropped. The list is edited under the table
-//! memory's lock, with `list_op_pending` naming the entry while the word is
-//! taken or given back, so a death in the middle of an edit is still
-//! reported. A forked child inherits no death thread (the kernel gives it
-//! none, and its copy of the listing is ignored), so it never marks its
-//! parent's word. Where the kernel or a seccomp profile refuses
-//! `set_robust_list`, or every word is taken, the registrations have no
-//! death word. `LIVEREG_NO_DEATH_THREAD=1` turns it off.
+//! Started at open, not at the first registration, so that registering
+//! never waits for a thread to start (most of what a first registration
+//! would cost): the first registration wakes the thread and goes on; the
+//! thread claims a free word and records it for every registration made so
+//! far, and later ones record it themselves. A death before that is seen
+//! when it has ended, as before. The last deregistration gives the word
+//! back and the thread sleeps again, holding nothing, until the next
+//! registration or until the table's memory is dropped (its last handle
+//! closed), when it ends. The list is edited under the table memory's
+//! lock, with `list_op_pending` naming the entry while the word is taken
+//! or given back, so a death in the middle of an edit is still reported. A
+//! forked child inherits no death thread (the kernel gives it none, and
+//! its copy of the listing is ignored; its first registration starts one),
+//! so it never marks its parent's word. Where the kernel or a seccomp
+//! profile refuses `set_robust_list`, or every word is taken, the
+//! registrations have no death word. `LIVEREG_NO_DEATH_THREAD=1` turns it
+//! off.
 
 use crate::os::fork;
 use crate::os::robust::{self, RobustList};
@@ -47,49 +49,66 @@ fn listing(memory: &TableMemory) -> MutexGuard<'_, Option<Listing>> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Starts `memory`'s death thread for this process, parked and holding no
+/// word, if the table has death words and they are not turned off.
+pub(crate) fn start_parked(memory: &Arc<TableMemory>) {
+    if memory.death_words.is_none() {
+        return;
+    }
+    let mut held = listing(memory);
+    if held.is_none() {
+        *held = start_listing(memory, fork::install());
+    }
+}
+
+/// A listing counting no registration, its thread started; `None` where
+/// death threads are off or the thread cannot start.
+fn start_listing(memory: &Arc<TableMemory>, epoch: u64) -> Option<Listing> {
+    if std::env::var_os(OFF_ENV).is_some_and(|v| v == "1") {
+        return None;
+    }
+    let lifeline = Lifeline::new();
+    let thread = start(Arc::downgrade(memory), lifeline.clone())?;
+    Some(Listing {
+        epoch,
+        word: None,
+        registrations: 0,
+        waiting: Vec::new(),
+        lifeline,
+        thread,
+    })
+}
+
 /// Counts slot `index`'s registration of `generation` under this process's
 /// word in `memory`'s death words (recorded now, or once the thread has
-/// claimed the word), starting the thread with the process's first
-/// registration. Returns whether it is counted (then [`leave`] it once it
-/// has ended): not where the table has no death words or they are off.
+/// claimed the word), waking the thread to claim one with the process's
+/// first registration (starting it in a forked child, which has none).
+/// Returns whether it is counted (then [`leave`] it once it has ended):
+/// not where the table has no death words or they are off.
 pub(crate) fn enlist(memory: &Arc<TableMemory>, index: u32, generation: u32) -> bool {
     let Some(words) = memory.death_words() else {
         return false;
     };
     let mut held = listing(memory);
     let epoch = fork::install();
-    if let Some(listing) = held.as_mut().filter(|held| held.epoch == epoch) {
-        listing.registrations += 1;
-        match listing.word {
-            Some(word) => record(words, word, index, generation),
-            None if !listing.lifeline.refused.load(Relaxed) => {
-                listing.waiting.push((index, generation));
-                // Lingering, or not yet claimed: there is a word to claim.
-                listing.thread.unpark();
-            }
-            None => {}
-        }
-        return true;
-    }
-    if let Some(inherited) = held.take() {
+    if held.as_ref().is_some_and(|held| held.epoch != epoch) {
         // A forked child's copy: the thread and the word are the parent's.
-        std::mem::forget(inherited);
+        std::mem::forget(held.take());
+        *held = start_listing(memory, epoch);
     }
-    if std::env::var_os(OFF_ENV).is_some_and(|v| v == "1") {
-        return false;
-    }
-    let lifeline = Lifeline::new();
-    let Some(thread) = start(Arc::downgrade(memory), lifeline.clone()) else {
+    let Some(listing) = held.as_mut() else {
         return false;
     };
-    *held = Some(Listing {
-        epoch,
-        word: None,
-        registrations: 1,
-        waiting: vec![(index, generation)],
-        lifeline,
-        thread,
-    });
+    listing.registrations += 1;
+    match listing.word {
+        Some(word) => record(words, word, index, generation),
+        None if !listing.lifeline.refused.load(Relaxed) => {
+            listing.waiting.push((index, generation));
+            // Parked, or not yet claimed: there is a word to claim.
+            listing.thread.unpark();
+        }
+        None => {}
+    }
     true
 }
 

@@ -104,8 +104,11 @@ pub(crate) fn enlist(memory: &Arc<TableMemory>, index: u32, generation: u32) -> 
         Some(word) => record(words, word, index, generation),
         None if !listing.lifeline.refused.load(Relaxed) => {
             listing.waiting.push((index, generation));
-            // Parked, or not yet claimed: there is a word to claim.
-            listing.thread.unpark();
+            // Parked, or not yet claimed: there is a word to claim. Woken
+            // once the lock is let go, which its claim takes.
+            let thread = listing.thread.clone();
+            drop(held);
+            thread.unpark();
         }
         None => {}
     }

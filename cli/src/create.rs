@@ -32,6 +32,14 @@ pub struct Args {
     /// `auto`: coarse where the timeout is at least 200 ticks (800ms).
     #[arg(long, value_enum, default_value = "auto")]
     clock: ClockChoice,
+    /// A directory where processes may own files the reaper removes once
+    /// they have ended (`livereg run --own`, `livereg_own_file`); repeat
+    /// for up to 4 [default: /dev/shm].
+    #[arg(long = "own-dir", value_name = "DIR")]
+    own_dirs: Vec<std::path::PathBuf>,
+    /// Allow no directory: no process may own files in this table.
+    #[arg(long, conflicts_with = "own_dirs")]
+    no_own_dirs: bool,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -66,6 +74,11 @@ pub fn run(args: Args) -> Outcome {
             .unwrap_or(args.timeout.max(DEFAULT_REGISTRATION_GRACE)),
         progress_timeout: args.progress_timeout,
         stamp_clock: args.clock.into(),
+        owned_dirs: match (args.no_own_dirs, args.own_dirs.is_empty()) {
+            (true, _) => Vec::new(),
+            (false, true) => TableOptions::default().owned_dirs,
+            (false, false) => args.own_dirs,
+        },
     };
     let table = Table::create(&args.name, &options)?;
     let progress = if table.progress_timeout().is_zero() {

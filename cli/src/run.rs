@@ -30,6 +30,12 @@ pub struct Args {
     /// change to PATH (`touch`, an appended line) is one step of progress.
     #[arg(long, value_name = "PATH")]
     progress_file: Option<std::path::PathBuf>,
+    /// A file the program makes that must not outlive it (in /dev/shm, or
+    /// another directory the table allows): owned by this wrapper once it
+    /// exists, and removed by the reaper once the wrapper has ended, which
+    /// it does with the program. Repeatable.
+    #[arg(long = "own", value_name = "PATH")]
+    own: Vec<std::path::PathBuf>,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -55,6 +61,7 @@ pub fn run(args: Args) -> Outcome {
         Ok(worker)
     };
     let mut worker = Some(register()?);
+    let mut owned = Owned::new(&target, args.own.clone())?;
     signals::catch_to_forward();
     let mut child = spawn(&args.command)?;
     let mut next_beat = Instant::now().checked_add(interval);
@@ -69,12 +76,16 @@ pub fn run(args: Args) -> Outcome {
         if let (Some(file), Some(current)) = (&mut progress, &worker) {
             file.report(current);
         }
+        owned.declare_made();
         if next_beat.is_some_and(|at| Instant::now() >= at) {
             next_beat = Instant::now().checked_add(interval);
             worker = beat(worker, &register, &args);
         }
         std::thread::sleep(interval.min(POLL));
     };
+    // What the program made just before it ended is owned too: removed
+    // once this wrapper has ended.
+    owned.declare_made();
     if let Some(worker) = worker {
         let _ = worker.deregister();
     }
@@ -82,6 +93,44 @@ pub fn run(args: Args) -> Outcome {
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     Ok(ExitCode::from(code as u8))
+}
+
+/// The `--own` paths, declared as they appear.
+struct Owned<'t> {
+    table: Option<&'t livereg::Table>,
+    pending: Vec<std::path::PathBuf>,
+}
+
+impl<'t> Owned<'t> {
+    fn new(target: &'t Target, paths: Vec<std::path::PathBuf>) -> Result<Owned<'t>, String> {
+        let table = match target {
+            Target::Table(table) => Some(table),
+            Target::Session { .. } if paths.is_empty() => None,
+            Target::Session { .. } => {
+                return Err("--own needs the table mapped: a session's files are in a /dev/shm its reaper does not share".into())
+            }
+        };
+        Ok(Owned {
+            table,
+            pending: paths,
+        })
+    }
+
+    /// Declares each pending path that now exists; one refused is said
+    /// once and dropped.
+    fn declare_made(&mut self) {
+        let Some(table) = self.table else {
+            return;
+        };
+        self.pending.retain(|path| match table.own_file(path) {
+            Ok(()) => false,
+            Err(Error::NotFound(_)) => true,
+            Err(e) => {
+                note!("livereg run: --own: {e}");
+                false
+            }
+        });
+    }
 }
 
 /// Starts the program as a child that dies with this process.

@@ -16,6 +16,7 @@ pub(crate) mod process;
 pub(crate) mod random;
 mod raw;
 pub(crate) mod robust;
+pub(crate) mod same_file;
 pub(crate) mod signal;
 pub(crate) mod socket;
 pub(crate) mod unix_connect;

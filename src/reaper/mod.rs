@@ -13,6 +13,7 @@
 //! - `death_watch.rs`: a registrant's death seen as it begins (death words),
 //!   `dying.rs`: what a scan makes of it;
 //! - `exit_watch.rs`: a registrant's exit seen the moment it has ended;
+//! - `owned_removal.rs`: the files an ended process owned, removed;
 //! - `handlers.rs`: the drop and clear handlers run, the slots freed;
 //! - `thread.rs`: [`ReaperThread`], a reaper on a thread of its own.
 
@@ -24,6 +25,7 @@ pub(crate) mod handlers;
 mod lock_rounds;
 mod lock_schedule;
 mod observe;
+mod owned_removal;
 pub(crate) mod role;
 mod scan;
 mod seen;

@@ -40,6 +40,9 @@ pub struct ScanReport {
     pub cleared: bool,
     /// Whether the clear was a reset: this scan ended every registration.
     pub reset: bool,
+    /// The files this scan removed: owned by processes that have ended
+    /// ([`Table::own_file`](crate::Table::own_file)).
+    pub removed_files: Vec<std::path::PathBuf>,
 }
 
 /// Where the handlers run.

@@ -42,6 +42,7 @@ impl Reaper {
             ..ScanReport::default()
         };
         self.sweep(now_ns, &mut report);
+        report.removed_files = self.remove_owned_files();
         self.dispatch(&mut report, clear);
         self.finish_scan(&report, started);
         Ok(report)

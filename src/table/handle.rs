@@ -28,6 +28,7 @@ use crate::table::layout::{
 };
 use crate::table::death_thread;
 use crate::table::death_words::{self, DeathWords};
+use crate::table::owned_records::{self, OwnedRecords};
 use crate::table::location;
 use crate::table::memory::{Backing, TableMemory};
 use crate::table::options::TableOptions;
@@ -95,6 +96,7 @@ impl Table {
         Self::initialise(name, &path, file, options).inspect_err(|_| {
             let _ = std::fs::remove_file(&path);
             let _ = std::fs::remove_file(death_words::beside(&path));
+            let _ = std::fs::remove_file(owned_records::beside(&path));
         })
     }
 
@@ -112,13 +114,15 @@ impl Table {
             .map_err(|e| Error::os(name, "map", e))?;
         let death_words = DeathWords::create(path, options.capacity, options.mode)
             .map_err(|e| Error::os(name, "create its death words", e))?;
+        let owned = OwnedRecords::create(path, &options.owned_dirs, options.mode)
+            .map_err(|e| Error::os(name, "create its owned-file records", e))?;
         let table = Table::from_memory(
             name,
             options.capacity,
             VERSION_MINOR,
             options.stamps(),
             Backing::Mapped { file, map },
-            Some(death_words),
+            (Some(death_words), Some(owned)),
         );
         table.write_header(options);
         Ok(table)
@@ -150,7 +154,7 @@ impl Table {
             VERSION_MINOR,
             options.stamps(),
             memory,
-            None,
+            (None, None),
         );
         table.write_header(options);
         Ok(table)
@@ -162,7 +166,7 @@ impl Table {
         minor: u32,
         stamps: Stamps,
         backing: Backing,
-        death_words: Option<DeathWords>,
+        (death_words, owned): (Option<DeathWords>, Option<OwnedRecords>),
     ) -> Table {
         let memory = TableMemory {
             name: name.to_owned(),
@@ -174,6 +178,8 @@ impl Table {
             reaper_candidate: Mutex::new(None),
             death_words,
             death_listing: Mutex::new(None),
+            owned,
+            owner_hold: Mutex::new(None),
         };
         let memory = Arc::new(memory);
         death_thread::start_parked(&memory);
@@ -256,13 +262,14 @@ impl Table {
         let header = unsafe { &*map.as_ptr().cast::<Header>() };
         let (capacity, minor, stamps) = validate(name, header, size)?;
         let death_words = DeathWords::open(&path, &file, capacity);
+        let owned = OwnedRecords::open(&path, &file);
         Ok(Table::from_memory(
             name,
             capacity,
             minor,
             stamps,
             Backing::Mapped { file, map },
-            death_words,
+            (death_words, owned),
         ))
     }
 
@@ -276,9 +283,11 @@ impl Table {
     pub fn unlink(name: &str) -> Result<()> {
         let path = location::resolve(name)?;
         std::fs::remove_file(&path).map_err(|e| Error::os(name, "unlink", e))?;
-        // The sessions' records and the death words beside it, if made.
+        // The sessions' records, the death words and the owned-file
+        // records beside it, if made.
         let _ = std::fs::remove_file(location::sessions_beside(&path));
         let _ = std::fs::remove_file(death_words::beside(&path));
+        let _ = std::fs::remove_file(owned_records::beside(&path));
         Ok(())
     }
 

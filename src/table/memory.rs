@@ -6,6 +6,8 @@ use crate::clock::Stamps;
 use crate::error::{Error, Result};
 use crate::os::fork::LockDescriptor;
 use crate::table::death_words::{DeathWords, Listing};
+use crate::table::owned_records::OwnedRecords;
+use crate::table::owning::OwnerHold;
 use crate::sync::AtomicU64;
 use crate::table::layout::{
     object_size, observations_start, slots_end, Header, InfoArea, Slot, HEADER_SIZE,
@@ -39,6 +41,10 @@ pub(crate) struct TableMemory {
     pub(crate) death_words: Option<DeathWords>,
     /// This process's process word in them, while it has registrations.
     pub(crate) death_listing: Mutex<Option<Listing>>,
+    /// The owned-file records beside a shared table, if it has them.
+    pub(crate) owned: Option<OwnedRecords>,
+    /// This process's owner record in them, once it has declared a file.
+    pub(crate) owner_hold: Mutex<Option<OwnerHold>>,
 }
 
 pub(crate) enum Backing {
@@ -62,6 +68,10 @@ unsafe impl Sync for TableMemory {}
 
 impl Drop for TableMemory {
     fn drop(&mut self) {
+        let hold = self.owner_hold.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(hold) = hold.take() {
+            hold.release(self.owned.as_ref().filter(|records| records.intact()));
+        }
         if let Backing::Heap { base, layout, .. } = &self.backing {
             // SAFETY:
             // - `base` was returned by `alloc_zeroed(layout)` in `in_memory`
@@ -147,6 +157,13 @@ impl TableMemory {
     pub fn death_words(&self) -> Option<&DeathWords> {
         self.check_size().ok()?;
         self.death_words.as_ref().filter(|words| words.intact())
+    }
+
+    /// The owned-file records, if present and whole (one truncated under
+    /// this handle is never touched).
+    pub fn owned_records(&self) -> Option<&OwnedRecords> {
+        self.check_size().ok()?;
+        self.owned.as_ref().filter(|records| records.intact())
     }
 
     /// The info area, in tables of layout 1.2 and later.

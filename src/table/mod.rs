@@ -14,6 +14,8 @@
 //! - `info.rs`: the info area's sequence lock;
 //! - `handle.rs`: [`Table`]: create, open, unlink, validate;
 //! - `options.rs`: [`TableOptions`];
+//! - `owned_records.rs`: the file beside the table where processes declare
+//!   the files they own, `owning.rs` the declaring ([`Table::own_file`]);
 //! - `memory.rs`: the mapping (a file or the heap) and its slots;
 //! - `location.rs`: where a table lives (a name or a path);
 //! - `locks.rs`: the reaper role and the registration lock;
@@ -37,6 +39,8 @@ needs_the_os! {
     pub(crate) mod locks;
     pub(crate) mod memory;
     pub(crate) mod options;
+    pub(crate) mod owned_records;
+    pub(crate) mod owning;
     pub(crate) mod requests;
     pub(crate) mod wake;
     pub use handle::Table;

@@ -6,7 +6,10 @@ use crate::clock::{duration_ns, StampClock, Stamps, MIN_TIMEOUT_TICKS};
 use crate::error::{Error, Result};
 use crate::os::clock::coarse_resolution_ns;
 use crate::table::layout::{MAX_CAPACITY, SCANS_PER_TIMEOUT};
+use crate::table::owned_records::{MAX_DIRS, NAME_MAX};
+use std::path::{Component, PathBuf};
 use std::time::Duration;
+
 /// The registration grace when none is given: this, or the reap timeout if
 /// longer (a worker's first beat may come after a slow start).
 pub const DEFAULT_REGISTRATION_GRACE: Duration = Duration::from_secs(30);
@@ -47,6 +50,11 @@ pub struct TableOptions {
     /// Which clock registrants stamp heartbeats with (default
     /// [`StampClock::Auto`]: the coarse one where the timeout allows).
     pub stamp_clock: StampClock,
+    /// The directories where a process may own files the reaper removes
+    /// once it has ended ([`Table::own_file`](crate::Table::own_file)):
+    /// default `/dev/shm`; at most 4 absolute paths of at most 255 bytes,
+    /// none of them holding `..`. Empty: no file may be owned.
+    pub owned_dirs: Vec<PathBuf>,
 }
 
 impl Default for TableOptions {
@@ -58,6 +66,7 @@ impl Default for TableOptions {
             registration_grace: DEFAULT_REGISTRATION_GRACE,
             progress_timeout: Duration::ZERO,
             stamp_clock: StampClock::Auto,
+            owned_dirs: vec![PathBuf::from("/dev/shm")],
         }
     }
 }
@@ -91,6 +100,23 @@ impl TableOptions {
                 "registration grace {:?} is shorter than the reap timeout {:?}, expected grace >= timeout",
                 self.registration_grace, self.reap_timeout
             ));
+        }
+        if self.owned_dirs.len() > MAX_DIRS {
+            return invalid(format!(
+                "{} owned-file directories given, expected at most {MAX_DIRS}",
+                self.owned_dirs.len()
+            ));
+        }
+        for dir in &self.owned_dirs {
+            let plain = dir.is_absolute()
+                && dir.as_os_str().len() <= NAME_MAX
+                && dir.components().all(|c| !matches!(c, Component::ParentDir));
+            if !plain {
+                return invalid(format!(
+                    "owned-file directory '{}' is not usable, expected an absolute path of at most {NAME_MAX} bytes without '..'",
+                    dir.display()
+                ));
+            }
         }
         if self.stamp_clock == StampClock::Coarse && self.stamps() == Stamps::Precise {
             return invalid(format!(

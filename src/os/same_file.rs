@@ -1,0 +1,133 @@
+//! A file named in a directory, looked at and removed without following
+//! any link (`fstatat(AT_SYMLINK_NOFOLLOW)`, `unlinkat` relative to the
+//! directory's descriptor), and only while the name still holds the file
+//! that was seen: its device and inode.
+
+use std::ffi::{CString, OsStr};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// What `stat` says of a regular file: who it is and whose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+    pub uid: u32,
+    /// Its size in bytes, and the bytes it holds (`st_blocks` × 512).
+    pub size: u64,
+    pub held: u64,
+}
+
+/// What a name in a directory holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Found {
+    Missing,
+    /// A link, a directory, a device, a socket: never ours to remove.
+    NotRegular,
+    File(Identity),
+}
+
+/// The outcome of [`remove_if_same`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Removal {
+    Removed(Identity),
+    /// The name holds nothing (removed by someone else: done).
+    Missing,
+    /// The name holds another file than the one expected, or no regular
+    /// file: left alone.
+    Replaced,
+}
+
+/// The directory at `dir`, opened to look in (`O_PATH`: no read access
+/// needed, nothing opened through it but by name).
+pub(crate) fn open_dir(dir: &Path) -> io::Result<File> {
+    let path = c_string(dir.as_os_str())?;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// What `name` (one path component) holds in `dir`, the name itself looked
+/// at, never what a link points to.
+pub(crate) fn look(dir: &File, name: &OsStr) -> io::Result<Found> {
+    let name = c_string(name)?;
+    // SAFETY: an all-zero `stat` is a valid value to be written over.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir` is an open descriptor, `name` a NUL-terminated string
+    // and `stat` a writable `struct stat`, all outliving the call.
+    let rc = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut stat,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::ENOENT) => Ok(Found::Missing),
+            _ => Err(error),
+        };
+    }
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(Found::NotRegular);
+    }
+    Ok(Found::File(Identity {
+        dev: stat.st_dev,
+        ino: stat.st_ino,
+        uid: stat.st_uid,
+        size: u64::try_from(stat.st_size).unwrap_or(0),
+        held: u64::try_from(stat.st_blocks).unwrap_or(0) * 512,
+    }))
+}
+
+/// Removes `name` from `dir` if it still holds the regular file `dev` and
+/// `ino` name, and its owner is one `owner_allowed` accepts. Between the
+/// look and the removal only the file's owner (or the directory's) can
+/// put another file under the name of a sticky directory such as
+/// `/dev/shm`.
+pub(crate) fn remove_if_same(
+    dir: &File,
+    name: &OsStr,
+    dev: u64,
+    ino: u64,
+    owner_allowed: impl FnOnce(u32) -> bool,
+) -> io::Result<Removal> {
+    let identity = match look(dir, name)? {
+        Found::Missing => return Ok(Removal::Missing),
+        Found::File(identity)
+            if (identity.dev, identity.ino) == (dev, ino) && owner_allowed(identity.uid) =>
+        {
+            identity
+        }
+        Found::File(_) | Found::NotRegular => return Ok(Removal::Replaced),
+    };
+    let name = c_string(name)?;
+    // SAFETY: `dir` is an open descriptor and `name` a NUL-terminated
+    // string, both outliving the call.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } != 0 {
+        let error = io::Error::last_os_error();
+        return match error.raw_os_error() {
+            Some(libc::ENOENT) => Ok(Removal::Missing),
+            _ => Err(error),
+        };
+    }
+    Ok(Removal::Removed(identity))
+}
+
+fn c_string(text: &OsStr) -> io::Result<CString> {
+    CString::new(text.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}

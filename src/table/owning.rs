@@ -1,0 +1,326 @@
+//! A process owns files: [`Table::own_file`] declares a file the process
+//! made that must not outlive it, and the reaper removes it once the
+//! process has ended (`reaper/owned_removal.rs`). The records are in the
+//! file beside the table (`owned_records.rs`).
+//!
+//! A process takes an owner record the first time it declares a file, and
+//! with it a lock on the table's byte of that record, on a descriptor of
+//! its own (close-on-exec, dropped by a forked child): the kernel releases
+//! the lock when the process has ended, or has exec'd, and that is when
+//! the reaper removes what it owns. The record is taken lock first, state
+//! second, so a reaper never mistakes a process still taking it for one
+//! that has ended. A declaration lasts until its process ends or disowns
+//! it, whether or not the process keeps the table open: a handle dropped
+//! while it owns files leaves its descriptor open for the rest of the
+//! process's life.
+//!
+//! Never the wrong file: a declaration records the file's device and
+//! inode, looked at by name in an allowed directory without following a
+//! link; it is refused unless the file is a regular file of the process's
+//! user (or the process is root), and the reaper removes the name only if
+//! it still holds that same file.
+
+use crate::error::{Error, Result};
+use crate::os::fork::{self, LockDescriptor};
+use crate::os::lock;
+use crate::os::same_file::{self, Found, Identity};
+use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::table::handle::Table;
+use crate::table::owned_records::{
+    owner_lock, OwnedRecords, DECLARED, FILES, FREE, HELD, NAME_MAX, PROCESSES,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// This process's owner record in a table's owned-file records: its index
+/// and the descriptor whose lock says the process lives.
+pub(crate) struct OwnerHold {
+    epoch: u64,
+    index: u32,
+    lock: Option<LockDescriptor>,
+}
+
+impl Table {
+    /// Declares that this process owns the file at `path`: the reaper
+    /// removes it once this process has ended (killed, crashed, exited, or
+    /// replaced by `exec`), whether or not it holds a registration then.
+    /// Declaring it again updates the file's identity (a file made anew
+    /// under the same name); [`Table::disown_file`] or removing the file
+    /// yourself forgets it.
+    ///
+    /// The file must be a regular file, named directly in one of the
+    /// directories the table's creator allowed (`TableOptions::owned_dirs`,
+    /// default `/dev/shm`), owned by this process's user unless the process
+    /// is root. A forked child owns nothing of its parent's.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`]: a path not directly in an allowed
+    ///   directory, a name over 255 bytes, a link or anything but a
+    ///   regular file; a heap table.
+    /// - [`Error::NotFound`]: nothing at `path`.
+    /// - [`Error::Permission`]: the file belongs to another user.
+    /// - [`Error::Full`]: this process owns 64 files in the table already,
+    ///   or 256 processes own files in it.
+    /// - [`Error::Incompatible`]: a table made by an earlier build (it has
+    ///   no owned-file records).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> livereg::Result<()> {
+    /// let table = livereg::Table::open("engine")?;
+    /// std::fs::write("/dev/shm/engine-ring-0", b"...")?;
+    /// table.own_file("/dev/shm/engine-ring-0")?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn own_file(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let records = self.owned_records()?;
+        let (dir, name) = place(records, path)?;
+        let found = same_file::open_dir(&records.dirs()[dir as usize])
+            .and_then(|handle| same_file::look(&handle, name))
+            .map_err(|e| Error::os(&self.memory.name, "look at the file to own", e))?;
+        let identity = match found {
+            Found::File(identity) => identity,
+            Found::Missing => {
+                return Err(Error::NotFound(format!(
+                    "cannot own '{}': no such file",
+                    path.display()
+                )))
+            }
+            Found::NotRegular => {
+                return Err(Error::InvalidArgument(format!(
+                    "cannot own '{}': expected a regular file, found a link, directory or device (never followed, never owned)",
+                    path.display()
+                )))
+            }
+        };
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let user = unsafe { libc::geteuid() };
+        if identity.uid != user && user != 0 {
+            return Err(Error::Permission(format!(
+                "cannot own '{}': it belongs to uid {}, expected this process's user (uid {user}): a process owns only files it could remove itself",
+                path.display(),
+                identity.uid
+            )));
+        }
+        if !records.may_remove(identity.uid, user, user == 0) {
+            return Err(Error::Permission(format!(
+                "cannot own '{}': it belongs to uid {}, and the reaper removes only files of the table's owner (unless only root may write the table)",
+                path.display(),
+                identity.uid
+            )));
+        }
+        let hold = self.hold()?;
+        let owner = hold.as_ref().expect("held").index;
+        let slot = find(records, owner, dir, name)
+            .or_else(|| (0..FILES).find(|&f| records.file(owner, f).state.load(Acquire) == FREE))
+            .ok_or_else(|| Error::Full {
+                message: format!(
+                    "cannot own '{}': this process owns {FILES} files in table '{}' already (the limit); disown one first",
+                    path.display(),
+                    self.memory.name
+                ),
+                capacity: Some(FILES),
+            })?;
+        write(records, owner, slot, dir, name, identity);
+        Ok(())
+    }
+
+    /// Forgets a declaration of this process's ([`Table::own_file`]): the
+    /// file stays. Returns whether it was owned.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a path no declaration could name;
+    /// [`Error::Incompatible`] for a table without owned-file records.
+    pub fn disown_file(&self, path: impl AsRef<Path>) -> Result<bool> {
+        let records = self.owned_records()?;
+        let (dir, name) = place(records, path.as_ref())?;
+        let hold = self.lock_hold();
+        let Some(owner) = hold.as_ref().filter(|h| h.epoch == fork::epoch()) else {
+            return Ok(false);
+        };
+        Ok(match find(records, owner.index, dir, name) {
+            Some(slot) => {
+                records.file(owner.index, slot).state.store(FREE, Release);
+                true
+            }
+            None => false,
+        })
+    }
+
+    fn owned_records(&self) -> Result<&OwnedRecords> {
+        self.memory.owned_records().ok_or_else(|| match &self.memory.owned {
+            None if self.memory.file().is_none() => Error::InvalidArgument(format!(
+                "table '{}' is in this process's memory: no reaper outlives its files",
+                self.memory.name
+            )),
+            None => Error::Incompatible(format!(
+                "table '{}' has no owned-file records (made by an earlier build): re-create it to own files",
+                self.memory.name
+            )),
+            Some(_) => Error::Corrupt(format!(
+                "table '{}': its owned-file records were truncated",
+                self.memory.name
+            )),
+        })
+    }
+
+    fn lock_hold(&self) -> std::sync::MutexGuard<'_, Option<OwnerHold>> {
+        self.memory
+            .owner_hold
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// This process's owner record, taken if it has none yet (a forked
+    /// child takes its own).
+    fn hold(&self) -> Result<std::sync::MutexGuard<'_, Option<OwnerHold>>> {
+        let mut hold = self.lock_hold();
+        let epoch = fork::install();
+        if hold.as_ref().is_some_and(|h| h.epoch == epoch) {
+            return Ok(hold);
+        }
+        if let Some(mut inherited) = hold.take() {
+            // The parent's: its descriptor already points at /dev/null here.
+            inherited.lock = None;
+        }
+        let records = self.owned_records()?;
+        let name = &self.memory.name;
+        let file = self
+            .memory
+            .file()
+            .ok_or_else(|| Error::InvalidArgument(format!("table '{name}' is not shared")))?;
+        let own = LockDescriptor::new(
+            lock::reopen(file).map_err(|e| Error::os(name, "open for the owner lock", e))?,
+        );
+        for index in 0..PROCESSES {
+            // The lock first: a reaper that sees the record held and its
+            // lock free knows its holder has ended.
+            if !lock::try_lock(&own, owner_lock(index))
+                .map_err(|e| Error::os(name, "take an owner lock", e))?
+            {
+                continue;
+            }
+            let record = records.owner(index);
+            if record
+                .state
+                .compare_exchange(FREE, HELD, AcqRel, Relaxed)
+                .is_err()
+            {
+                let _ = lock::unlock(&own, owner_lock(index));
+                continue;
+            }
+            record.pid.store(std::process::id(), Relaxed);
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            let user = unsafe { libc::geteuid() };
+            record.uid.store(user, Relaxed);
+            record.privileged.store(u32::from(user == 0), Release);
+            *hold = Some(OwnerHold {
+                epoch,
+                index,
+                lock: Some(own),
+            });
+            return Ok(hold);
+        }
+        Err(Error::Full {
+            message: format!(
+                "table '{name}': {PROCESSES} processes own files in it already (the limit)"
+            ),
+            capacity: Some(PROCESSES),
+        })
+    }
+}
+
+impl Drop for OwnerHold {
+    /// The handle is closed: with nothing owned, the record is given back;
+    /// with files still owned, the lock stays held until the process ends.
+    fn drop(&mut self) {
+        if self.epoch != fork::epoch() {
+            return;
+        }
+        if let Some(lock) = self.lock.take() {
+            std::mem::forget(lock);
+        }
+    }
+}
+
+impl OwnerHold {
+    /// Gives the record back if it owns nothing (then the lock goes with
+    /// it); otherwise keeps the lock for the rest of the process's life.
+    pub(crate) fn release(mut self, records: Option<&OwnedRecords>) {
+        let owns_nothing = records.is_some_and(|records| {
+            (0..FILES).all(|f| records.file(self.index, f).state.load(Acquire) == FREE)
+        });
+        if owns_nothing && self.epoch == fork::epoch() {
+            if let Some(records) = records {
+                records.owner(self.index).state.store(FREE, Release);
+            }
+            drop(self.lock.take());
+        }
+    }
+}
+
+/// The allowed directory `path` is directly in, and its file name; or why
+/// it cannot be owned.
+fn place<'p>(records: &OwnedRecords, path: &'p Path) -> Result<(u32, &'p OsStr)> {
+    let refused = |rule: &str| {
+        Err(Error::InvalidArgument(format!(
+            "cannot own '{}': {rule}",
+            path.display()
+        )))
+    };
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return refused("expected the absolute path of a file");
+    };
+    if name.len() > NAME_MAX {
+        return refused(&format!("its name is {} bytes, expected at most {NAME_MAX}", name.len()));
+    }
+    if path.as_os_str().as_bytes().ends_with(b"/") || !path.is_absolute() {
+        return refused("expected the absolute path of a file");
+    }
+    match records.dirs().iter().position(|dir| dir.as_path() == parent) {
+        Some(dir) => Ok((dir as u32, name)),
+        None => refused(&format!(
+            "expected a file directly in an allowed directory ({}), found one in '{}'",
+            allowed(records),
+            parent.display()
+        )),
+    }
+}
+
+/// The allowed directories, for messages.
+fn allowed(records: &OwnedRecords) -> String {
+    match records.dirs() {
+        [] => "none: the table's creator allowed none".to_owned(),
+        dirs => dirs
+            .iter()
+            .map(|dir| dir.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// The file record of owner `owner` declaring `name` in directory `dir`.
+fn find(records: &OwnedRecords, owner: u32, dir: u32, name: &OsStr) -> Option<u32> {
+    (0..FILES).find(|&f| {
+        let record = records.file(owner, f);
+        record.state.load(Acquire) == DECLARED
+            && record.dir.load(Relaxed) == dir
+            && record.name.load() == name.as_bytes()
+    })
+}
+
+/// Writes file record `slot` of `owner`, declared last.
+fn write(records: &OwnedRecords, owner: u32, slot: u32, dir: u32, name: &OsStr, file: Identity) {
+    let record = records.file(owner, slot);
+    record.dir.store(dir, Relaxed);
+    record.dev.store(file.dev, Relaxed);
+    record.ino.store(file.ino, Relaxed);
+    record.name.store(name.as_bytes());
+    record.state.store(DECLARED, Release);
+}

@@ -85,8 +85,8 @@ needs_the_os! {
         ConnectOptions, SessionRefusals, TlsClient, TlsServer, DEFAULT_CONNECT_TIMEOUT, TLS_BUILT_IN,
     };
     pub use status::{
-        remote_status, ExitDetection, ProcessMetrics, RegistrationState, RegistrationStatus,
-        RemoteStatus, Status,
+        remote_status, ExitDetection, OwnedFilesStatus, OwnerStatus, ProcessMetrics,
+        RegistrationState, RegistrationStatus, RemoteStatus, Status,
     };
     pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
     pub use worker::{

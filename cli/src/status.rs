@@ -198,7 +198,43 @@ pub fn render(status: &Status) -> String {
     if status.registrations.is_empty() {
         out += "(no registrations)\n";
     }
+    if let Some(owned) = &status.owned_files {
+        out += &owned_files(owned);
+    }
     out
+}
+
+/// The files processes own: one line for the table, one per owner.
+fn owned_files(owned: &livereg::OwnedFilesStatus) -> String {
+    let dirs: Vec<String> = owned.dirs.iter().map(|d| d.display().to_string()).collect();
+    let dirs = match dirs.is_empty() {
+        true => "none allowed".to_owned(),
+        false => format!("in {}", dirs.join(", ")),
+    };
+    let mut out = format!(
+        "\nowned files ({dirs}): {} removed ({} freed), {} refused\n",
+        owned.removed_total,
+        mib(owned.freed_bytes_total),
+        owned.refused_total
+    );
+    for owner in &owned.owners {
+        out += &format!(
+            "  pid {:>8}: {} files, {} ({} held)\n",
+            owner.pid,
+            owner.files,
+            mib(owner.bytes),
+            mib(owner.held_bytes)
+        );
+    }
+    out
+}
+
+/// Bytes, in MiB past one.
+fn mib(bytes: u64) -> String {
+    match bytes {
+        0..1_048_576 => format!("{bytes} B"),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+    }
 }
 
 /// The header block: the table's settings, its reaper, what ended.

@@ -62,6 +62,10 @@ pub struct Args {
     /// After registering, replace this process with `sleep 3600` (`exec`).
     #[arg(long)]
     exec_sleep: bool,
+    /// After registering, own this file (it must exist): removed by the
+    /// reaper once this worker has ended (prints `owned PATH`). Repeatable.
+    #[arg(long = "own", value_name = "PATH")]
+    own: Vec<std::path::PathBuf>,
 }
 
 fn say(line: &str) {
@@ -93,6 +97,12 @@ pub fn run(args: Args) -> Outcome {
     } else {
         register(&target, &args)?
     };
+    if let Target::Table(table) = &target {
+        for path in &args.own {
+            table.own_file(path)?;
+            say(&format!("owned {}", path.display()));
+        }
+    }
     if args.exec_sleep {
         // Once its death thread holds the word (it starts just after the
         // first registration), so the exec is what ends it.

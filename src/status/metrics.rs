@@ -165,6 +165,7 @@ impl Table {
             text.sample(None, Value::Integer(u64::from(connected)));
         }
         reaper(&mut text, &status, header);
+        owned_files(&mut text, &status);
         Ok(text.finish())
     }
 }
@@ -240,6 +241,41 @@ fn registrations(text: &mut Exposition, status: &Status) {
     for (reason, count) in &status.ended {
         text.sample(Some(("reason", reason.as_str())), Value::Integer(*count));
     }
+}
+
+/// The files processes own: held now, removed, the bytes freed, and the
+/// removals refused (absent for a table without owned-file records).
+fn owned_files(text: &mut Exposition, status: &Status) {
+    let Some(owned) = &status.owned_files else {
+        return;
+    };
+    text.family(
+        "livereg_owned_files",
+        Kind::Gauge,
+        None,
+        "Files processes own, removed once they have ended.",
+    );
+    let files = owned.owners.iter().map(|o| u64::from(o.files)).sum();
+    text.sample(None, Value::Integer(files));
+    let mut counter = |name: &str, help: &str, value: u64| {
+        text.family(name, Kind::Counter, None, help);
+        text.sample(None, Value::Integer(value));
+    };
+    counter(
+        "livereg_owned_files_removed",
+        "Owned files the reapers removed once their owner had ended.",
+        owned.removed_total,
+    );
+    counter(
+        "livereg_owned_bytes_freed",
+        "Bytes held by the owned files the reapers removed.",
+        owned.freed_bytes_total,
+    );
+    counter(
+        "livereg_owned_removals_refused",
+        "Owned files left in place: the name held another file, a link, or a file of a user the rules exclude.",
+        owned.refused_total,
+    );
 }
 
 /// The reaper's work: handler failures, overdue handlers, scans, and the

@@ -2,10 +2,10 @@
 
 use crate::clock::{Clock, StampClock};
 use crate::event::Reason;
-
 use crate::session::{Record, Records};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::handle::Table;
+use crate::status::owned::{self, OwnedFilesStatus};
 use crate::table::layout::{FLAG_PIDFD, FLAG_REMOTE, SCANS_PER_TIMEOUT};
 use crate::table::protocol::{self, Beat, LIVE};
 use serde::{Deserialize, Serialize};
@@ -75,6 +75,11 @@ pub struct Status {
     pub clears_completed: u64,
     /// Every occupied slot.
     pub registrations: Vec<RegistrationStatus>,
+    /// The files processes own, removed once they have ended; absent for
+    /// a table made without owned-file records (an earlier build, a heap
+    /// table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owned_files: Option<OwnedFilesStatus>,
 }
 
 /// One occupied slot.
@@ -275,6 +280,7 @@ impl Table {
             clears_requested: header.clear_requested.load(Relaxed),
             clears_completed: header.clear_completed.load(Relaxed),
             registrations,
+            owned_files: owned::owned_files(inner),
         })
     }
 }

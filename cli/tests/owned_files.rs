@@ -1,0 +1,428 @@
+//! Files a process owns, removed by the reaper once it has ended: across
+//! real processes (`livereg worker --own`, `livereg run --own`) killed with
+//! SIGKILL, exiting, forking and exec'ing; never while the maker lives,
+//! never the wrong file (a file replaced or a link planted after the
+//! declaration, a path outside the allowed directories, another user's
+//! file), within the per-process limit; by the next reaper when none ran,
+//! or when one died part way.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+#[path = "support/worker_process.rs"]
+mod worker_process;
+
+use common::{long_options, unique_name, TempTable};
+use livereg::{Error, Reaper, Table};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use worker_process::WorkerProcess;
+
+/// A file in /dev/shm with a name no other test uses, removed on drop
+/// (whatever a test left there: a file, a link).
+struct ShmFile(PathBuf);
+
+impl ShmFile {
+    /// Made, with `bytes` bytes written.
+    fn new(tag: &str, bytes: usize) -> ShmFile {
+        let file = ShmFile::named(tag);
+        std::fs::write(&file.0, vec![7u8; bytes]).unwrap();
+        file
+    }
+
+    /// Not made.
+    fn named(tag: &str) -> ShmFile {
+        ShmFile(Path::new("/dev/shm").join(unique_name(&format!("owned-{tag}"))))
+    }
+
+    fn text(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+
+    fn exists(&self) -> bool {
+        self.0.symlink_metadata().is_ok()
+    }
+}
+
+impl Drop for ShmFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A `livereg worker` owning `files`, its declarations made.
+fn owner(table: &str, instance: u64, files: &[&ShmFile], extra: &[&str]) -> WorkerProcess {
+    let mut args: Vec<&str> = files.iter().flat_map(|f| ["--own", f.text()]).collect();
+    args.extend(extra);
+    let mut worker = WorkerProcess::worker(table, instance, &args);
+    for file in files {
+        worker.wait_for(&format!("owned {}", file.text()));
+    }
+    worker
+}
+
+/// Scans until a scan removes something or no process owns files any
+/// more; returns every path removed.
+fn scan_until_settled(reaper: &mut Reaper, table: &Table) -> Vec<PathBuf> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut removed = Vec::new();
+    loop {
+        removed.extend(reaper.scan().unwrap().removed_files);
+        let owned = table.status().unwrap().owned_files.unwrap();
+        if owned.owners.is_empty() {
+            return removed;
+        }
+        assert!(Instant::now() < deadline, "still owned: {owned:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Scans a few times while the owner lives: nothing is removed.
+fn nothing_removed_while_it_lives(reaper: &mut Reaper, files: &[&ShmFile]) {
+    for _ in 0..5 {
+        assert!(reaper.scan().unwrap().removed_files.is_empty());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        files.iter().all(|f| f.exists()),
+        "removed while its maker lives"
+    );
+}
+
+#[test]
+fn a_killed_owner_s_files_are_removed_once_it_has_ended_and_never_before() {
+    let temp = TempTable::new("owned-kill", &long_options());
+    let (ring, sem) = (ShmFile::new("ring", 8192), ShmFile::new("sem", 32));
+    let mut reaper = temp.table.reaper().build().unwrap();
+    let worker = owner(&temp.name, 1, &[&ring, &sem], &[]);
+    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    assert_eq!(owned.owners.len(), 1);
+    assert_eq!((owned.owners[0].files, owned.owners[0].bytes), (2, 8224));
+    assert_eq!(owned.dirs, vec![PathBuf::from("/dev/shm")]);
+    nothing_removed_while_it_lives(&mut reaper, &[&ring, &sem]);
+    worker.signal(libc::SIGKILL);
+    let mut removed = scan_until_settled(&mut reaper, &temp.table);
+    removed.sort();
+    let mut expected = vec![ring.0.clone(), sem.0.clone()];
+    expected.sort();
+    assert_eq!(removed, expected);
+    assert!(!ring.exists() && !sem.exists());
+    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    assert_eq!((owned.removed_total, owned.refused_total), (2, 0));
+    assert!(owned.freed_bytes_total >= 8192, "{owned:?}");
+}
+
+#[test]
+fn a_file_replaced_after_its_declaration_is_left_alone() {
+    let temp = TempTable::new("owned-replaced", &long_options());
+    let file = ShmFile::new("replaced", 64);
+    let mut reaper = temp.table.reaper().build().unwrap();
+    let worker = owner(&temp.name, 2, &[&file], &[]);
+    // Another file under the same name: another inode.
+    let stand_in = file.0.with_extension("new");
+    std::fs::write(&stand_in, b"someone else's").unwrap();
+    std::fs::rename(&stand_in, &file.0).unwrap();
+    worker.signal(libc::SIGKILL);
+    assert!(scan_until_settled(&mut reaper, &temp.table).is_empty());
+    assert_eq!(std::fs::read(&file.0).unwrap(), b"someone else's");
+    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    assert_eq!((owned.removed_total, owned.refused_total), (0, 1));
+}
+
+#[test]
+fn a_link_planted_in_its_place_is_left_alone_and_its_target_untouched() {
+    let temp = TempTable::new("owned-link", &long_options());
+    let (file, target) = (ShmFile::new("link", 64), ShmFile::new("target", 64));
+    let mut reaper = temp.table.reaper().build().unwrap();
+    let worker = owner(&temp.name, 3, &[&file], &[]);
+    std::fs::remove_file(&file.0).unwrap();
+    std::os::unix::fs::symlink(&target.0, &file.0).unwrap();
+    worker.signal(libc::SIGKILL);
+    assert!(scan_until_settled(&mut reaper, &temp.table).is_empty());
+    assert!(file.0.symlink_metadata().unwrap().file_type().is_symlink());
+    assert!(target.exists());
+    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    assert_eq!(owned.refused_total, 1);
+}
+
+#[test]
+fn declarations_outside_the_rules_are_refused_naming_the_path_and_the_rule() {
+    let temp = TempTable::new("owned-refused", &long_options());
+    let outside = std::env::temp_dir().join(unique_name("owned-outside"));
+    std::fs::write(&outside, b"x").unwrap();
+    let refused = temp.table.own_file(&outside);
+    let _ = std::fs::remove_file(&outside);
+    let message = match refused {
+        Err(Error::InvalidArgument(message)) => message,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    assert!(
+        message.contains(outside.to_str().unwrap()) && message.contains("allowed directory"),
+        "{message}"
+    );
+    // Not directly in the directory.
+    let dir = ShmFile::named("dir");
+    std::fs::create_dir(&dir.0).unwrap();
+    let nested = dir.0.join("ring");
+    std::fs::write(&nested, b"x").unwrap();
+    assert!(matches!(
+        temp.table.own_file(&nested),
+        Err(Error::InvalidArgument(_))
+    ));
+    std::fs::remove_file(&nested).unwrap();
+    std::fs::remove_dir(&dir.0).unwrap();
+    // A link, never followed.
+    let (link, target) = (ShmFile::named("a-link"), ShmFile::new("its-target", 8));
+    std::os::unix::fs::symlink(&target.0, &link.0).unwrap();
+    match temp.table.own_file(&link.0) {
+        Err(Error::InvalidArgument(message)) => assert!(message.contains("regular file")),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    // Nothing there.
+    let missing = ShmFile::named("missing");
+    assert!(matches!(
+        temp.table.own_file(&missing.0),
+        Err(Error::NotFound(_))
+    ));
+    // A name longer than NAME_MAX.
+    let long = format!("/dev/shm/{}", "n".repeat(256));
+    assert!(matches!(
+        temp.table.own_file(&long),
+        Err(Error::InvalidArgument(_))
+    ));
+    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    assert!(owned.owners.iter().all(|o| o.files == 0));
+}
+
+#[test]
+fn a_process_may_not_own_another_user_s_file() {
+    // A table others may write, and a worker of another user (uid 12345).
+    let options = livereg::TableOptions {
+        mode: 0o666,
+        ..long_options()
+    };
+    let temp = TempTable::new("owned-user", &options);
+    let theirs = ShmFile::new("theirs", 8);
+    std::os::unix::fs::chown(&theirs.0, Some(54_321), None).unwrap();
+    let as_user = |file: &ShmFile, instance: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_livereg"))
+            .args([
+                "worker",
+                &temp.name,
+                "--instance",
+                instance,
+                "--own",
+                file.text(),
+            ])
+            .uid(12_345)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let message = as_user(&theirs, "10");
+    assert!(
+        message.contains("uid 54321") && message.contains(theirs.text()),
+        "{message}"
+    );
+    assert!(theirs.exists());
+    // Its own file too, on a table of root's that others may write: no
+    // writer of the table may make the reaper remove another user's file.
+    let own = ShmFile::new("own", 8);
+    std::os::unix::fs::chown(&own.0, Some(12_345), None).unwrap();
+    let message = as_user(&own, "11");
+    assert!(message.contains("table's owner"), "{message}");
+}
+
+#[test]
+fn a_table_whose_creator_allowed_no_directory_refuses_every_declaration() {
+    let options = livereg::TableOptions {
+        owned_dirs: Vec::new(),
+        ..long_options()
+    };
+    let temp = TempTable::new("owned-none", &options);
+    let file = ShmFile::new("none", 8);
+    match temp.table.own_file(&file.0) {
+        Err(Error::InvalidArgument(message)) => assert!(message.contains("allowed none")),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_process_owns_at_most_64_files_and_the_limit_is_named() {
+    let temp = TempTable::new("owned-limit", &long_options());
+    let mine = Table::open(&temp.name).unwrap();
+    let files: Vec<ShmFile> = (0..65).map(|_| ShmFile::new("limit", 1)).collect();
+    for file in &files[..64] {
+        mine.own_file(&file.0).unwrap();
+    }
+    // Declaring one again is no new file.
+    mine.own_file(&files[0].0).unwrap();
+    match mine.own_file(&files[64].0) {
+        Err(Error::Full { message, capacity }) => {
+            assert_eq!(capacity, Some(64));
+            assert!(message.contains("64 files") && message.contains(files[64].text()));
+        }
+        other => panic!("expected Full, got {other:?}"),
+    }
+    assert!(mine.disown_file(&files[0].0).unwrap());
+    assert!(!mine.disown_file(&files[0].0).unwrap(), "once");
+    mine.own_file(&files[64].0).unwrap();
+    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    assert_eq!(owned.owners[0].files, 64);
+    assert_eq!(owned.owners[0].pid, std::process::id());
+    // This process lives: nothing of it is removed.
+    let mut reaper = temp.table.reaper().build().unwrap();
+    assert!(reaper.scan().unwrap().removed_files.is_empty());
+    // Disowned, the files stay; the handle closed owning nothing, its
+    // record is given back.
+    for file in &files[1..] {
+        assert!(mine.disown_file(&file.0).unwrap());
+    }
+    drop(mine);
+    assert!(temp
+        .table
+        .status()
+        .unwrap()
+        .owned_files
+        .unwrap()
+        .owners
+        .is_empty());
+    assert!(reaper.scan().unwrap().removed_files.is_empty());
+    assert!(files.iter().all(ShmFile::exists));
+}
+
+#[test]
+fn a_handle_closed_while_its_process_owns_files_keeps_them_owned_until_it_ends() {
+    let temp = TempTable::new("owned-closed", &long_options());
+    let file = ShmFile::new("closed", 8);
+    let mine = Table::open(&temp.name).unwrap();
+    mine.own_file(&file.0).unwrap();
+    drop(mine);
+    let mut reaper = temp.table.reaper().build().unwrap();
+    assert!(
+        reaper.scan().unwrap().removed_files.is_empty(),
+        "this process lives"
+    );
+    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    assert_eq!(owned.owners[0].files, 1);
+    assert!(file.exists());
+}
+
+#[test]
+fn a_file_owned_by_a_process_that_died_while_no_reaper_ran_is_removed_by_the_next() {
+    let temp = TempTable::new("owned-noreaper", &long_options());
+    let file = ShmFile::new("noreaper", 64);
+    let mut worker = owner(&temp.name, 4, &[&file], &[]);
+    worker.signal(libc::SIGKILL);
+    let _ = worker.child.wait();
+    assert!(file.exists(), "no reaper ran");
+    let mut reaper = temp.table.reaper().build().unwrap();
+    assert_eq!(reaper.scan().unwrap().removed_files, vec![file.0.clone()]);
+    assert!(!file.exists());
+}
+
+#[test]
+fn a_reaper_killed_part_way_leaves_the_rest_to_the_next_and_a_file_gone_is_no_error() {
+    let temp = TempTable::new("owned-midway", &long_options());
+    let (done, left) = (ShmFile::new("done", 8), ShmFile::new("left", 8));
+    let mut worker = owner(&temp.name, 5, &[&done, &left], &[]);
+    worker.signal(libc::SIGKILL);
+    let _ = worker.child.wait();
+    // As a reaper killed after removing one file, before freeing its record.
+    std::fs::remove_file(&done.0).unwrap();
+    let mut reaper = temp.table.reaper().build().unwrap();
+    assert_eq!(reaper.scan().unwrap().removed_files, vec![left.0.clone()]);
+    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    assert_eq!((owned.removed_total, owned.refused_total), (1, 0));
+    assert!(owned.owners.is_empty());
+}
+
+#[test]
+fn a_forked_child_keeps_nothing_of_its_parent_s_files() {
+    let temp = TempTable::new("owned-fork", &long_options());
+    let file = ShmFile::new("fork", 8);
+    let mut reaper = temp.table.reaper().build().unwrap();
+    let mut worker = owner(&temp.name, 6, &[&file], &["--fork-child"]);
+    let line = worker.wait_for("forked");
+    let child: libc::pid_t = line["forked ".len()..].parse().unwrap();
+    worker.signal(libc::SIGKILL);
+    // The child lives on, holding copies of the worker's descriptors.
+    assert_eq!(
+        scan_until_settled(&mut reaper, &temp.table),
+        vec![file.0.clone()]
+    );
+    // SAFETY: `kill` has no memory effects; the child is the worker's.
+    assert_eq!(unsafe { libc::kill(child, 0) }, 0, "the child still lives");
+    // SAFETY: as above.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+}
+
+#[test]
+fn exec_ends_the_declarations() {
+    let temp = TempTable::new("owned-exec", &long_options());
+    let file = ShmFile::new("exec", 8);
+    let mut reaper = temp.table.reaper().build().unwrap();
+    let worker = owner(&temp.name, 7, &[&file], &["--exec-sleep"]);
+    assert_eq!(
+        scan_until_settled(&mut reaper, &temp.table),
+        vec![file.0.clone()]
+    );
+    // SAFETY: `kill` has no memory effects.
+    assert_eq!(
+        unsafe { libc::kill(worker.child.id() as i32, 0) },
+        0,
+        "sleep runs"
+    );
+}
+
+#[test]
+fn a_clean_exit_removes_them_too() {
+    let temp = TempTable::new("owned-exit", &long_options());
+    let file = ShmFile::new("exit", 8);
+    let mut reaper = temp.table.reaper().build().unwrap();
+    let mut worker = owner(&temp.name, 8, &[&file], &["--exit-after", "200ms"]);
+    worker.wait_for("deregistered");
+    let _ = worker.child.wait();
+    assert_eq!(
+        scan_until_settled(&mut reaper, &temp.table),
+        vec![file.0.clone()]
+    );
+}
+
+#[test]
+fn livereg_run_owns_what_its_program_makes_once_it_exists() {
+    let temp = TempTable::new("owned-run", &long_options());
+    let file = ShmFile::named("run");
+    let mut reaper = temp.table.reaper().build().unwrap();
+    let script = format!("sleep 0.2; echo made > {}; exec sleep 60", file.text());
+    let mut run = Command::new(env!("CARGO_BIN_EXE_livereg"))
+        .args(["run", &temp.name, "--instance", "9", "--own", file.text()])
+        .args(["--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while temp
+        .table
+        .status()
+        .unwrap()
+        .owned_files
+        .unwrap()
+        .owners
+        .iter()
+        .all(|o| o.files == 0)
+    {
+        assert!(Instant::now() < deadline, "never owned");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    run.kill().unwrap();
+    let _ = run.wait();
+    assert_eq!(
+        scan_until_settled(&mut reaper, &temp.table),
+        vec![file.0.clone()]
+    );
+}

@@ -1,0 +1,90 @@
+//! The files processes own in a table (see `table/owning.rs`), as the
+//! status shows them: the directories allowed, each owner with its count
+//! and bytes, and what the reapers removed and refused.
+
+use crate::os::same_file::{self, Found};
+use crate::sync::Ordering::{Acquire, Relaxed};
+use crate::table::memory::TableMemory;
+use crate::table::owned_records::{Counter, DECLARED, FILES, HELD, PROCESSES};
+use serde::{Deserialize, Serialize};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+/// The files processes own in a table: removed by the reaper once their
+/// owner has ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnedFilesStatus {
+    /// The directories owned files may be in (set at creation).
+    pub dirs: Vec<PathBuf>,
+    /// Each process owning files now (or ended, its files not yet removed).
+    pub owners: Vec<OwnerStatus>,
+    /// Files the reapers removed, since creation.
+    pub removed_total: u64,
+    /// The bytes those files held (allocated, as `du` counts).
+    pub freed_bytes_total: u64,
+    /// Removals refused: the name held another file, a link, or a file of
+    /// a user the rules exclude; the name was left alone.
+    pub refused_total: u64,
+}
+
+/// One process owning files.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerStatus {
+    /// Its pid in its own PID namespace.
+    pub pid: u32,
+    /// How many files it owns.
+    pub files: u32,
+    /// Their size, as found now.
+    pub bytes: u64,
+    /// The bytes they hold (allocated), as found now.
+    pub held_bytes: u64,
+}
+
+/// The owned files of `memory`'s table; `None` for a table without
+/// owned-file records.
+pub(crate) fn owned_files(memory: &TableMemory) -> Option<OwnedFilesStatus> {
+    let records = memory.owned_records()?;
+    let dirs: Vec<_> = records
+        .dirs()
+        .iter()
+        .map(|dir| same_file::open_dir(dir).ok())
+        .collect();
+    let owners = (0..PROCESSES)
+        .filter(|&index| records.owner(index).state.load(Acquire) == HELD)
+        .map(|index| {
+            let mut owner = OwnerStatus {
+                pid: records.owner(index).pid.load(Relaxed),
+                files: 0,
+                bytes: 0,
+                held_bytes: 0,
+            };
+            for file in 0..FILES {
+                let record = records.file(index, file);
+                if record.state.load(Acquire) != DECLARED {
+                    continue;
+                }
+                owner.files += 1;
+                let dir = dirs.get(record.dir.load(Relaxed) as usize).and_then(Option::as_ref);
+                let name = record.name.load();
+                let found = dir.and_then(|dir| same_file::look(dir, OsStr::from_bytes(&name)).ok());
+                if let Some(Found::File(identity)) = found {
+                    if (identity.dev, identity.ino)
+                        == (record.dev.load(Relaxed), record.ino.load(Relaxed))
+                    {
+                        owner.bytes += identity.size;
+                        owner.held_bytes += identity.held;
+                    }
+                }
+            }
+            owner
+        })
+        .collect();
+    Some(OwnedFilesStatus {
+        dirs: records.dirs().to_vec(),
+        owners,
+        removed_total: records.counter(Counter::Removed).load(Relaxed),
+        freed_bytes_total: records.counter(Counter::BytesFreed).load(Relaxed),
+        refused_total: records.counter(Counter::Refused).load(Relaxed),
+    })
+}

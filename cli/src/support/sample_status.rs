@@ -32,6 +32,7 @@ pub fn status(registrations: Vec<RegistrationStatus>) -> Status {
         clears_requested: 0,
         clears_completed: 0,
         registrations,
+        owned_files: None,
     }
 }
 

@@ -225,6 +225,29 @@ livereg_result livereg_clear(const livereg_table *table, uint64_t wait_ms);
  * LIVEREG_EVICTED at their next ping and register again. Same errors. */
 livereg_result livereg_reset(const livereg_table *table, uint64_t wait_ms);
 
+/* Owned files: declares that this process owns the file at path (one it
+ * made that must not outlive it, such as a shared-memory segment): the
+ * reaper removes it once this process has ended (killed, crashed, exited
+ * or exec'd), whether or not it holds a registration then. Nothing is
+ * removed while the process lives. The file must be a regular file named
+ * directly in a directory the table's creator allowed (default /dev/shm),
+ * not a link, and of this process's user (root may own any user's, where
+ * only root may write the table; elsewhere only files of the table's
+ * owner are owned). The reaper removes the name only if it still holds
+ * that same file (device and inode), never through a link. Declaring a
+ * path again updates it; a forked child owns nothing of its parent's; the
+ * declaration outlives livereg_close. At most 64 files per process and 256
+ * processes per table. Errors: INVALID_ARGUMENT (NULL, a path outside the
+ * allowed directories, a name over 255 bytes, a link or not a regular
+ * file), NOT_FOUND (no such file), PERMISSION (another user's file), FULL
+ * (a limit; the message names it), INCOMPATIBLE (a table made by an
+ * earlier build). */
+livereg_result livereg_own_file(const livereg_table *table, const char *path);
+
+/* Forgets a declaration of livereg_own_file; the file stays. Errors:
+ * NOT_FOUND (this process does not own it in this table). */
+livereg_result livereg_disown_file(const livereg_table *table, const char *path);
+
 /* If a reaper is alive, writes its boot token. Errors: NO_REAPER. */
 livereg_result livereg_probe(const livereg_table *table, uint64_t *boot_token);
 

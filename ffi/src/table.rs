@@ -212,3 +212,62 @@ pub unsafe extern "C" fn livereg_probe(
         Ok(())
     })
 }
+
+/// A path from C: its bytes as given (any encoding), never NULL.
+///
+/// # Safety
+///
+/// `path` is NULL or points to a NUL-terminated string valid for the call.
+unsafe fn path_arg<'a>(path: *const c_char) -> Result<&'a std::path::Path, livereg::Error> {
+    use std::os::unix::ffi::OsStrExt;
+    if path.is_null() {
+        return Err(crate::boundary::null("path"));
+    }
+    // SAFETY: not NULL (checked above); NUL-terminated and valid for the
+    // call by this function's `# Safety`.
+    let bytes = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
+    Ok(std::path::Path::new(std::ffi::OsStr::from_bytes(bytes)))
+}
+
+/// `livereg_own_file(table, path)`.
+///
+/// # Safety
+///
+/// `table` is a live handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_own_file(
+    table: *const livereg_table,
+    path: *const c_char,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: the handle rule (`handle`), this function's `# Safety`.
+        let table = unsafe { borrow(table) }?;
+        // SAFETY: this function's `# Safety`.
+        table.own_file(unsafe { path_arg(path) }?)
+    })
+}
+
+/// `livereg_disown_file(table, path)`.
+///
+/// # Safety
+///
+/// `table` is a live handle; `path` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_disown_file(
+    table: *const livereg_table,
+    path: *const c_char,
+) -> livereg_result {
+    guard(|| {
+        // SAFETY: the handle rule (`handle`), this function's `# Safety`.
+        let table = unsafe { borrow(table) }?;
+        // SAFETY: this function's `# Safety`.
+        let path = unsafe { path_arg(path) }?;
+        match table.disown_file(path)? {
+            true => Ok(()),
+            false => Err(livereg::Error::NotFound(format!(
+                "'{}' is not owned by this process in this table",
+                path.display()
+            ))),
+        }
+    })
+}

@@ -766,6 +766,59 @@ static void test_sessions(void) {
     EXPECT(livereg_unlink(name), LIVEREG_OK);
 }
 
+/* A forked child owns a file in /dev/shm and is killed: the reaper removes
+ * the file once the child has ended, never before. */
+static void test_owned_files(void) {
+    char name[64], path[128];
+    livereg_table *table;
+    livereg_reaper *reaper = NULL;
+    livereg_callbacks callbacks;
+    int ready[2], fd, tries;
+    char byte = 0;
+    pid_t child;
+    name_for(name, sizeof name, "owned");
+    snprintf(path, sizeof path, "/dev/shm/%s-ring", name);
+    table = create(name, 5000, 5000, 4);
+    EXPECT(livereg_own_file(table, NULL), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_own_file(NULL, path), LIVEREG_INVALID_ARGUMENT);
+    EXPECT(livereg_own_file(table, path), LIVEREG_NOT_FOUND);
+    EXPECT(livereg_own_file(table, "/tmp"), LIVEREG_INVALID_ARGUMENT);
+    CHECK(strstr(livereg_last_error(), "allowed directory") != NULL);
+    fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+    CHECK(fd >= 0);
+    CHECK(write(fd, "ring", 4) == 4);
+    close(fd);
+    /* Owned, then disowned by this process: it stays. */
+    EXPECT(livereg_own_file(table, path), LIVEREG_OK);
+    EXPECT(livereg_disown_file(table, path), LIVEREG_OK);
+    EXPECT(livereg_disown_file(table, path), LIVEREG_NOT_FOUND);
+    CHECK(pipe(ready) == 0);
+    child = fork();
+    if (child == 0) {
+        livereg_table *mine = NULL;
+        livereg_result r = livereg_open(name, &mine);
+        if (r == LIVEREG_OK) r = livereg_own_file(mine, path);
+        byte = (char)r;
+        if (write(ready[1], &byte, 1) != 1) _exit(2);
+        for (;;) pause();
+    }
+    CHECK(read(ready[0], &byte, 1) == 1 && byte == LIVEREG_OK);
+    memset(&callbacks, 0, sizeof callbacks);
+    EXPECT(livereg_reaper_start(table, &callbacks, &reaper), LIVEREG_OK);
+    sleep_ms(300);
+    CHECK(access(path, F_OK) == 0); /* its maker lives */
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    for (tries = 0; tries < 1000 && access(path, F_OK) == 0; tries++) sleep_ms(10);
+    CHECK(access(path, F_OK) != 0);
+    livereg_reaper_stop(reaper);
+    livereg_close(table);
+    unlink(path);
+    close(ready[0]);
+    close(ready[1]);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
 int main(void) {
     test_defaults_and_names();
     test_null_arguments();
@@ -780,6 +833,7 @@ int main(void) {
     test_progress();
     test_metrics_text();
     test_sessions();
+    test_owned_files();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);
         return 1;

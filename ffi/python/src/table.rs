@@ -120,6 +120,24 @@ impl Table {
         py.detach(move || table.reset(wait)).or_raise()
     }
 
+    /// Declares that this process owns the file at `path` (one it made
+    /// that must not outlive it): the reaper removes it once this process
+    /// has ended, and never while it lives. A regular file directly in a
+    /// directory the table allows (default `/dev/shm`), of this process's
+    /// user; never a link. Raises `InvalidArgumentError`, `NotFoundError`,
+    /// `PermissionError` or `FullError` naming the path and the rule.
+    fn own_file(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        let table = self.live()?;
+        py.detach(move || table.own_file(&path)).or_raise()
+    }
+
+    /// Forgets a declaration of [`own_file`]'s (the file stays): whether
+    /// this process owned it.
+    fn disown_file(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<bool> {
+        let table = self.live()?;
+        py.detach(move || table.disown_file(&path)).or_raise()
+    }
+
     /// The live reaper's boot token (changes whenever a reaper starts), or
     /// `None` if no reaper holds the table.
     fn probe(&self) -> PyResult<Option<u64>> {
@@ -283,9 +301,11 @@ impl Table {
 /// Creates table `name` exclusively. `registration_grace` defaults to the
 /// larger of 30 s and `reap_timeout`; `progress_timeout` (0: off) is how long
 /// a busy worker may make no progress before it ends `STALLED`; `clock`
-/// ("auto", "precise" or "coarse") is the clock heartbeats stamp with.
+/// ("auto", "precise" or "coarse") is the clock heartbeats stamp with;
+/// `owned_dirs` (default `["/dev/shm"]`) the directories where processes
+/// may own files the reaper removes once they have ended.
 #[pyfunction]
-#[pyo3(signature = (name, capacity=256, reap_timeout=10.0, registration_grace=None, mode=0o600, progress_timeout=0.0, clock="auto"))]
+#[pyo3(signature = (name, capacity=256, reap_timeout=10.0, registration_grace=None, mode=0o600, progress_timeout=0.0, clock="auto", owned_dirs=None))]
 #[allow(clippy::too_many_arguments)] // Python keyword arguments, each with a default
 pub fn create(
     py: Python<'_>,
@@ -296,6 +316,7 @@ pub fn create(
     mode: u32,
     progress_timeout: f64,
     clock: &str,
+    owned_dirs: Option<Vec<std::path::PathBuf>>,
 ) -> PyResult<Table> {
     let stamp_clock = match clock {
         "auto" => StampClock::Auto,
@@ -319,6 +340,7 @@ pub fn create(
         )?,
         progress_timeout: seconds(progress_timeout, "progress_timeout")?,
         stamp_clock,
+        owned_dirs: owned_dirs.unwrap_or_else(|| TableOptions::default().owned_dirs),
     };
     py.detach(|| livereg::Table::create(name, &options))
         .map(Table::new)

@@ -113,6 +113,11 @@ class Status:
     clears_requested: int
     clears_completed: int
     registrations: List[RegistrationStatus]
+    #: The files processes own (``Table.own_file``), removed once they have
+    #: ended: ``{"dirs": [...], "owners": [{"pid", "files", "bytes",
+    #: "held_bytes"}], "removed_total", "freed_bytes_total",
+    #: "refused_total"}``; ``None`` for a table made by an earlier build.
+    owned_files: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_dict(cls, snapshot: Mapping[str, Any]) -> "Status":

@@ -149,6 +149,26 @@ fn first_and_last(c: &mut Criterion) {
         });
         drained(&first.table);
     }
+    // Declaring a file owned: a look at it by name, the record written
+    // (the owner record already taken, as for every declaration but a
+    // process's first).
+    let file = std::path::Path::new("/dev/shm").join(format!("{}-owned", first.name));
+    std::fs::write(&file, b"owned").unwrap();
+    first.table.own_file(&file).unwrap();
+    group.bench_function("stat the file (the baseline of the next)", |b| {
+        b.iter(|| std::fs::symlink_metadata(&file).unwrap())
+    });
+    group.bench_function("declare a file owned (own_file)", |b| {
+        b.iter_batched(
+            || {
+                first.table.disown_file(&file).unwrap();
+            },
+            |()| first.table.own_file(&file).unwrap(),
+            BatchSize::PerIteration,
+        )
+    });
+    first.table.disown_file(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
     group.finish();
     reaper.stop().unwrap();
 }

@@ -12,6 +12,7 @@ import threading
 from types import ModuleType
 
 from livereg.lmcache._on_import import when_imported
+from livereg.lmcache._owned import install as own_files
 
 #: The package that holds LMCache's transfer contexts; its import brings in
 #: every transfer-context class.
@@ -36,7 +37,10 @@ def install() -> None:
     an address.
 
     Inside vLLM, the engine's steps publish progress too (see
-    ``livereg.lmcache._steps``): an engine that hangs is let go. Marks the
+    ``livereg.lmcache._steps``): an engine that hangs is let go. What the
+    engine's processes make in ``/dev/shm`` (shared-memory segments, named
+    semaphores, the CPU offload region) is owned in the table, so the
+    reaper removes it once its maker has ended (``livereg.lmcache._owned``). Marks the
     process tree with an engine key (``$LIVEREG_VLLM_ENGINE``) if it has
     none.
 
@@ -55,6 +59,8 @@ def install() -> None:
         # stall reports are found by it.
         if not os.environ.get(ENGINE_ENV):
             os.environ[ENGINE_ENV] = secrets.token_hex(6)
+        # What the engine's processes make in /dev/shm, removed once they end.
+        own_files()
         when_imported(TRANSFER_CONTEXTS, _wrap)
         when_imported(VLLM_ENGINE_CORE, _wrap_engine_core)
         when_imported(VLLM_WORKERS, _wrap_workers)

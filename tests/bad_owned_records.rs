@@ -90,17 +90,27 @@ fn forged_records_never_reach_past_their_directory_or_their_file() {
 }
 
 #[test]
-fn records_of_the_wrong_size_are_ignored_and_declaring_is_refused() {
-    let temp = TempTable::new("owned-size", &long_options());
-    std::fs::write(records_path(&temp), b"not records").unwrap();
-    let table = Table::open(&temp.name).unwrap();
-    assert!(table.status().unwrap().owned_files.is_none());
-    match table.own_file("/dev/shm/anything") {
-        Err(Error::Incompatible(message)) => assert!(message.contains("owned-file records")),
-        other => panic!("expected Incompatible, got {other:?}"),
+fn records_planted_as_a_link_or_of_the_wrong_size_are_ignored_and_declaring_is_refused() {
+    let temp = TempTable::new("owned-planted", &long_options());
+    let target = std::env::temp_dir().join(unique_name("owned-planted-target"));
+    std::fs::write(&target, vec![7u8; 4096]).unwrap();
+    for plant in ["link", "size"] {
+        std::fs::remove_file(records_path(&temp)).unwrap();
+        match plant {
+            "link" => std::os::unix::fs::symlink(&target, records_path(&temp)).unwrap(),
+            _ => std::fs::write(records_path(&temp), b"not records").unwrap(),
+        }
+        let table = Table::open(&temp.name).unwrap();
+        assert!(table.status().unwrap().owned_files.is_none(), "{plant}");
+        match table.own_file("/dev/shm/anything") {
+            Err(Error::Incompatible(message)) => assert!(message.contains("owned-file records")),
+            other => panic!("expected Incompatible, got {other:?}"),
+        }
+        let mut reaper = table.reaper().build().unwrap();
+        assert!(reaper.scan().unwrap().removed_files.is_empty());
     }
-    let mut reaper = table.reaper().build().unwrap();
-    assert!(reaper.scan().unwrap().removed_files.is_empty());
+    assert_eq!(std::fs::read(&target).unwrap(), vec![7u8; 4096]);
+    std::fs::remove_file(&target).unwrap();
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{long_options, TempTable};
+use common::{long_options, wait_for_death_word, TempTable};
 use livereg::Table;
 use std::time::{Duration, Instant};
 
@@ -32,21 +32,6 @@ fn until_threads(count: usize, what: &str) {
     }
 }
 
-/// Waits until `table` shows instance `id` with its process's death word.
-fn until_death_word(table: &Table, id: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !table
-        .status()
-        .unwrap()
-        .registrations
-        .iter()
-        .any(|r| r.instance_id == id && r.death_word)
-    {
-        assert!(Instant::now() < deadline, "no death word for {id}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 #[test]
 fn one_thread_per_open_table_from_its_opening_until_it_is_closed() {
     let temp = TempTable::new("death-thread-life", &long_options());
@@ -55,7 +40,7 @@ fn one_thread_per_open_table_from_its_opening_until_it_is_closed() {
     until_threads(2, "and the opened one's");
     for id in 1..=3 {
         let worker = table.register(id, "again").unwrap();
-        until_death_word(&table, id);
+        wait_for_death_word(&table, id);
         until_threads(2, "no thread more for a registration");
         worker.deregister().unwrap();
         until_threads(2, "parked after the last deregistration");

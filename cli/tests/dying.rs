@@ -15,7 +15,7 @@ mod common;
 #[path = "support/worker_process.rs"]
 mod worker_process;
 
-use common::{long_options, TempTable};
+use common::{long_options, wait_for_death_word, TempTable};
 use livereg::{DropEvent, Reason, Table, TableOptions};
 use std::process::Command;
 use std::sync::mpsc;
@@ -40,22 +40,6 @@ fn reaper(table: &Table) -> (livereg::ReaperThread, mpsc::Receiver<(Heard, Insta
         .spawn()
         .unwrap();
     (reaper, heard)
-}
-
-/// Waits until instance `id`'s registration has its process's death word
-/// (the death thread claims it just after the first registration).
-fn wait_for_death_word(table: &Table, id: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !table
-        .status()
-        .unwrap()
-        .registrations
-        .iter()
-        .any(|r| r.instance_id == id && r.death_word)
-    {
-        assert!(Instant::now() < deadline, "no death word for {id}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 /// Nothing heard for `how_long` (a live process is never dying).

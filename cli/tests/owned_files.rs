@@ -63,6 +63,15 @@ fn owner(table: &str, instance: u64, files: &[&ShmFile], extra: &[&str]) -> Work
     worker
 }
 
+/// What `table` says of the files processes own in it.
+fn owned_in(table: &Table) -> livereg::OwnedFilesStatus {
+    table
+        .status()
+        .unwrap()
+        .owned_files
+        .expect("a table with owned-file records")
+}
+
 /// Scans until a scan removes something or no process owns files any
 /// more; returns every path removed.
 fn scan_until_settled(reaper: &mut Reaper, table: &Table) -> Vec<PathBuf> {
@@ -70,7 +79,7 @@ fn scan_until_settled(reaper: &mut Reaper, table: &Table) -> Vec<PathBuf> {
     let mut removed = Vec::new();
     loop {
         removed.extend(reaper.scan().unwrap().removed_files);
-        let owned = table.status().unwrap().owned_files.unwrap();
+        let owned = owned_in(table);
         if owned.owners.is_empty() {
             return removed;
         }
@@ -97,7 +106,7 @@ fn a_killed_owner_s_files_are_removed_once_it_has_ended_and_never_before() {
     let (ring, sem) = (ShmFile::new("ring", 8192), ShmFile::new("sem", 32));
     let mut reaper = temp.table.reaper().build().unwrap();
     let worker = owner(&temp.name, 1, &[&ring, &sem], &[]);
-    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    let owned = owned_in(&temp.table);
     assert_eq!(owned.owners.len(), 1);
     assert_eq!((owned.owners[0].files, owned.owners[0].bytes), (2, 8224));
     assert_eq!(owned.dirs, vec![PathBuf::from("/dev/shm")]);
@@ -109,7 +118,7 @@ fn a_killed_owner_s_files_are_removed_once_it_has_ended_and_never_before() {
     expected.sort();
     assert_eq!(removed, expected);
     assert!(!ring.exists() && !sem.exists());
-    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    let owned = owned_in(&temp.table);
     assert_eq!((owned.removed_total, owned.refused_total), (2, 0));
     assert!(owned.freed_bytes_total >= 8192, "{owned:?}");
 }
@@ -127,7 +136,7 @@ fn a_file_replaced_after_its_declaration_is_left_alone() {
     worker.signal(libc::SIGKILL);
     assert!(scan_until_settled(&mut reaper, &temp.table).is_empty());
     assert_eq!(std::fs::read(&file.0).unwrap(), b"someone else's");
-    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    let owned = owned_in(&temp.table);
     assert_eq!((owned.removed_total, owned.refused_total), (0, 1));
 }
 
@@ -143,7 +152,7 @@ fn a_link_planted_in_its_place_is_left_alone_and_its_target_untouched() {
     assert!(scan_until_settled(&mut reaper, &temp.table).is_empty());
     assert!(file.0.symlink_metadata().unwrap().file_type().is_symlink());
     assert!(target.exists());
-    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    let owned = owned_in(&temp.table);
     assert_eq!(owned.refused_total, 1);
 }
 
@@ -192,7 +201,7 @@ fn declarations_outside_the_rules_are_refused_naming_the_path_and_the_rule() {
         temp.table.own_file(&long),
         Err(Error::InvalidArgument(_))
     ));
-    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    let owned = owned_in(&temp.table);
     assert!(owned.owners.iter().all(|o| o.files == 0));
 }
 
@@ -270,7 +279,7 @@ fn a_process_owns_at_most_64_files_and_the_limit_is_named() {
     assert!(mine.disown_file(&files[0].0).unwrap());
     assert!(!mine.disown_file(&files[0].0).unwrap(), "once");
     mine.own_file(&files[64].0).unwrap();
-    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    let owned = owned_in(&temp.table);
     assert_eq!(owned.owners[0].files, 64);
     assert_eq!(owned.owners[0].pid, std::process::id());
     // This process lives: nothing of it is removed.
@@ -282,14 +291,7 @@ fn a_process_owns_at_most_64_files_and_the_limit_is_named() {
         assert!(mine.disown_file(&file.0).unwrap());
     }
     drop(mine);
-    assert!(temp
-        .table
-        .status()
-        .unwrap()
-        .owned_files
-        .unwrap()
-        .owners
-        .is_empty());
+    assert!(owned_in(&temp.table).owners.is_empty());
     assert!(reaper.scan().unwrap().removed_files.is_empty());
     assert!(files.iter().all(ShmFile::exists));
 }
@@ -306,7 +308,7 @@ fn a_handle_closed_while_its_process_owns_files_keeps_them_owned_until_it_ends()
         reaper.scan().unwrap().removed_files.is_empty(),
         "this process lives"
     );
-    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    let owned = owned_in(&temp.table);
     assert_eq!(owned.owners[0].files, 1);
     assert!(file.exists());
 }
@@ -335,7 +337,7 @@ fn a_reaper_killed_part_way_leaves_the_rest_to_the_next_and_a_file_gone_is_no_er
     std::fs::remove_file(&done.0).unwrap();
     let mut reaper = temp.table.reaper().build().unwrap();
     assert_eq!(reaper.scan().unwrap().removed_files, vec![left.0.clone()]);
-    let owned = temp.table.status().unwrap().owned_files.unwrap();
+    let owned = owned_in(&temp.table);
     assert_eq!((owned.removed_total, owned.refused_total), (1, 0));
     assert!(owned.owners.is_empty());
 }
@@ -406,16 +408,7 @@ fn livereg_run_owns_what_its_program_makes_once_it_exists() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while temp
-        .table
-        .status()
-        .unwrap()
-        .owned_files
-        .unwrap()
-        .owners
-        .iter()
-        .all(|o| o.files == 0)
-    {
+    while owned_in(&temp.table).owners.iter().all(|o| o.files == 0) {
         assert!(Instant::now() < deadline, "never owned");
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -21,8 +21,8 @@ use crate::os::robust::RobustList;
 use crate::table::death_protocol;
 use crate::sync::{AtomicU32, AtomicU64};
 use memmap2::{MmapOptions, MmapRaw};
-use std::fs::{File, OpenOptions, Permissions};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use crate::table::side_file;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"LRDY");
@@ -133,19 +133,7 @@ impl DeathWords {
     /// Makes the file beside a new table at `table` (replacing a stale one a
     /// removed table of the same name left), with the table's `mode`.
     pub(crate) fn create(table: &Path, capacity: u32, mode: u32) -> std::io::Result<DeathWords> {
-        let path = beside(table);
-        // A name, never followed: a link planted there is removed, not
-        // its target.
-        let _ = std::fs::remove_file(&path);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
-        file.set_permissions(Permissions::from_mode(mode))?;
-        file.set_len(size(capacity) as u64)?;
+        let file = side_file::create(&beside(table), size(capacity), mode)?;
         let words = Self::map(file, capacity)?;
         words.header(1).store(capacity, crate::sync::Ordering::Relaxed);
         words
@@ -160,17 +148,8 @@ impl DeathWords {
     /// (then nothing of it is touched, and this process's registrations are
     /// seen once they have ended).
     pub(crate) fn open(table: &Path, table_file: &File, capacity: u32) -> Option<DeathWords> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(beside(table))
-            .ok()?;
-        let (found, table_meta) = (file.metadata().ok()?, table_file.metadata().ok()?);
-        let fits = found.file_type().is_file()
-            && found.uid() == table_meta.uid()
-            && found.len() == size(capacity) as u64;
-        let words = fits.then(|| Self::map(file, capacity).ok()).flatten()?;
+        let file = side_file::open(&beside(table), table_file, size(capacity))?;
+        let words = Self::map(file, capacity).ok()?;
         let acquire = crate::sync::Ordering::Acquire;
         let made = words.header(0).load(acquire) == MAGIC
             && words.header(1).load(crate::sync::Ordering::Relaxed) == capacity;

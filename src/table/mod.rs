@@ -19,6 +19,7 @@
 //! - `memory.rs`: the mapping (a file or the heap) and its slots;
 //! - `location.rs`: where a table lives (a name or a path);
 //! - `locks.rs`: the reaper role and the registration lock;
+//! - `side_file.rs`: the files beside a shared table, made and opened;
 //! - `requests.rs`: what any process asks of the reaper (clear, reset);
 //! - `inside_handlers.rs`: such asks refused from the reaper's own handlers;
 //! - `wake.rs`: who wakes a caller-driven reaper.
@@ -42,6 +43,7 @@ needs_the_os! {
     pub(crate) mod owned_records;
     pub(crate) mod owning;
     pub(crate) mod requests;
+    pub(crate) mod side_file;
     pub(crate) mod wake;
     pub use handle::Table;
     pub use options::{TableOptions, DEFAULT_REGISTRATION_GRACE};

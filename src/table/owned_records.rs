@@ -17,9 +17,10 @@ use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use crate::sync::{AtomicU32, AtomicU64};
 use memmap2::{MmapOptions, MmapRaw};
 use std::ffi::OsString;
-use std::fs::{File, OpenOptions, Permissions};
+use crate::table::side_file;
+use std::fs::File;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"LROW");
@@ -131,19 +132,7 @@ impl OwnedRecords {
     /// (checked by the caller: absolute, at most [`MAX_DIRS`] of at most
     /// [`NAME_MAX`] bytes).
     pub(crate) fn create(table: &Path, dirs: &[PathBuf], mode: u32) -> std::io::Result<OwnedRecords> {
-        let path = beside(table);
-        // A name, never followed: a link planted there is removed, not
-        // its target.
-        let _ = std::fs::remove_file(&path);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
-        file.set_permissions(Permissions::from_mode(mode))?;
-        file.set_len(size() as u64)?;
+        let file = side_file::create(&beside(table), size(), mode)?;
         let records = Self::map(file, Vec::new())?;
         records.header(1).store(PROCESSES, Relaxed);
         records.header(2).store(FILES, Relaxed);
@@ -162,17 +151,8 @@ impl OwnedRecords {
     /// made the table: `None` when the file is absent, is not a regular
     /// file of the table's owner, or is not the size this build makes.
     pub(crate) fn open(table: &Path, table_file: &File) -> Option<OwnedRecords> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(beside(table))
-            .ok()?;
-        let (found, table_meta) = (file.metadata().ok()?, table_file.metadata().ok()?);
-        let fits = found.file_type().is_file()
-            && found.uid() == table_meta.uid()
-            && found.len() == size() as u64;
-        let records = fits.then(|| Self::map(file, Vec::new()).ok()).flatten()?;
+        let file = side_file::open(&beside(table), table_file, size())?;
+        let records = Self::map(file, Vec::new()).ok()?;
         let made = records.header(0).load(Acquire) == MAGIC
             && records.header(1).load(Relaxed) == PROCESSES
             && records.header(2).load(Relaxed) == FILES;

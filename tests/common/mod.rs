@@ -163,3 +163,20 @@ pub fn hold_registration_lock(table: &str) -> std::fs::File {
     assert_eq!(taken, 0, "{}", std::io::Error::last_os_error());
     file
 }
+
+/// Waits until instance `id`'s registration in `table` has its process's
+/// death word (the death thread claims it just after the first
+/// registration).
+pub fn wait_for_death_word(table: &Table, id: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == id && r.death_word)
+    {
+        assert!(Instant::now() < deadline, "no death word for {id}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}

@@ -419,3 +419,25 @@ fn livereg_run_owns_what_its_program_makes_once_it_exists() {
         vec![file.0.clone()]
     );
 }
+
+#[test]
+fn an_allowed_directory_reached_through_a_link_is_never_followed() {
+    let real = std::env::temp_dir().join(unique_name("owned-real-dir"));
+    let link = std::env::temp_dir().join(unique_name("owned-dir-link"));
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let options = livereg::TableOptions {
+        owned_dirs: vec![link.clone()],
+        ..long_options()
+    };
+    let temp = TempTable::new("owned-dir-link", &options);
+    let file = link.join("ring");
+    std::fs::write(&file, b"x").unwrap();
+    let refused = temp.table.own_file(&file);
+    let kept = real.join("ring").exists();
+    let _ = std::fs::remove_file(real.join("ring"));
+    let _ = std::fs::remove_file(&link);
+    let _ = std::fs::remove_dir(&real);
+    assert!(refused.is_err(), "declared through a link: {refused:?}");
+    assert!(kept);
+}

@@ -42,15 +42,34 @@ pub(crate) enum Removal {
 }
 
 /// The directory at `dir`, opened to look in (`O_PATH`: no read access
-/// needed, nothing opened through it but by name).
+/// needed, nothing opened through it but by name), following no link on
+/// the way (`openat2` with `RESOLVE_NO_SYMLINKS`; on a kernel before 5.6,
+/// `open`, which follows the links of the creator's own configuration).
 pub(crate) fn open_dir(dir: &Path) -> io::Result<File> {
     let path = c_string(dir.as_os_str())?;
-    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    // SAFETY: an all-zero `open_how` is valid (no flags, no mode, no
+    // resolve restrictions) before the fields are set.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = flags as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS;
+    // SAFETY: `path` is a NUL-terminated string and `how` a valid
+    // `open_how` of the size passed, both outliving the call.
     let fd = unsafe {
-        libc::open(
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
             path.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
         )
+    } as i32;
+    let fd = match fd {
+        -1 if io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) => {
+            // SAFETY: `path` is a NUL-terminated string outliving the call.
+            unsafe { libc::open(path.as_ptr(), flags) }
+        }
+        fd => fd,
     };
     if fd < 0 {
         return Err(io::Error::last_os_error());

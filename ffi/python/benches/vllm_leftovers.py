@@ -15,7 +15,8 @@ after, per run and summed over the crash-restart cycles.
 
 Usage (in the environment ``ffi/python/vllm-env`` makes, with this
 package's wheel installed): ``python benches/vllm_leftovers.py [--runs N]
-[--quick]``; ``--quick``: one livereg kill, no stock. Prints Markdown.
+[--livereg-runs N] [--exits N] [--quick]``; ``--quick``: one livereg
+kill, no stock. Prints Markdown.
 """
 
 from __future__ import annotations
@@ -116,14 +117,17 @@ def mib(n: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=5, help="kills of each engine (stock: crash-restart cycles)")
+    parser.add_argument("--livereg-runs", type=int, default=3)
+    parser.add_argument("--exits", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     start = snapshot()
     with tempfile.TemporaryDirectory() as folder, module_server("leftovers", {"reap_timeout_seconds": 1.0}) as server:
         model = make_model(Path(folder))
         plan = [("livereg", False, 1)] if args.quick else [
-            ("livereg", False, args.runs), ("livereg", True, 3), ("stock", False, args.runs), ("stock", True, 3),
+            ("livereg", False, args.livereg_runs), ("livereg", True, args.exits),
+            ("stock", False, args.runs), ("stock", True, args.exits),
         ]
         results: Dict[Tuple[str, bool], List[Dict[str, float]]] = {}
         try:

@@ -106,6 +106,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // a shared table: Miri's isolation has no /dev/shm
     fn a_word_marked_during_a_sweep_is_not_given_back_until_the_next() {
         let name = Named(format!("livereg-unit-dying-{}", std::process::id()));
         let table = Table::create(&name.0, &TableOptions::default()).unwrap();

@@ -69,7 +69,7 @@ impl Table {
     /// # Examples
     ///
     /// ```no_run
-    /// # fn main() -> livereg::Result<()> {
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let table = livereg::Table::open("engine")?;
     /// std::fs::write("/dev/shm/engine-ring-0", b"...")?;
     /// table.own_file("/dev/shm/engine-ring-0")?;

@@ -85,7 +85,7 @@ def run_once(model: Path, port: int, table: str, clean: bool, stock: bool) -> Di
         last_end = time.monotonic()
         back: Optional[float] = None
         while time.monotonic() - last_end < (2.0 if stock else 5.0):
-            if set(snapshot()) - set(before) == set():
+            if back is None and set(snapshot()) - set(before) == set():
                 back = time.monotonic() - last_end
                 if not stock:
                     break

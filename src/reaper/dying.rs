@@ -91,7 +91,8 @@ fn dying_event(slot: &Slot, index: u32, generation: u32) -> DropEvent {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use crate::table::death_protocol::OWNER_DIED;
-    use crate::{Table, TableOptions};
+    use crate::table::handle::Table;
+    use crate::table::options::TableOptions;
     use std::collections::HashSet;
     use std::sync::atomic::Ordering::SeqCst;
     use std::time::{Duration, Instant};

@@ -6,8 +6,7 @@ use crate::clock::Stamps;
 use crate::error::{Error, Result};
 use crate::os::fork::LockDescriptor;
 use crate::table::death_words::{DeathWords, Listing};
-use crate::table::owned_records::OwnedRecords;
-use crate::table::owning::OwnerHold;
+use crate::table::owned_records::{OwnedRecords, OwnerHold};
 use crate::sync::AtomicU64;
 use crate::table::layout::{
     object_size, observations_start, slots_end, Header, InfoArea, Slot, HEADER_SIZE,

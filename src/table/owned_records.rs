@@ -17,6 +17,7 @@ use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use crate::sync::{AtomicU32, AtomicU64};
 use memmap2::{MmapOptions, MmapRaw};
 use std::ffi::OsString;
+use crate::os::fork::{self, LockDescriptor};
 use crate::table::side_file;
 use std::fs::File;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -264,6 +265,43 @@ impl OwnedRecords {
                 .as_ptr()
                 .add(HEADER + PROCESSES as usize * OWNER_SIZE + index * FILE_SIZE)
                 .cast::<FileRecord>()
+        }
+    }
+}
+
+/// This process's owner record in a table's owned-file records: its index
+/// and the descriptor whose lock says the process lives.
+pub(crate) struct OwnerHold {
+    pub epoch: u64,
+    pub index: u32,
+    pub lock: Option<LockDescriptor>,
+}
+
+impl Drop for OwnerHold {
+    /// The handle is closed: with nothing owned, the record is given back;
+    /// with files still owned, the lock stays held until the process ends.
+    fn drop(&mut self) {
+        if self.epoch != fork::epoch() {
+            return;
+        }
+        if let Some(lock) = self.lock.take() {
+            std::mem::forget(lock);
+        }
+    }
+}
+
+impl OwnerHold {
+    /// Gives the record back if it owns nothing (then the lock goes with
+    /// it); otherwise keeps the lock for the rest of the process's life.
+    pub(crate) fn release(mut self, records: Option<&OwnedRecords>) {
+        let owns_nothing = records.is_some_and(|records| {
+            (0..FILES).all(|f| records.file(self.index, f).state.load(Acquire) == FREE)
+        });
+        if owns_nothing && self.epoch == fork::epoch() {
+            if let Some(records) = records {
+                records.owner(self.index).state.store(FREE, Release);
+            }
+            drop(self.lock.take());
         }
     }
 }

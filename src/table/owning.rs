@@ -27,19 +27,11 @@ use crate::os::same_file::{self, Found, Identity};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::table::handle::Table;
 use crate::table::owned_records::{
-    owner_lock, OwnedRecords, DECLARED, FILES, FREE, HELD, NAME_MAX, PROCESSES,
+    owner_lock, OwnedRecords, OwnerHold, DECLARED, FILES, FREE, HELD, NAME_MAX, PROCESSES,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-
-/// This process's owner record in a table's owned-file records: its index
-/// and the descriptor whose lock says the process lives.
-pub(crate) struct OwnerHold {
-    epoch: u64,
-    index: u32,
-    lock: Option<LockDescriptor>,
-}
 
 impl Table {
     /// Declares that this process owns the file at `path`: the reaper
@@ -233,35 +225,6 @@ impl Table {
             ),
             capacity: Some(PROCESSES),
         })
-    }
-}
-
-impl Drop for OwnerHold {
-    /// The handle is closed: with nothing owned, the record is given back;
-    /// with files still owned, the lock stays held until the process ends.
-    fn drop(&mut self) {
-        if self.epoch != fork::epoch() {
-            return;
-        }
-        if let Some(lock) = self.lock.take() {
-            std::mem::forget(lock);
-        }
-    }
-}
-
-impl OwnerHold {
-    /// Gives the record back if it owns nothing (then the lock goes with
-    /// it); otherwise keeps the lock for the rest of the process's life.
-    pub(crate) fn release(mut self, records: Option<&OwnedRecords>) {
-        let owns_nothing = records.is_some_and(|records| {
-            (0..FILES).all(|f| records.file(self.index, f).state.load(Acquire) == FREE)
-        });
-        if owns_nothing && self.epoch == fork::epoch() {
-            if let Some(records) = records {
-                records.owner(self.index).state.store(FREE, Release);
-            }
-            drop(self.lock.take());
-        }
     }
 }
 

@@ -207,9 +207,10 @@ pub fn render(status: &Status) -> String {
 /// The files processes own: one line for the table, one per owner.
 fn owned_files(owned: &livereg::OwnedFilesStatus) -> String {
     let dirs: Vec<String> = owned.dirs.iter().map(|d| d.display().to_string()).collect();
-    let dirs = match dirs.is_empty() {
-        true => "none allowed".to_owned(),
-        false => format!("in {}", dirs.join(", ")),
+    let dirs = match (&owned.dirs_refused, dirs.is_empty()) {
+        (Some(refused), _) => format!("none allowed: {refused}"),
+        (None, true) => "none allowed".to_owned(),
+        (None, false) => format!("in {}", dirs.join(", ")),
     };
     let mut out = format!(
         "\nowned files ({dirs}): {} removed ({} freed), {} refused\n",

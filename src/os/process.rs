@@ -61,3 +61,19 @@ pub(crate) fn read_start_time(pid: &str) -> std::io::Result<u64> {
         .and_then(|field| field.parse().ok())
         .ok_or_else(unparsable)
 }
+
+/// `geteuid()`, `getegid()` and `getgroups()`: this process's effective
+/// user, and its effective group followed by its supplementary groups.
+pub(crate) fn credentials() -> (u32, Vec<u32>) {
+    // SAFETY: geteuid and getegid have no preconditions and cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    // SAFETY: with a size of 0, getgroups only counts (no buffer written).
+    let count = unsafe { libc::getgroups(0, std::ptr::null_mut()) }.max(0);
+    let mut groups = vec![0 as libc::gid_t; count as usize];
+    // SAFETY: `groups` has room for `count` entries, the size passed.
+    let written = unsafe { libc::getgroups(count, groups.as_mut_ptr()) }.max(0);
+    groups.truncate(written as usize);
+    groups.retain(|&group| group != gid);
+    groups.insert(0, gid);
+    (uid, groups)
+}

@@ -1,12 +1,13 @@
 //! A file named in a directory, looked at and removed without following
-//! any link (`fstatat(AT_SYMLINK_NOFOLLOW)`, `unlinkat` relative to the
+//! any link (`statx(AT_SYMLINK_NOFOLLOW)`, `unlinkat` relative to the
 //! directory's descriptor), and only while the name still holds the file
-//! that was seen: its device and inode.
+//! that was seen: its device, inode and birth time.
 
 use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -19,6 +20,22 @@ pub(crate) struct Identity {
     /// Its size in bytes, and the bytes it holds (`st_blocks` × 512).
     pub size: u64,
     pub held: u64,
+    /// Its birth time in nanoseconds since the epoch (`STATX_BTIME`), where
+    /// the file system keeps one: with the device and inode, what tells a
+    /// file from a later one given the same inode number.
+    pub born_ns: Option<u64>,
+}
+
+/// What `fstat` and `fstatfs` say of a directory: whose it is, its mode,
+/// and whether it is a tmpfs (which never gives an inode number twice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DirFacts {
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+    pub tmpfs: bool,
+    /// The file system's type (`statfs.f_type`), for messages.
+    pub fs_type: u64,
 }
 
 /// What a name in a directory holds.
@@ -78,20 +95,22 @@ pub(crate) fn open_dir(dir: &Path) -> io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// What `name` (one path component) holds in `dir`, the name itself looked
+/// `statx(dir, name, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS | STATX_BTIME)`:
+/// what `name` (one path component) holds in `dir`, the name itself looked
 /// at, never what a link points to.
 pub(crate) fn look(dir: &File, name: &OsStr) -> io::Result<Found> {
     let name = c_string(name)?;
-    // SAFETY: an all-zero `stat` is a valid value to be written over.
-    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an all-zero `statx` is a valid value to be written over.
+    let mut stat: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: `dir` is an open descriptor, `name` a NUL-terminated string
-    // and `stat` a writable `struct stat`, all outliving the call.
+    // and `stat` a writable `struct statx`, all outliving the call.
     let rc = unsafe {
-        libc::fstatat(
+        libc::statx(
             dir.as_raw_fd(),
             name.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_SYNC_AS_STAT,
+            libc::STATX_BASIC_STATS | libc::STATX_BTIME,
             &mut stat,
-            libc::AT_SYMLINK_NOFOLLOW,
         )
     };
     if rc != 0 {
@@ -101,37 +120,57 @@ pub(crate) fn look(dir: &File, name: &OsStr) -> io::Result<Found> {
             _ => Err(error),
         };
     }
-    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+    if u32::from(stat.stx_mode) & libc::S_IFMT != libc::S_IFREG {
         return Ok(Found::NotRegular);
     }
+    let born_ns = (stat.stx_mask & libc::STATX_BTIME != 0).then(|| {
+        (stat.stx_btime.tv_sec as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(u64::from(stat.stx_btime.tv_nsec))
+    });
     Ok(Found::File(Identity {
-        dev: stat.st_dev,
-        ino: stat.st_ino,
-        uid: stat.st_uid,
-        size: u64::try_from(stat.st_size).unwrap_or(0),
-        held: u64::try_from(stat.st_blocks).unwrap_or(0) * 512,
+        dev: libc::makedev(stat.stx_dev_major, stat.stx_dev_minor),
+        ino: stat.stx_ino,
+        uid: stat.stx_uid,
+        size: stat.stx_size,
+        held: stat.stx_blocks * 512,
+        born_ns,
     }))
 }
 
-/// Removes `name` from `dir` if it still holds the regular file `dev` and
-/// `ino` name, and its owner is one `owner_allowed` accepts. Between the
-/// look and the removal only the file's owner (or the directory's) can
-/// put another file under the name of a sticky directory such as
-/// `/dev/shm`.
+/// `fstat(dir)` and `fstatfs(dir)`: the directory's owner, group, mode and
+/// file system.
+pub(crate) fn dir_facts(dir: &File) -> io::Result<DirFacts> {
+    // SAFETY: an all-zero `statfs` is a valid value to be written over.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir` is an open descriptor (`O_PATH` is enough for
+    // `fstatfs` since Linux 3.12) and `fs` a writable `struct statfs`.
+    if unsafe { libc::fstatfs(dir.as_raw_fd(), &mut fs) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let meta = dir.metadata()?;
+    Ok(DirFacts {
+        uid: meta.uid(),
+        gid: meta.gid(),
+        mode: meta.mode(),
+        tmpfs: fs.f_type as u64 == libc::TMPFS_MAGIC as u64,
+        fs_type: fs.f_type as u64,
+    })
+}
+
+/// Removes `name` from `dir` if it still holds a regular file that
+/// `is_the_one` accepts (its identity: the file declared, of an owner the
+/// rules allow). Between the look and the removal only the file's owner
+/// (or the directory's) can put another file under the name of a sticky
+/// directory such as `/dev/shm`.
 pub(crate) fn remove_if_same(
     dir: &File,
     name: &OsStr,
-    dev: u64,
-    ino: u64,
-    owner_allowed: impl FnOnce(u32) -> bool,
+    is_the_one: impl FnOnce(&Identity) -> bool,
 ) -> io::Result<Removal> {
     let identity = match look(dir, name)? {
         Found::Missing => return Ok(Removal::Missing),
-        Found::File(identity)
-            if (identity.dev, identity.ino) == (dev, ino) && owner_allowed(identity.uid) =>
-        {
-            identity
-        }
+        Found::File(identity) if is_the_one(&identity) => identity,
         Found::File(_) | Found::NotRegular => return Ok(Removal::Replaced),
     };
     let name = c_string(name)?;

@@ -3,6 +3,7 @@
 
 use super::lock_schedule::LockRounds;
 use super::death_watch::DeathWatch;
+use super::owned_removal::OwnedRemover;
 use super::seen::Seen;
 use super::role::{Dispatch, Reaper};
 use crate::clock::Clock;
@@ -225,6 +226,11 @@ impl ReaperBuilder {
         // And through their death words, where the table has them, so a
         // process is seen as soon as it begins to die.
         let death_watch = DeathWatch::start(inner.clone());
+        // And the files of processes that have ended, off the scan's path.
+        let owned_remover = match role.lock {
+            Some(_) => OwnedRemover::start(inner.clone()),
+            None => None,
+        };
         let wake = WakeFd::start(inner.clone()).map_err(|source| crate::error::Error::Io {
             context: format!(
                 "table '{}': start the reaper's wake-up descriptor",
@@ -264,6 +270,7 @@ impl ReaperBuilder {
             role,
             watcher,
             _death_watch: death_watch,
+            owned_remover,
             death_words_whole: false,
             wake,
             last_scan_ns: None,

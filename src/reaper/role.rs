@@ -4,6 +4,7 @@
 
 use super::lock_schedule::LockRounds;
 use super::death_watch::DeathWatch;
+use super::owned_removal::OwnedRemover;
 use super::seen::Seen;
 use crate::error::Result;
 use crate::event::DropEvent;
@@ -40,8 +41,11 @@ pub struct ScanReport {
     pub cleared: bool,
     /// Whether the clear was a reset: this scan ended every registration.
     pub reset: bool,
-    /// The files this scan removed: owned by processes that have ended
-    /// ([`Table::own_file`](crate::Table::own_file)).
+    /// The files removed since the previous scan: owned by processes that
+    /// have ended ([`Table::own_file`](crate::Table::own_file)). They are
+    /// removed on a thread of the reaper's, which each scan asks for a
+    /// round without waiting for it: a file is reported by the scan after
+    /// the round that removed it.
     pub removed_files: Vec<std::path::PathBuf>,
 }
 
@@ -82,6 +86,9 @@ pub struct Reaper {
     /// Waits on the registering processes' death words (shared tables that
     /// have them).
     pub(super) _death_watch: Option<DeathWatch>,
+    /// Removes the files of processes that have ended (shared tables with
+    /// owned-file records).
+    pub(super) owned_remover: Option<OwnedRemover>,
     /// Whether this scan may read the death words (present and whole,
     /// checked as the scan begins).
     pub(super) death_words_whole: bool,

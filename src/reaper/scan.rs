@@ -3,6 +3,7 @@
 //! scan's figures.
 
 use super::observe::Verdict;
+use super::owned_removal::OwnedRemover;
 use super::role::{Dispatch, Reaper, ScanReport};
 use crate::error::Result;
 use crate::event::{DropEvent, Reason};
@@ -42,7 +43,10 @@ impl Reaper {
             ..ScanReport::default()
         };
         self.sweep(now_ns, &mut report);
-        report.removed_files = self.remove_owned_files();
+        report.removed_files = self
+            .owned_remover
+            .as_ref()
+            .map_or_else(Vec::new, OwnedRemover::ask);
         self.dispatch(&mut report, clear);
         self.finish_scan(&report, started);
         Ok(report)

@@ -3,9 +3,8 @@
 //! and bytes, and what the reapers removed and refused.
 
 use crate::os::same_file::{self, Found};
-use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::memory::TableMemory;
-use crate::table::owned_records::{Counter, DECLARED, FILES, HELD, PROCESSES};
+use crate::table::owned_records::{Counter, DECLARED, HELD};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -15,8 +14,13 @@ use std::path::PathBuf;
 /// owner has ended.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnedFilesStatus {
-    /// The directories owned files may be in (set at creation).
+    /// The directories owned files may be in (set at creation, in a file
+    /// only the table's owner may write).
     pub dirs: Vec<PathBuf>,
+    /// Why no directory is allowed, when that file was not believed (a
+    /// link, another user's, writable by others, malformed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dirs_refused: Option<String>,
     /// Each process owning files now (or ended, its files not yet removed).
     pub owners: Vec<OwnerStatus>,
     /// Files the reapers removed, since creation.
@@ -42,7 +46,7 @@ pub struct OwnerStatus {
 }
 
 /// The owned files of `memory`'s table; `None` for a table without
-/// owned-file records.
+/// owned-file records, or records cut short.
 pub(crate) fn owned_files(memory: &TableMemory) -> Option<OwnedFilesStatus> {
     let records = memory.owned_records()?;
     let dirs: Vec<_> = records
@@ -50,41 +54,39 @@ pub(crate) fn owned_files(memory: &TableMemory) -> Option<OwnedFilesStatus> {
         .iter()
         .map(|dir| same_file::open_dir(dir).ok())
         .collect();
-    let owners = (0..PROCESSES)
-        .filter(|&index| records.owner(index).state.load(Acquire) == HELD)
-        .map(|index| {
-            let mut owner = OwnerStatus {
-                pid: records.owner(index).pid.load(Relaxed),
-                files: 0,
-                bytes: 0,
-                held_bytes: 0,
-            };
-            for file in 0..FILES {
-                let record = records.file(index, file);
-                if record.state.load(Acquire) != DECLARED {
-                    continue;
-                }
-                owner.files += 1;
-                let dir = dirs.get(record.dir.load(Relaxed) as usize).and_then(Option::as_ref);
-                let name = record.name.load();
-                let found = dir.and_then(|dir| same_file::look(dir, OsStr::from_bytes(&name)).ok());
-                if let Some(Found::File(identity)) = found {
-                    if (identity.dev, identity.ino)
-                        == (record.dev.load(Relaxed), record.ino.load(Relaxed))
-                    {
-                        owner.bytes += identity.size;
-                        owner.held_bytes += identity.held;
-                    }
+    let mut owners = Vec::new();
+    for (index, owner) in (0u32..).zip(records.owners().ok()?) {
+        if owner.state != HELD {
+            continue;
+        }
+        let mut status = OwnerStatus {
+            pid: owner.pid,
+            files: 0,
+            bytes: 0,
+            held_bytes: 0,
+        };
+        for record in records.files(index).ok()? {
+            if record.state != DECLARED {
+                continue;
+            }
+            status.files += 1;
+            let dir = dirs.get(record.dir as usize).and_then(Option::as_ref);
+            let found = dir.and_then(|dir| same_file::look(dir, OsStr::from_bytes(&record.name)).ok());
+            if let Some(Found::File(identity)) = found {
+                if (identity.dev, identity.ino) == (record.dev, record.ino) {
+                    status.bytes += identity.size;
+                    status.held_bytes += identity.held;
                 }
             }
-            owner
-        })
-        .collect();
+        }
+        owners.push(status);
+    }
     Some(OwnedFilesStatus {
         dirs: records.dirs().to_vec(),
+        dirs_refused: records.dirs_refused().map(str::to_owned),
         owners,
-        removed_total: records.counter(Counter::Removed).load(Relaxed),
-        freed_bytes_total: records.counter(Counter::BytesFreed).load(Relaxed),
-        refused_total: records.counter(Counter::Refused).load(Relaxed),
+        removed_total: records.counter(Counter::Removed).ok()?,
+        freed_bytes_total: records.counter(Counter::BytesFreed).ok()?,
+        refused_total: records.counter(Counter::Refused).ok()?,
     })
 }

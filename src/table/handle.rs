@@ -28,6 +28,7 @@ use crate::table::layout::{
 };
 use crate::table::death_thread;
 use crate::table::death_words::{self, DeathWords};
+use crate::table::owned_dirs;
 use crate::table::owned_records::{self, OwnedRecords};
 use crate::table::location;
 use crate::table::memory::{Backing, TableMemory};
@@ -97,6 +98,7 @@ impl Table {
             let _ = std::fs::remove_file(&path);
             let _ = std::fs::remove_file(death_words::beside(&path));
             let _ = std::fs::remove_file(owned_records::beside(&path));
+            let _ = std::fs::remove_file(owned_dirs::beside(&path));
         })
     }
 
@@ -288,6 +290,7 @@ impl Table {
         let _ = std::fs::remove_file(location::sessions_beside(&path));
         let _ = std::fs::remove_file(death_words::beside(&path));
         let _ = std::fs::remove_file(owned_records::beside(&path));
+        let _ = std::fs::remove_file(owned_dirs::beside(&path));
         Ok(())
     }
 

@@ -15,7 +15,9 @@
 //! - `handle.rs`: [`Table`]: create, open, unlink, validate;
 //! - `options.rs`: [`TableOptions`];
 //! - `owned_records.rs`: the file beside the table where processes declare
-//!   the files they own, `owning.rs` the declaring ([`Table::own_file`]);
+//!   the files they own, `owning.rs` the declaring ([`Table::own_file`]),
+//!   `owned_dirs.rs` the directories the creator allowed (a file only the
+//!   table's owner may write), `removal_rules.rs` whom a removal is for;
 //! - `memory.rs`: the mapping (a file or the heap) and its slots;
 //! - `location.rs`: where a table lives (a name or a path);
 //! - `locks.rs`: the reaper role and the registration lock;
@@ -40,8 +42,10 @@ needs_the_os! {
     pub(crate) mod locks;
     pub(crate) mod memory;
     pub(crate) mod options;
+    pub(crate) mod owned_dirs;
     pub(crate) mod owned_records;
     pub(crate) mod owning;
+    pub(crate) mod removal_rules;
     pub(crate) mod requests;
     pub(crate) mod side_file;
     pub(crate) mod wake;

@@ -6,8 +6,9 @@ use crate::clock::{duration_ns, StampClock, Stamps, MIN_TIMEOUT_TICKS};
 use crate::error::{Error, Result};
 use crate::os::clock::coarse_resolution_ns;
 use crate::table::layout::{MAX_CAPACITY, SCANS_PER_TIMEOUT};
+use crate::table::owned_dirs;
 use crate::table::owned_records::{MAX_DIRS, NAME_MAX};
-use std::path::{Component, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The registration grace when none is given: this, or the reap timeout if
@@ -108,12 +109,9 @@ impl TableOptions {
             ));
         }
         for dir in &self.owned_dirs {
-            let plain = dir.is_absolute()
-                && dir.as_os_str().len() <= NAME_MAX
-                && dir.components().all(|c| !matches!(c, Component::ParentDir));
-            if !plain {
+            if !owned_dirs::usable(dir) {
                 return invalid(format!(
-                    "owned-file directory '{}' is not usable, expected an absolute path of at most {NAME_MAX} bytes without '..'",
+                    "owned-file directory '{}' is not usable, expected an absolute path of at most {NAME_MAX} bytes without '..', a newline or a NUL",
                     dir.display()
                 ));
             }

@@ -4,28 +4,35 @@
 //! from which the reaper removes them once that process has ended (see
 //! `owning.rs` and `reaper/owned_removal.rs`).
 //!
-//! Layout: a 4,096-byte header (magic `LROW`, the counts, the removal
-//! counters, the directories the table's creator allowed), then
-//! [`PROCESSES`] owner records of 64 bytes, then [`FILES`] file records of
-//! 288 bytes for each owner. An owner record is held by one live process:
-//! its holder keeps a lock on the table (`os/lock.rs`, [`owner_lock`]) for
-//! as long as it lives, so the lock's release is the kernel's word that it
-//! has ended. A table made by an earlier build has no such file, and
-//! declaring there is refused.
+//! Every process that may write the table may write this file, at any
+//! time, any byte, and may truncate it. So it is never mapped: each
+//! record is read into private memory (`pread`) and written back
+//! (`pwrite`), a file cut short is a read that comes up short (an error,
+//! never a fault), and nothing in it decides where a reaper may remove
+//! (the allowed directories are in `owned_dirs.rs`, a file only the
+//! table's owner may write).
+//!
+//! Layout (little-endian): a 64-byte header (magic `LRO2`, the counts,
+//! the removal counters), then [`PROCESSES`] owner records of 64 bytes,
+//! then [`FILES`] file records of 288 bytes for each owner. An owner
+//! record is held by one live process: its holder keeps a lock on the
+//! table (`os/lock.rs`, [`owner_lock`]) for as long as it lives, so the
+//! lock's release is the kernel's word that it has ended; the lock is also
+//! what makes a record its holder's alone to write while it lives. A table
+//! made by an earlier build has no such file (or one of another magic),
+//! and declaring there is refused.
 
-use crate::sync::Ordering::{Acquire, Relaxed, Release};
-use crate::sync::{AtomicU32, AtomicU64};
-use memmap2::{MmapOptions, MmapRaw};
-use std::ffi::OsString;
 use crate::os::fork::{self, LockDescriptor};
+use crate::table::owned_dirs::{self, AllowedDirs};
+use crate::table::removal_rules::RecordsTrust;
 use crate::table::side_file;
 use std::fs::File;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-const MAGIC: u32 = u32::from_le_bytes(*b"LROW");
-const HEADER: usize = 4096;
+const MAGIC: u32 = u32::from_le_bytes(*b"LRO2");
+const HEADER: usize = 64;
 /// How many processes may own files in one table at once.
 pub const PROCESSES: u32 = 256;
 /// How many files one process may own in one table.
@@ -35,10 +42,11 @@ pub const MAX_DIRS: usize = 4;
 /// The longest name of an owned file or an allowed directory, in bytes
 /// (`NAME_MAX`; a directory's whole path).
 pub const NAME_MAX: usize = 255;
+/// How many groups an owner record holds: the declarer's effective group
+/// and its supplementary groups that own an allowed directory.
+pub(crate) const GROUPS: usize = 12;
 const OWNER_SIZE: usize = 64;
 const FILE_SIZE: usize = 288;
-/// Where the allowed directories start in the header.
-const DIRS_AT: usize = 128;
 
 /// An owner record's state: free, or held by a live (or not yet removed)
 /// process.
@@ -52,221 +60,247 @@ pub(crate) fn owner_lock(index: u32) -> u64 {
     (1 << 41) + u64::from(index)
 }
 
-/// A name of at most [`NAME_MAX`] bytes, stored in atomic words (a length
-/// byte, then the bytes).
-#[repr(C, align(8))]
-pub(crate) struct StoredName {
-    words: [AtomicU64; 33],
-}
-
-impl StoredName {
-    pub(crate) fn store(&self, name: &[u8]) {
-        let mut bytes = [0u8; 33 * 8];
-        let len = name.len().min(NAME_MAX);
-        bytes[0] = len as u8;
-        bytes[1..=len].copy_from_slice(&name[..len]);
-        for (word, chunk) in self.words.iter().zip(bytes.chunks_exact(8)) {
-            word.store(
-                u64::from_le_bytes(chunk.try_into().expect("chunks of 8")),
-                Relaxed,
-            );
-        }
-    }
-
-    pub(crate) fn load(&self) -> Vec<u8> {
-        let mut bytes = [0u8; 33 * 8];
-        for (word, chunk) in self.words.iter().zip(bytes.chunks_exact_mut(8)) {
-            chunk.copy_from_slice(&word.load(Relaxed).to_le_bytes());
-        }
-        let len = usize::from(bytes[0]);
-        bytes[1..=len].to_vec()
-    }
-}
-
-/// The process holding an owner record.
-#[repr(C, align(8))]
+/// The process holding an owner record: its state, its id in its own PID
+/// namespace (for the status and the logs), its effective user and the
+/// groups the directory rule needs, when it took the record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct OwnerRecord {
-    pub state: AtomicU32,
-    /// Its id in its own PID namespace, for the status and the logs.
-    pub pid: AtomicU32,
-    /// Its effective user when it took the record.
-    pub uid: AtomicU32,
-    /// 1 if it was privileged (root) then: it may own another user's files.
-    pub privileged: AtomicU32,
-    reserved: [AtomicU64; 6],
+    pub state: u32,
+    pub pid: u32,
+    pub uid: u32,
+    pub groups: Vec<u32>,
 }
 
-/// One owned file: the allowed directory it is in, its name there, and
-/// its identity when it was declared.
-#[repr(C, align(8))]
+impl OwnerRecord {
+    // Bytes 0..16: state, pid, uid, the count of groups; then the groups.
+    fn encode(&self) -> [u8; OWNER_SIZE] {
+        let mut bytes = [0u8; OWNER_SIZE];
+        let groups = &self.groups[..self.groups.len().min(GROUPS)];
+        let words = [self.state, self.pid, self.uid, groups.len() as u32];
+        for (at, word) in words.iter().chain(groups).enumerate() {
+            bytes[at * 4..at * 4 + 4].copy_from_slice(&word.to_le_bytes());
+        }
+        bytes
+    }
+
+    fn decode(bytes: &[u8]) -> OwnerRecord {
+        let word = |at: usize| u32::from_le_bytes(bytes[at * 4..at * 4 + 4].try_into().expect("4"));
+        let count = (word(3) as usize).min(GROUPS);
+        OwnerRecord {
+            state: word(0),
+            pid: word(1),
+            uid: word(2),
+            groups: (0..count).map(|g| word(4 + g)).collect(),
+        }
+    }
+}
+
+/// One owned file: the allowed directory it is in (an index into the
+/// allowed directories), its name there, and its identity when it was
+/// declared: device, inode, birth time (0: none).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FileRecord {
-    pub state: AtomicU32,
-    /// Index of the allowed directory.
-    pub dir: AtomicU32,
-    pub dev: AtomicU64,
-    pub ino: AtomicU64,
-    pub name: StoredName,
+    pub state: u32,
+    pub dir: u32,
+    pub dev: u64,
+    pub ino: u64,
+    pub born_ns: u64,
+    pub name: Vec<u8>,
 }
 
-#[cfg(not(loom))]
-const _: () = {
-    assert!(std::mem::size_of::<OwnerRecord>() == OWNER_SIZE);
-    assert!(std::mem::size_of::<FileRecord>() == FILE_SIZE);
-};
+impl FileRecord {
+    // Bytes 0..32: state, dir, dev, ino, birth time; 32: the name's
+    // length; 33..288: the name.
+    fn encode(&self) -> [u8; FILE_SIZE] {
+        let mut bytes = [0u8; FILE_SIZE];
+        bytes[0..4].copy_from_slice(&self.state.to_le_bytes());
+        bytes[4..8].copy_from_slice(&self.dir.to_le_bytes());
+        bytes[8..16].copy_from_slice(&self.dev.to_le_bytes());
+        bytes[16..24].copy_from_slice(&self.ino.to_le_bytes());
+        bytes[24..32].copy_from_slice(&self.born_ns.to_le_bytes());
+        let len = self.name.len().min(NAME_MAX);
+        bytes[32] = len as u8;
+        bytes[33..33 + len].copy_from_slice(&self.name[..len]);
+        bytes
+    }
 
-/// A table's owned-file records, mapped.
+    fn decode(bytes: &[u8]) -> FileRecord {
+        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
+        let len = usize::from(bytes[32]);
+        FileRecord {
+            state: u32_at(0),
+            dir: u32_at(4),
+            dev: u64_at(8),
+            ino: u64_at(16),
+            born_ns: u64_at(24),
+            name: bytes[33..33 + len].to_vec(),
+        }
+    }
+}
+
+/// A table's owned-file records: the file, read and written by offset,
+/// and the allowed directories.
 pub(crate) struct OwnedRecords {
-    map: MmapRaw,
     file: File,
-    dirs: Vec<PathBuf>,
+    dirs: AllowedDirs,
 }
-
-// SAFETY:
-// - the mapping lives as long as `OwnedRecords`, and every byte of it is
-//   accessed through atomics, so sharing it between threads is race free.
-unsafe impl Send for OwnedRecords {}
-// SAFETY: as above.
-unsafe impl Sync for OwnedRecords {}
 
 impl OwnedRecords {
-    /// Makes the records beside the table at `table`, allowing `dirs`
-    /// (checked by the caller: absolute, at most [`MAX_DIRS`] of at most
-    /// [`NAME_MAX`] bytes).
-    pub(crate) fn create(table: &Path, dirs: &[PathBuf], mode: u32) -> std::io::Result<OwnedRecords> {
+    /// Makes the records beside the table at `table`, and the list of the
+    /// directories it allows, `dirs` (checked by the caller: usable, at
+    /// most [`MAX_DIRS`]).
+    pub(crate) fn create(table: &Path, dirs: &[PathBuf], mode: u32) -> io::Result<OwnedRecords> {
+        owned_dirs::write(table, dirs, mode)?;
         let file = side_file::create(&beside(table), size(), mode)?;
-        let records = Self::map(file, Vec::new())?;
-        records.header(1).store(PROCESSES, Relaxed);
-        records.header(2).store(FILES, Relaxed);
-        records.header(3).store(dirs.len() as u32, Relaxed);
-        for (index, dir) in dirs.iter().enumerate() {
-            records.dir_name(index).store(dir.as_os_str().as_bytes());
-        }
-        records.header(0).store(MAGIC, Release);
+        let mut header = [0u8; 12];
+        header[4..8].copy_from_slice(&PROCESSES.to_le_bytes());
+        header[8..12].copy_from_slice(&FILES.to_le_bytes());
+        file.write_all_at(&header, 0)?;
+        file.write_all_at(&MAGIC.to_le_bytes(), 0)?;
         Ok(OwnedRecords {
-            dirs: dirs.to_vec(),
-            ..records
+            file,
+            dirs: AllowedDirs {
+                dirs: dirs.to_vec(),
+                refused: None,
+            },
         })
     }
 
     /// The records beside the table at `table`, if a build that makes them
     /// made the table: `None` when the file is absent, is not a regular
-    /// file of the table's owner, or is not the size this build makes.
+    /// file of the table's owner, is not the size this build makes, or
+    /// holds another format.
     pub(crate) fn open(table: &Path, table_file: &File) -> Option<OwnedRecords> {
         let file = side_file::open(&beside(table), table_file, size())?;
-        let records = Self::map(file, Vec::new()).ok()?;
-        let made = records.header(0).load(Acquire) == MAGIC
-            && records.header(1).load(Relaxed) == PROCESSES
-            && records.header(2).load(Relaxed) == FILES;
-        let count = records.header(3).load(Relaxed) as usize;
-        if !made || count > MAX_DIRS {
+        let mut header = [0u8; 12];
+        file.read_exact_at(&mut header, 0).ok()?;
+        let word = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4"));
+        if (word(0), word(4), word(8)) != (MAGIC, PROCESSES, FILES) {
             return None;
         }
-        let dirs = (0..count)
-            .map(|index| PathBuf::from(OsString::from_vec(records.dir_name(index).load())))
-            .collect();
-        Some(OwnedRecords { dirs, ..records })
+        Some(OwnedRecords {
+            file,
+            dirs: owned_dirs::read(table, table_file),
+        })
     }
 
-    fn map(file: File, dirs: Vec<PathBuf>) -> std::io::Result<OwnedRecords> {
-        let map = MmapOptions::new().len(size()).map_raw(&file)?;
-        Ok(OwnedRecords { map, file, dirs })
-    }
-
-    /// Whether the file is still whole: one truncated under this handle is
-    /// never touched (its pages would fault).
+    /// Whether the file is still whole (a declaration into one cut short
+    /// is refused as corrupt).
     pub(crate) fn intact(&self) -> bool {
         self.file
             .metadata()
             .is_ok_and(|meta| meta.len() >= size() as u64)
     }
 
-    /// The file's own metadata (its owner and mode are the table's).
-    pub(crate) fn metadata(&self) -> Option<std::fs::Metadata> {
-        self.file.metadata().ok()
+    /// Who could have written the records: their owner and mode.
+    pub(crate) fn trust(&self) -> RecordsTrust {
+        self.file.metadata().map_or(
+            RecordsTrust {
+                table_owner: u32::MAX,
+                root_only: false,
+            },
+            |meta| RecordsTrust::of(meta.uid(), meta.permissions().mode()),
+        )
     }
 
-    /// Whether the reaper may remove a file of `uid` that a process of
-    /// `declarer` (root: `privileged`) declared: a file of the table's
-    /// owner declared by its owner; any user's only where no one but root
-    /// could have written the records (a root-owned table no one else may
-    /// write), so that no writer of the table can name another user's file.
-    pub(crate) fn may_remove(&self, uid: u32, declarer: u32, privileged: bool) -> bool {
-        let (owner, mode) = self
-            .metadata()
-            .map_or((u32::MAX, 0o777), |m| (m.uid(), m.permissions().mode()));
-        match owner == 0 && mode & 0o022 == 0 {
-            true => uid == declarer || privileged,
-            false => uid == declarer && uid == owner,
-        }
-    }
-
-    /// The directories the table's creator allowed owned files in.
+    /// The directories the table's creator allowed owned files in (none
+    /// if their file was not believed: [`OwnedRecords::dirs_refused`]).
     pub(crate) fn dirs(&self) -> &[PathBuf] {
-        &self.dirs
+        &self.dirs.dirs
     }
 
-    fn header(&self, index: usize) -> &AtomicU32 {
-        // SAFETY: the map is at least HEADER bytes, page aligned; the
-        // header's words are atomics.
-        unsafe { &*self.map.as_ptr().cast::<AtomicU32>().add(index) }
+    /// Why no directory is allowed, if their file was not believed.
+    pub(crate) fn dirs_refused(&self) -> Option<&str> {
+        self.dirs.refused.as_deref()
     }
 
-    /// The header's counters: files removed, bytes they held, removals
-    /// refused (a file no longer the one declared).
-    pub(crate) fn counter(&self, which: Counter) -> &AtomicU64 {
-        // SAFETY: bytes 16..40 of the header are three aligned u64 atomics.
-        unsafe { &*self.map.as_ptr().add(16 + 8 * which as usize).cast::<AtomicU64>() }
+    /// The header's counter `which`.
+    ///
+    /// # Errors
+    ///
+    /// The read's, a file cut short among them.
+    pub(crate) fn counter(&self, which: Counter) -> io::Result<u64> {
+        let mut word = [0u8; 8];
+        self.file.read_exact_at(&mut word, counter_at(which))?;
+        Ok(u64::from_le_bytes(word))
     }
 
-    fn dir_name(&self, index: usize) -> &StoredName {
-        assert!(index < MAX_DIRS);
-        // SAFETY: the header holds MAX_DIRS names of 264 bytes from byte
-        // 128 (128 + 4 × 264 < 4096), 8-byte aligned, made of atomics.
-        unsafe {
-            &*self
-                .map
-                .as_ptr()
-                .add(DIRS_AT + index * std::mem::size_of::<StoredName>())
-                .cast::<StoredName>()
-        }
+    /// Adds `amount` to counter `which` (saturating). Only the reaper
+    /// writes the counters.
+    pub(crate) fn add(&self, which: Counter, amount: u64) -> io::Result<()> {
+        let value = self.counter(which)?.saturating_add(amount);
+        self.file.write_all_at(&value.to_le_bytes(), counter_at(which))
+    }
+
+    /// Every owner record, in one read.
+    pub(crate) fn owners(&self) -> io::Result<Vec<OwnerRecord>> {
+        let mut bytes = vec![0u8; PROCESSES as usize * OWNER_SIZE];
+        self.file.read_exact_at(&mut bytes, HEADER as u64)?;
+        Ok(bytes.chunks_exact(OWNER_SIZE).map(OwnerRecord::decode).collect())
     }
 
     /// Owner record `index`.
-    ///
-    /// # Panics
-    ///
-    /// If `index` is not below [`PROCESSES`].
-    pub(crate) fn owner(&self, index: u32) -> &OwnerRecord {
-        assert!(index < PROCESSES, "owner record {index} of {PROCESSES}");
-        // SAFETY: the map holds PROCESSES owner records after the header,
-        // 64-byte aligned, made of atomics.
-        unsafe {
-            &*self
-                .map
-                .as_ptr()
-                .add(HEADER + index as usize * OWNER_SIZE)
-                .cast::<OwnerRecord>()
-        }
+    pub(crate) fn owner(&self, index: u32) -> io::Result<OwnerRecord> {
+        let mut bytes = [0u8; OWNER_SIZE];
+        self.file.read_exact_at(&mut bytes, owner_at(index))?;
+        Ok(OwnerRecord::decode(&bytes))
     }
 
-    /// File record `file` of owner `owner`.
-    ///
-    /// # Panics
-    ///
-    /// If either is out of range.
-    pub(crate) fn file(&self, owner: u32, file: u32) -> &FileRecord {
-        assert!(owner < PROCESSES && file < FILES, "file record {owner}/{file}");
-        let index = owner as usize * FILES as usize + file as usize;
-        // SAFETY: the map holds PROCESSES × FILES file records after the
-        // owner records, 8-byte aligned, made of atomics.
-        unsafe {
-            &*self
-                .map
-                .as_ptr()
-                .add(HEADER + PROCESSES as usize * OWNER_SIZE + index * FILE_SIZE)
-                .cast::<FileRecord>()
-        }
+    /// Writes owner record `index`.
+    pub(crate) fn write_owner(&self, index: u32, record: &OwnerRecord) -> io::Result<()> {
+        self.file.write_all_at(&record.encode(), owner_at(index))
     }
+
+    /// Writes only the state of owner record `index`.
+    pub(crate) fn set_owner_state(&self, index: u32, state: u32) -> io::Result<()> {
+        self.file.write_all_at(&state.to_le_bytes(), owner_at(index))
+    }
+
+    /// Every file record of owner `owner`, in one read.
+    pub(crate) fn files(&self, owner: u32) -> io::Result<Vec<FileRecord>> {
+        let mut bytes = vec![0u8; FILES as usize * FILE_SIZE];
+        self.file.read_exact_at(&mut bytes, file_at(owner, 0))?;
+        Ok(bytes.chunks_exact(FILE_SIZE).map(FileRecord::decode).collect())
+    }
+
+    /// Writes file record `file` of owner `owner`, its state last.
+    pub(crate) fn write_file(&self, owner: u32, file: u32, record: &FileRecord) -> io::Result<()> {
+        let bytes = record.encode();
+        let at = file_at(owner, file);
+        self.file.write_all_at(&bytes[4..], at + 4)?;
+        self.file.write_all_at(&bytes[..4], at)
+    }
+
+    /// Writes only the state of file record `file` of owner `owner`.
+    pub(crate) fn set_file_state(&self, owner: u32, file: u32, state: u32) -> io::Result<()> {
+        self.file.write_all_at(&state.to_le_bytes(), file_at(owner, file))
+    }
+}
+
+/// Where owner record `index` is.
+///
+/// # Panics
+///
+/// If `index` is not below [`PROCESSES`].
+fn owner_at(index: u32) -> u64 {
+    assert!(index < PROCESSES, "owner record {index} of {PROCESSES}");
+    (HEADER + index as usize * OWNER_SIZE) as u64
+}
+
+/// Where file record `file` of owner `owner` is.
+///
+/// # Panics
+///
+/// If either is out of range.
+fn file_at(owner: u32, file: u32) -> u64 {
+    assert!(owner < PROCESSES && file < FILES, "file record {owner}/{file}");
+    let index = owner as usize * FILES as usize + file as usize;
+    (HEADER + PROCESSES as usize * OWNER_SIZE + index * FILE_SIZE) as u64
+}
+
+fn counter_at(which: Counter) -> u64 {
+    16 + 8 * which as u64
 }
 
 /// This process's owner record in a table's owned-file records: its index
@@ -295,11 +329,13 @@ impl OwnerHold {
     /// it); otherwise keeps the lock for the rest of the process's life.
     pub(crate) fn release(mut self, records: Option<&OwnedRecords>) {
         let owns_nothing = records.is_some_and(|records| {
-            (0..FILES).all(|f| records.file(self.index, f).state.load(Acquire) == FREE)
+            records
+                .files(self.index)
+                .is_ok_and(|files| files.iter().all(|f| f.state == FREE))
         });
         if owns_nothing && self.epoch == fork::epoch() {
             if let Some(records) = records {
-                records.owner(self.index).state.store(FREE, Release);
+                let _ = records.set_owner_state(self.index, FREE);
             }
             drop(self.lock.take());
         }
@@ -325,4 +361,37 @@ pub(crate) fn beside(table: &Path) -> PathBuf {
     let mut path = table.as_os_str().to_owned();
     path.push(".owned");
     PathBuf::from(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_encode_and_decode_to_themselves() {
+        let owner = OwnerRecord {
+            state: HELD,
+            pid: 42,
+            uid: 1000,
+            groups: vec![1000, 27],
+        };
+        assert_eq!(OwnerRecord::decode(&owner.encode()), owner);
+        let file = FileRecord {
+            state: DECLARED,
+            dir: 1,
+            dev: 0x2a,
+            ino: 99,
+            born_ns: 1_700_000_000_123_456_789,
+            name: b"psm_0af3".to_vec(),
+        };
+        assert_eq!(FileRecord::decode(&file.encode()), file);
+    }
+
+    #[test]
+    fn hostile_bytes_decode_within_their_bounds() {
+        let owner = OwnerRecord::decode(&[0xff; OWNER_SIZE]);
+        assert_eq!(owner.groups.len(), GROUPS);
+        let file = FileRecord::decode(&[0xff; FILE_SIZE]);
+        assert_eq!(file.name.len(), NAME_MAX);
+    }
 }

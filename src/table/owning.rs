@@ -14,21 +14,25 @@
 //! while it owns files leaves its descriptor open for the rest of the
 //! process's life.
 //!
-//! Never the wrong file: a declaration records the file's device and
-//! inode, looked at by name in an allowed directory without following a
-//! link; it is refused unless the file is a regular file of the process's
-//! user (or the process is root), and the reaper removes the name only if
-//! it still holds that same file.
+//! Never the wrong file: a declaration records the file's device, inode
+//! and birth time, looked at by name in an allowed directory without
+//! following a link; it is refused unless the file is a regular file of
+//! the process's user (or the process is root), the process could remove
+//! its name itself, and the file can be told from a later one given the
+//! same inode number (`removal_rules.rs`); the reaper removes the name
+//! only if it still holds that same file and every rule holds again.
 
 use crate::error::{Error, Result};
 use crate::os::fork::{self, LockDescriptor};
 use crate::os::lock;
-use crate::os::same_file::{self, Found, Identity};
-use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::os::process;
+use crate::os::same_file::{self, DirFacts, Found};
 use crate::table::handle::Table;
 use crate::table::owned_records::{
-    owner_lock, OwnedRecords, OwnerHold, DECLARED, FILES, FREE, HELD, NAME_MAX, PROCESSES,
+    owner_lock, FileRecord, OwnedRecords, OwnerHold, OwnerRecord, DECLARED, FILES, FREE, GROUPS,
+    HELD, NAME_MAX, PROCESSES,
 };
+use crate::table::removal_rules::{self, Declared, Declarer};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -72,9 +76,13 @@ impl Table {
         let path = path.as_ref();
         let records = self.owned_records()?;
         let (dir, name) = place(records, path)?;
-        let found = same_file::open_dir(&records.dirs()[dir as usize])
-            .and_then(|handle| same_file::look(&handle, name))
-            .map_err(|e| Error::os(&self.memory.name, "look at the file to own", e))?;
+        let look = |step: &str, e: std::io::Error| {
+            Error::os(&self.memory.name, &format!("{step} of the file to own"), e)
+        };
+        let handle = same_file::open_dir(&records.dirs()[dir as usize])
+            .map_err(|e| look("open the directory", e))?;
+        let facts = same_file::dir_facts(&handle).map_err(|e| look("look at the directory", e))?;
+        let found = same_file::look(&handle, name).map_err(|e| look("look at the name", e))?;
         let identity = match found {
             Found::File(identity) => identity,
             Found::Missing => {
@@ -90,8 +98,11 @@ impl Table {
                 )))
             }
         };
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let user = unsafe { libc::geteuid() };
+        let (user, groups) = process::credentials();
+        let declarer = Declarer {
+            uid: user,
+            groups: &groups,
+        };
         if identity.uid != user && user != 0 {
             return Err(Error::Permission(format!(
                 "cannot own '{}': it belongs to uid {}, expected this process's user (uid {user}): a process owns only files it could remove itself",
@@ -99,17 +110,35 @@ impl Table {
                 identity.uid
             )));
         }
-        if !records.may_remove(identity.uid, user, user == 0) {
+        if !removal_rules::directory_allows(&facts, identity.uid, &declarer) {
+            return Err(Error::Permission(format!(
+                "cannot own '{}': uid {user} may not remove names from its directory (owner uid {}, group {}, mode {:o}): a process owns only files it could remove itself",
+                path.display(),
+                facts.uid,
+                facts.gid,
+                facts.mode & 0o7777
+            )));
+        }
+        if !removal_rules::identifiable(&identity, &facts) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot own '{}': its file system (type {:#x}) keeps no birth time and reuses inode numbers, so a later file under the name could not be told from it; allow a directory on a tmpfs or on a file system with birth times (ext4, xfs, btrfs)",
+                path.display(),
+                facts.fs_type
+            )));
+        }
+        if !removal_rules::owner_allows(records.trust(), identity.uid, &declarer) {
             return Err(Error::Permission(format!(
                 "cannot own '{}': it belongs to uid {}, and the reaper removes only files of the table's owner (unless only root may write the table)",
                 path.display(),
                 identity.uid
             )));
         }
-        let hold = self.hold()?;
+        let hold = self.hold(&groups_for(records, &groups))?;
         let owner = hold.as_ref().expect("held").index;
-        let slot = find(records, owner, dir, name)
-            .or_else(|| (0..FILES).find(|&f| records.file(owner, f).state.load(Acquire) == FREE))
+        let corrupt = |e: std::io::Error| self.records_cut_short(e);
+        let files = records.files(owner).map_err(corrupt)?;
+        let slot = find(&files, dir, name)
+            .or_else(|| (0..FILES).find(|&f| files[f as usize].state == FREE))
             .ok_or_else(|| Error::Full {
                 message: format!(
                     "cannot own '{}': this process owns {FILES} files in table '{}' already (the limit); disown one first",
@@ -118,8 +147,16 @@ impl Table {
                 ),
                 capacity: Some(FILES),
             })?;
-        write(records, owner, slot, dir, name, identity);
-        Ok(())
+        let declared = Declared::of(&identity);
+        let record = FileRecord {
+            state: DECLARED,
+            dir,
+            dev: declared.dev,
+            ino: declared.ino,
+            born_ns: declared.born_ns,
+            name: name.as_bytes().to_vec(),
+        };
+        records.write_file(owner, slot, &record).map_err(corrupt)
     }
 
     /// Forgets a declaration of this process's ([`Table::own_file`]): the
@@ -136,9 +173,13 @@ impl Table {
         let Some(owner) = hold.as_ref().filter(|h| h.epoch == fork::epoch()) else {
             return Ok(false);
         };
-        Ok(match find(records, owner.index, dir, name) {
+        let corrupt = |e: std::io::Error| self.records_cut_short(e);
+        let files = records.files(owner.index).map_err(corrupt)?;
+        Ok(match find(&files, dir, name) {
             Some(slot) => {
-                records.file(owner.index, slot).state.store(FREE, Release);
+                records
+                    .set_file_state(owner.index, slot, FREE)
+                    .map_err(corrupt)?;
                 true
             }
             None => false,
@@ -162,6 +203,13 @@ impl Table {
         })
     }
 
+    fn records_cut_short(&self, e: std::io::Error) -> Error {
+        Error::Corrupt(format!(
+            "table '{}': its owned-file records cannot be read or written whole ({e}): cut short under this handle?",
+            self.memory.name
+        ))
+    }
+
     fn lock_hold(&self) -> std::sync::MutexGuard<'_, Option<OwnerHold>> {
         self.memory
             .owner_hold
@@ -170,8 +218,8 @@ impl Table {
     }
 
     /// This process's owner record, taken if it has none yet (a forked
-    /// child takes its own).
-    fn hold(&self) -> Result<std::sync::MutexGuard<'_, Option<OwnerHold>>> {
+    /// child takes its own), recording `groups`.
+    fn hold(&self, groups: &[u32]) -> Result<std::sync::MutexGuard<'_, Option<OwnerHold>>> {
         let mut hold = self.lock_hold();
         let epoch = fork::install();
         if hold.as_ref().is_some_and(|h| h.epoch == epoch) {
@@ -198,20 +246,20 @@ impl Table {
             {
                 continue;
             }
-            let record = records.owner(index);
-            if record
-                .state
-                .compare_exchange(FREE, HELD, AcqRel, Relaxed)
-                .is_err()
-            {
+            // Held by no live process: the record is ours alone to write
+            // (one HELD with its lock free waits for the reaper).
+            let corrupt = |e: std::io::Error| self.records_cut_short(e);
+            if records.owner(index).map_err(corrupt)?.state != FREE {
                 let _ = lock::unlock(&own, owner_lock(index));
                 continue;
             }
-            record.pid.store(std::process::id(), Relaxed);
-            // SAFETY: geteuid has no preconditions and cannot fail.
-            let user = unsafe { libc::geteuid() };
-            record.uid.store(user, Relaxed);
-            record.privileged.store(u32::from(user == 0), Release);
+            let record = OwnerRecord {
+                state: HELD,
+                pid: std::process::id(),
+                uid: process::credentials().0,
+                groups: groups.to_vec(),
+            };
+            records.write_owner(index, &record).map_err(corrupt)?;
             *hold = Some(OwnerHold {
                 epoch,
                 index,
@@ -258,6 +306,9 @@ fn place<'p>(records: &OwnedRecords, path: &'p Path) -> Result<(u32, &'p OsStr)>
 
 /// The allowed directories, for messages.
 fn allowed(records: &OwnedRecords) -> String {
+    if let Some(refused) = records.dirs_refused() {
+        return format!("none: {refused}");
+    }
     match records.dirs() {
         [] => "none: the table's creator allowed none".to_owned(),
         dirs => dirs
@@ -268,22 +319,30 @@ fn allowed(records: &OwnedRecords) -> String {
     }
 }
 
-/// The file record of owner `owner` declaring `name` in directory `dir`.
-fn find(records: &OwnedRecords, owner: u32, dir: u32, name: &OsStr) -> Option<u32> {
+/// The file record among `files` declaring `name` in directory `dir`.
+fn find(files: &[FileRecord], dir: u32, name: &OsStr) -> Option<u32> {
     (0..FILES).find(|&f| {
-        let record = records.file(owner, f);
-        record.state.load(Acquire) == DECLARED
-            && record.dir.load(Relaxed) == dir
-            && record.name.load() == name.as_bytes()
+        let record = &files[f as usize];
+        record.state == DECLARED && record.dir == dir && record.name == name.as_bytes()
     })
 }
 
-/// Writes file record `slot` of `owner`, declared last.
-fn write(records: &OwnedRecords, owner: u32, slot: u32, dir: u32, name: &OsStr, file: Identity) {
-    let record = records.file(owner, slot);
-    record.dir.store(dir, Relaxed);
-    record.dev.store(file.dev, Relaxed);
-    record.ino.store(file.ino, Relaxed);
-    record.name.store(name.as_bytes());
-    record.state.store(DECLARED, Release);
+/// What an owner record keeps of a declarer's groups: its effective group,
+/// then the supplementary groups that own an allowed directory (the only
+/// ones the directory rule can ask of), at most [`GROUPS`].
+fn groups_for(records: &OwnedRecords, groups: &[u32]) -> Vec<u32> {
+    let owning: Vec<u32> = records
+        .dirs()
+        .iter()
+        .filter_map(|dir| same_file::open_dir(dir).ok())
+        .filter_map(|handle| same_file::dir_facts(&handle).ok())
+        .map(|facts: DirFacts| facts.gid)
+        .collect();
+    let mut kept: Vec<u32> = groups.first().copied().into_iter().collect();
+    for &group in &groups[1.min(groups.len())..] {
+        if owning.contains(&group) && !kept.contains(&group) && kept.len() < GROUPS {
+            kept.push(group);
+        }
+    }
+    kept
 }

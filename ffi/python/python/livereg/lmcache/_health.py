@@ -8,30 +8,64 @@ when, and the frame its steps hang in, until it moves again. It reads the
 stall reports the engine's processes leave in their run directory
 (``livereg.lmcache._stacks``): no request reaches the engine, so it answers
 while the engine is hung, which vLLM's own ``/health`` does not notice.
+
+Where it cannot know (the run directory is not this user's private one: a
+path another user made first; or a live process of the engine could make no
+report), it answers 503 too, ``"status": "unknown"`` with the reason: a
+liveness probe that cannot see stalls must not pass as healthy, and the
+reason (in the body and logged once) says what to fix.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+import logging
+import threading
+from typing import Any, Dict, Optional, Set, Tuple
 
-from livereg.lmcache._stacks import engine_key, stalls
+from livereg.lmcache._stacks import engine_key, read_reports, report_failure
 
 #: The route's path.
 PATH = "/livereg/health"
 
+_logger = logging.getLogger("livereg.lmcache")
+_lock = threading.Lock()
+_logged: Set[str] = set()
+
 
 def engine_health(key: Optional[str] = None) -> Tuple[int, Dict[str, Any]]:
     """The route's answer for engine ``key`` (default: this process's):
-    ``(200, {...})`` or ``(503, {...})``."""
+    ``(200, {...})``, or ``(503, {...})`` with ``"status"`` ``"stalled"``
+    or ``"unknown"``."""
     key = key or engine_key()
-    stalled = stalls(key)
+    try:
+        stalled, unreported = read_reports(key)
+    except OSError as error:
+        return _unknown(key, f"the stall reports cannot be read: {error}", [])
     if stalled:
         worst = max(stalled, key=lambda stall: stall["stalled_for_seconds"])
         reason = f"{worst['process'] or 'pid ' + str(worst['pid'])} stalled"
         if worst["frame"]:
             reason += f", hung in {worst['frame']}"
         return 503, {"status": "stalled", "engine": key, "reason": reason, "stalled": stalled}
+    here = report_failure()
+    if unreported or here:
+        first = unreported[0]["reason"] if unreported else here
+        return _unknown(key, f"a process of the engine has no stall report: {first}", unreported)
     return 200, {"status": "ok", "engine": key}
+
+
+def _unknown(key: str, why: str, unreported: Any) -> Tuple[int, Dict[str, Any]]:
+    reason = f"stall state unknown: {why}"
+    with _lock:
+        first = reason not in _logged and len(_logged) < 64
+        if first:
+            _logged.add(reason)
+    if first:
+        _logger.warning("livereg: %s answers 503 for engine %s: %s", PATH, key, reason)
+    body: Dict[str, Any] = {"status": "unknown", "engine": key, "reason": reason}
+    if unreported:
+        body["unreported"] = unreported
+    return 503, body
 
 
 class HealthRoute:

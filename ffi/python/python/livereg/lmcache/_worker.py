@@ -18,6 +18,10 @@ _CONNECT_TIMEOUT = 2.0
 #: How long registering again after a stall may wait for the ended
 #: registration's drop (a step waits for it).
 _MOVED_WAIT = 5.0
+#: After a failed registration again (a full table), the first pause before
+#: the next attempt, in seconds; each failure doubles it, up to the last.
+_RETRY_FIRST = 0.5
+_RETRY_MAX = 30.0
 
 
 class WorkerLiveness:
@@ -47,7 +51,11 @@ class WorkerLiveness:
     go to stderr when it stalls (``stacks``: a
     :class:`livereg.lmcache._stacks.StallReport`), and once stalled it
     registers again (``on_register("moved again")``) only when a step
-    completes or starts: a hung engine stays let go. ``follows`` is the
+    completes or starts: a hung engine stays let go. Its stall report is
+    emptied as soon as it moves, registered again or not; a registration
+    again that fails (a full table) is logged once and tried again from the
+    beat thread, and before steps, with a pause doubling from
+    :data:`_RETRY_FIRST` to :data:`_RETRY_MAX` seconds. ``follows`` is the
     label of another registration of the same engine (its scheduler's): once
     it was seen live and is gone, this one is let go too (deregistered) until
     it moves again; read from the table, so not for a session.
@@ -82,6 +90,11 @@ class WorkerLiveness:
         #: Held while a let-go registration registers again (by the beat
         #: thread, or by the step that finds it let go).
         self._resuming = threading.Lock()
+        #: Failed registrations again since the engine moved, the pause
+        #: before the next attempt, and when that attempt is due.
+        self._retries = 0
+        self._retry_pause = 0.0
+        self._retry_at = 0.0
         self._native: Optional[livereg.BeatThread] = None
         self.interval = interval or 0.0
         self._address = table if isinstance(table, str) and livereg.is_address(table) else None
@@ -191,6 +204,10 @@ class WorkerLiveness:
         while not self._stopping.wait(self.interval):
             try:
                 if self._let_go:
+                    if self._moved.is_set() and self._stacks is not None:
+                        # A dump the native thread wrote after the engine
+                        # moved (it saw the end a beat late) is no stall.
+                        self._stacks.clear()
                     self._register_once_moved()
                     continue
                 self._beat_once()
@@ -199,15 +216,42 @@ class WorkerLiveness:
                     return  # closed while registering again
                 logger.exception("instance %d: heartbeat failed; trying again", self.instance_id)
 
+    def _moved_again(self) -> None:
+        """A let-go engine steps: its stall is over, whether or not it can
+        register again."""
+        self._moved.set()
+        if self._stacks is not None:
+            self._stacks.clear()
+
     def _register_once_moved(self) -> None:
         """Registers again (``on_register("moved again")``) if the engine
-        was let go and has moved since."""
+        was let go, has moved since, and no failed attempt asks to wait."""
         with self._resuming:
             if not (self._let_go and self._moved.is_set()) or self._stopping.is_set():
                 return
-            self._moved.clear()
+            if self._retries and time.monotonic() < self._retry_at:
+                return
             self._followed_seen = False
-            self._worker = self._register("moved again", deadline=time.monotonic() + _MOVED_WAIT)
+            try:
+                self._worker = self._register("moved again", deadline=time.monotonic() + _MOVED_WAIT)
+            except livereg.Error as error:
+                if self._stopping.is_set():
+                    return
+                self._retries += 1
+                self._retry_pause = min(_RETRY_MAX, self._retry_pause * 2 or _RETRY_FIRST)
+                self._retry_at = time.monotonic() + self._retry_pause
+                if self._retries == 1:
+                    logger.warning(
+                        "instance %d moves again but cannot register again (%s); it steps unregistered, tried "
+                        "again with a pause doubling up to %.0f s (logged once)", self.instance_id, error,
+                        _RETRY_MAX,
+                    )
+                return
+            if self._retries:
+                logger.warning("instance %d registered again after %d failed attempts", self.instance_id,
+                               self._retries)
+            self._retries, self._retry_pause = 0, 0.0
+            self._moved.clear()
             self._let_go = False
 
     def _beat_once(self) -> None:
@@ -278,12 +322,8 @@ class WorkerLiveness:
         if not self._tracked:
             return
         if self._let_go:
-            self._moved.set()
-            try:
-                self._register_once_moved()
-            except livereg.Error:
-                logger.exception("instance %d: registering again failed; tried again at the next beat",
-                                 self.instance_id)
+            self._moved_again()
+            self._register_once_moved()
         self._in_step = True
         try:
             self._worker.set_busy(True)
@@ -309,7 +349,7 @@ class WorkerLiveness:
         if error.reason == livereg.Reason.STALLED:
             self._let_go = True
         if self._let_go:
-            self._moved.set()
+            self._moved_again()
 
     @property
     def chunk_size(self) -> Optional[int]:

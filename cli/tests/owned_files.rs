@@ -9,11 +9,16 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+#[path = "../../tests/common/owned_forgery.rs"]
+mod owned_forgery;
+
 #[path = "support/worker_process.rs"]
 mod worker_process;
 
 use common::{long_options, unique_name, TempTable};
 use livereg::{Error, Reaper, Table};
+use owned_forgery::{file_at, file_record, forge, owner_at, owner_record};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -259,6 +264,143 @@ fn a_table_whose_creator_allowed_no_directory_refuses_every_declaration() {
         Err(Error::InvalidArgument(message)) => assert!(message.contains("allowed none")),
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
+}
+
+/// A directory with a name no other test uses, removed on drop: in
+/// `/dev/shm` (a tmpfs) or on disk (the build's temporary directory).
+struct TestDir(PathBuf);
+
+impl TestDir {
+    fn in_dir(parent: &Path, tag: &str, mode: u32) -> TestDir {
+        let dir = TestDir(parent.join(unique_name(&format!("owned-{tag}"))));
+        std::fs::create_dir(&dir.0).unwrap();
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(mode)).unwrap();
+        dir
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `statfs(path).f_type`.
+fn file_system_type(path: &Path) -> u64 {
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: an all-zero `statfs` is a valid value to be written over;
+    // `path` is NUL-terminated; both outlive the call.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statfs(path.as_ptr(), &mut fs) }, 0);
+    fs.f_type as u64
+}
+
+#[test]
+fn on_a_disk_a_later_file_given_the_same_inode_number_is_never_removed() {
+    let dir = TestDir::in_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "disk", 0o755);
+    assert_ne!(
+        file_system_type(&dir.0),
+        libc::TMPFS_MAGIC as u64,
+        "this test needs a disk file system, which reuses inode numbers"
+    );
+    let options = livereg::TableOptions {
+        owned_dirs: vec![dir.0.clone()],
+        ..long_options()
+    };
+    let temp = TempTable::new("owned-reuse", &options);
+    let path = dir.0.join("segment");
+    std::fs::write(&path, b"the maker's").unwrap();
+    let text = path.to_str().unwrap();
+    let mut maker = WorkerProcess::worker(&temp.name, 21, &["--own", text]);
+    maker.wait_for(&format!("owned {text}"));
+    // The maker's file removed (as its maker would), and another live
+    // process's made under the name: the disk gives it the same number.
+    let declared = std::fs::metadata(&path).unwrap().ino();
+    let reused = (0..50).any(|_| {
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"a live process's").unwrap();
+        std::fs::metadata(&path).unwrap().ino() == declared
+    });
+    assert!(reused, "the file system never gave inode {declared} again");
+    let mut reaper = temp.table.reaper().build().unwrap();
+    maker.signal(libc::SIGKILL);
+    assert!(scan_until_settled(&mut reaper, &temp.table).is_empty());
+    assert_eq!(std::fs::read(&path).unwrap(), b"a live process's");
+    assert_eq!(owned_in(&temp.table).refused_total, 1);
+}
+
+#[test]
+fn a_file_system_that_keeps_no_birth_time_and_is_no_tmpfs_is_refused_at_declaration() {
+    // A ramfs (no birth time, not a tmpfs), mounted in a mount namespace of
+    // the declarer's own over an allowed directory.
+    let dir = TestDir::in_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "ramfs", 0o755);
+    let options = livereg::TableOptions {
+        owned_dirs: vec![dir.0.clone()],
+        ..long_options()
+    };
+    let temp = TempTable::new("owned-ramfs", &options);
+    let script = format!(
+        "mount -t ramfs ramfs {dir} && echo x > {dir}/segment && exec {livereg} worker {table} --instance 23 --own {dir}/segment",
+        dir = dir.0.display(),
+        livereg = env!("CARGO_BIN_EXE_livereg"),
+        table = temp.name
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{message}");
+    assert!(
+        message.contains("keeps no birth time and reuses inode numbers")
+            && message.contains("0x858458f6"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_declarer_owns_only_a_file_it_could_remove_from_its_directory_itself() {
+    // A table of uid 65534; root's 0755 directory, allowed by its creator;
+    // a file of uid 65534 in it, which uid 65534 cannot remove.
+    let dir = TestDir::in_dir(Path::new("/dev/shm"), "roots", 0o755);
+    let options = livereg::TableOptions {
+        owned_dirs: vec![dir.0.clone()],
+        ..long_options()
+    };
+    let temp = TempTable::new("owned-dir-rule", &options);
+    for side in ["", ".owned", ".owned-dirs"] {
+        let path = format!("/dev/shm/{}{side}", temp.name);
+        std::os::unix::fs::lchown(path, Some(65_534), Some(65_534)).unwrap();
+    }
+    let theirs = dir.0.join("theirs");
+    std::fs::write(&theirs, b"keep me").unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65_534), Some(65_534)).unwrap();
+    // Declared by uid 65534: refused, naming the directory.
+    let out = Command::new(env!("CARGO_BIN_EXE_livereg"))
+        .args(["worker", &temp.name, "--instance", "22"])
+        .args(["--own", theirs.to_str().unwrap()])
+        .uid(65_534)
+        .gid(65_534)
+        .output()
+        .unwrap();
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{message}");
+    assert!(
+        message.contains("may not remove names from its directory"),
+        "{message}"
+    );
+    // Its record written by hand, as a writer of the table could: the
+    // root reaper leaves the file where its declarer could not remove it.
+    forge(&temp.name, owner_at(0), &owner_record(65_534, &[65_534]));
+    forge(
+        &temp.name,
+        file_at(0, 0),
+        &file_record(0, b"theirs", &theirs),
+    );
+    let mut reaper = temp.table.reaper().build().unwrap();
+    assert!(scan_until_settled(&mut reaper, &temp.table).is_empty());
+    assert_eq!(std::fs::read(&theirs).unwrap(), b"keep me");
+    assert_eq!(owned_in(&temp.table).refused_total, 1);
 }
 
 #[test]

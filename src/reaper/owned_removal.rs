@@ -197,6 +197,10 @@ fn round(memory: &TableMemory, locks: &File, log: &Limiter, shared: &Shared) {
     let _ = records.add(Counter::Refused, tally.refused);
 }
 
+/// An allowed directory opened to look in, with its facts; or why it
+/// cannot be.
+type OpenedDir = Result<Arc<(File, DirFacts)>, String>;
+
 /// A round's state: the records, whom they may be believed for, the
 /// allowed directories opened so far.
 struct Round<'r> {
@@ -205,7 +209,7 @@ struct Round<'r> {
     table: &'r str,
     /// Per allowed directory: its handle and facts, or why it cannot be
     /// looked in; opened when a round first needs it.
-    dirs: Vec<Option<Result<Arc<(File, DirFacts)>, String>>>,
+    dirs: Vec<Option<OpenedDir>>,
     log: &'r Limiter,
     tally: Tally,
     shared: &'r Shared,
@@ -271,7 +275,7 @@ impl Round<'_> {
 
     /// Allowed directory `index` opened, or why it cannot be; `None` for
     /// an index no creator allowed.
-    fn dir(&mut self, index: u32) -> Option<Result<Arc<(File, DirFacts)>, String>> {
+    fn dir(&mut self, index: u32) -> Option<OpenedDir> {
         let path = self.records.dirs().get(index as usize)?;
         let entry = self.dirs[index as usize].get_or_insert_with(|| {
             same_file::open_dir(path)

@@ -40,12 +40,10 @@ impl Reaper {
                     silent_ns: 0,
                 },
                 // Ended by another party (a listener judging its session's
-                // silence) between the look and the reset's end: its own
-                // reason, with the silence that ending stands for.
-                Err(Gone::Ended(Some(reason))) => Verdict::Ended {
-                    reason,
-                    silent_ns: self.silence_before_end(index, slot, generation, reason, now_ns),
-                },
+                // silence) between the look and the reset's end.
+                Err(Gone::Ended(Some(found))) => {
+                    self.ended_first(index, slot, generation, found, (Reason::Cleared, 0), now_ns)
+                }
                 Err(_) => Verdict::Corrupt,
             },
             Decision::Evict { reason, silent_ns } => {
@@ -53,7 +51,14 @@ impl Reaper {
                     Ok(()) => Verdict::Ended { reason, silent_ns },
                     Err(found) => match protocol::decode_beat(found) {
                         // A deregistration (or another ending) got there first.
-                        Beat::Ended(Some(reason)) => Verdict::Ended { reason, silent_ns },
+                        Beat::Ended(Some(found)) => self.ended_first(
+                            index,
+                            slot,
+                            generation,
+                            found,
+                            (reason, silent_ns),
+                            now_ns,
+                        ),
                         // A heartbeat landed between our read and our CAS: it counts.
                         _ => Verdict::Keep,
                     },
@@ -187,10 +192,16 @@ impl Reaper {
                 reason: Reason::Stalled,
                 silent_ns: quiet_ns,
             },
-            Err(Gone::Ended(Some(reason))) => Verdict::Ended {
-                reason,
-                silent_ns: quiet_ns,
-            },
+            // Ended by another party (a listener, a deregistration) between
+            // the mark and the end.
+            Err(Gone::Ended(Some(found))) => self.ended_first(
+                index,
+                slot,
+                generation,
+                found,
+                (Reason::Stalled, quiet_ns),
+                now_ns,
+            ),
             Err(_) => Verdict::Corrupt,
         }
     }

@@ -10,6 +10,7 @@ use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::layout::{Slot, FLAG_REMOTE};
 use crate::table::protocol::{self, Beat};
 
+use super::observe::Verdict;
 use super::role::Reaper;
 
 impl Reaper {
@@ -32,6 +33,32 @@ impl Reaper {
         match self.last_signal_before_end(index, slot, generation, now_ns) {
             Some(signal_ns) => now_ns.saturating_sub(signal_ns),
             None => self.timeout_ns,
+        }
+    }
+
+    /// The verdict on a registration another party ended (`found`) while
+    /// this reaper was ending it as `decided`, after the silence it had
+    /// measured: that measure if the endings are the same, else the
+    /// silence `found` stands for ([`Reaper::silence_before_end`]: zero
+    /// for a deregistration, never a measure made for another reason).
+    pub(super) fn ended_first(
+        &self,
+        index: u32,
+        slot: &Slot,
+        generation: u32,
+        found: Reason,
+        decided: (Reason, u64),
+        now_ns: u64,
+    ) -> Verdict {
+        let (decided, measured_ns) = decided;
+        let silent_ns = if found == decided {
+            measured_ns
+        } else {
+            self.silence_before_end(index, slot, generation, found, now_ns)
+        };
+        Verdict::Ended {
+            reason: found,
+            silent_ns,
         }
     }
 
@@ -78,6 +105,7 @@ impl Reaper {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::Verdict;
     use crate::clock::Clock;
     use crate::event::{DropEvent, Reason};
     use crate::table::handle::Table;
@@ -133,6 +161,63 @@ mod tests {
                 "scanned before: {scanned_before}"
             );
         }
+    }
+
+    #[test]
+    fn an_ending_found_in_place_of_the_reapers_reports_its_own_silence_not_the_reapers_measure() {
+        let manual = Clock::manual(100 * SECOND);
+        let table = Table::in_memory(&TableOptions::default())
+            .unwrap()
+            .with_clock(manual.clock());
+        let (reaper, _events) = reaper_with_events(&table);
+        let ended = |reason: Reason| {
+            let worker = table.register(10 + reason as u64, "").unwrap();
+            worker.heartbeat().unwrap();
+            let slot = table.memory.slot(worker.slot());
+            protocol::end(slot, worker.generation(), reason).unwrap();
+            (worker.slot(), worker.generation(), manual.now_ns())
+        };
+        let silent = |verdict: Verdict| match verdict {
+            Verdict::Ended { reason, silent_ns } => (reason, silent_ns),
+            _ => panic!("not ended"),
+        };
+        let after = 2 * SECOND;
+        // A deregistration under an eviction for silence: zero, as every
+        // deregistration.
+        let (index, generation, beat_ns) = ended(Reason::Deregistered);
+        let slot = table.memory.slot(index);
+        let verdict = reaper.ended_first(
+            index,
+            slot,
+            generation,
+            Reason::Deregistered,
+            (Reason::Timeout, 5 * SECOND),
+            beat_ns + after,
+        );
+        assert_eq!(silent(verdict), (Reason::Deregistered, 0));
+        // A listener's timeout under a stall: the silence since its last
+        // beat, not how long its progress stood still.
+        let (index, generation, beat_ns) = ended(Reason::Timeout);
+        let slot = table.memory.slot(index);
+        let verdict = reaper.ended_first(
+            index,
+            slot,
+            generation,
+            Reason::Timeout,
+            (Reason::Stalled, 9 * SECOND),
+            beat_ns + after,
+        );
+        assert_eq!(silent(verdict), (Reason::Timeout, after));
+        // The same ending: the reaper's own measure.
+        let verdict = reaper.ended_first(
+            index,
+            slot,
+            generation,
+            Reason::Timeout,
+            (Reason::Timeout, 3 * SECOND),
+            beat_ns + after,
+        );
+        assert_eq!(silent(verdict), (Reason::Timeout, 3 * SECOND));
     }
 
     #[test]

@@ -37,7 +37,11 @@ never by pid: over a long run the kernel reuses the pids of killed workers
 names, not to whichever process holds that pid now. The bookkeeping is the
 `Ledger` class, tested on its own by `.ci/torture_test.py`.
 
-It prints one final line of counts and exits 0 only with 0 violations.
+It prints one final line of counts and exits 0 only with 0 violations. A run
+with violations keeps its drops, the reaper's log (every ending, with its
+reason and silence) and the workers' stderr in the temporary directory, and
+prints where (`LIVEREG_TORTURE_KEEP=1` keeps them from any run); a silence
+violation names the worker's kind (session, time offset, PID namespace, shape).
 """
 
 import json
@@ -445,7 +449,7 @@ def main():
     workers_log_path = os.path.join(tempfile.gettempdir(), f"{name}.workers.log")
     reaper_log = open(reaper_log_path, "w")
     workers_log = open(workers_log_path, "w")
-    keep_logs = False
+    keep_logs = os.environ.get("LIVEREG_TORTURE_KEEP") == "1"  # else kept only on a violation
     # The hook is the drop; one in ten is slow (instances ending in 7), and
     # must delay nobody else's.
     # A session's pid is its client's claim: LIVEREG_CLAIMED_PID.
@@ -550,8 +554,8 @@ def main():
         for message in violations:
             print("VIOLATION:", message)
         print(describe(seconds, violations, summary))
-        if violations:
-            keep_logs = True
+        keep_logs = keep_logs or bool(violations)
+        if keep_logs:
             print(f"kept: the drops {drops_path}, the reaper's log {reaper_log_path}, "
                   f"the workers' log {workers_log_path}")
         return 1 if violations else 0

@@ -37,7 +37,11 @@ never by pid: over a long run the kernel reuses the pids of killed workers
 names, not to whichever process holds that pid now. The bookkeeping is the
 `Ledger` class, tested on its own by `.ci/torture_test.py`.
 
-It prints one final line of counts and exits 0 only with 0 violations.
+It prints one final line of counts and exits 0 only with 0 violations. A run
+with violations keeps its drops, the reaper's log (every ending, with its
+reason and silence) and the workers' stderr in the temporary directory, and
+prints where (`LIVEREG_TORTURE_KEEP=1` keeps them from any run); a silence
+violation names the worker's kind (session, time offset, PID namespace, shape).
 """
 
 import json
@@ -75,10 +79,11 @@ class Life:
     stamps with.
     """
 
-    def __init__(self, pid, may_stall=False, session=False):
+    def __init__(self, pid, may_stall=False, session=False, kind="local"):
         self.pid = pid
         self.may_stall = may_stall  # its engine loop hangs on purpose
         self.session = session  # registers over the reaper's socket
+        self.kind = kind  # how it runs (session, time offset, PID namespace, shape), for violations
         self.registrations = []  # (slot, generation), in order
         self.stops = []  # [stopped, resumed or None]
         self.killed = None
@@ -156,7 +161,8 @@ class Ledger:
                 if not budget <= drop.silent <= late:
                     violations.append(
                         f"instance {drop.instance} (registration {key}) ended {drop.reason} after "
-                        f"{drop.silent:.3f}s of silence, outside [{budget}, {late}]s")
+                        f"{drop.silent:.3f}s of silence, outside [{budget}, {late}]s; a {life.kind} worker, "
+                        f"stopped {drop.at - stopped:.3f}s before its hook started")
             # When its hook started: reported, not judged (the pool may be busy).
             latency(f"{drop.reason} hook start after stop", drop.at - stopped,
                     self.bound + self.beat_interval + self.slack)
@@ -326,10 +332,12 @@ class Reaper:
     """`livereg reap` with the drop hook; with `own_pids`, as pid 1 of a new
     PID namespace."""
 
-    def __init__(self, table, hook, own_pids, listen):
+    def __init__(self, table, hook, own_pids, listen, log):
         self.own_pids = own_pids
+        log.write(f"--- reaper started at {time.time():.6f}{' in its own PID namespace' if own_pids else ''}\n")
+        log.flush()
         self.process = spawn([LIVEREG, "reap", table, "--on-drop", hook, "--listen", listen], own_pids=own_pids,
-                             stderr=subprocess.DEVNULL)
+                             stderr=log)
 
     def kill(self):
         try:
@@ -366,17 +374,21 @@ class Worker:
     many seconds off the reaper's; with `own_pids`, in a new PID namespace
     (`unshare` is then its parent, and kills it if it dies)."""
 
-    def __init__(self, table, instance, offset=None, shape=(), own_pids=False, session=None):
+    def __init__(self, table, instance, offset=None, shape=(), own_pids=False, session=None, log=None):
         command = [LIVEREG, "worker", session or table, "--instance", str(instance), "--interval",
                    f"{int(BEAT_INTERVAL * 1000)}ms", "--reregister", *shape]
         self.offset = offset
         self.own_pids = own_pids or session is not None
         self.session = session
         self.process = spawn(command, offset, own_pids, isolated=session is not None, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
+                             stderr=log or subprocess.DEVNULL, text=True)
         self.shape = shape
         self.forked = []  # pids of children it forked, killed at the end
-        self.life = Life(self.process.pid, may_stall="--stall-after" in shape, session=session is not None)
+        kind = ("session" if session is not None else
+                f"time offset {offset:+d}s" if offset is not None else "local")
+        kind += "".join(f" {part}" for part in shape) + (" own PID namespace" if own_pids and session is None else "")
+        self.life = Life(self.process.pid, may_stall="--stall-after" in shape, session=session is not None,
+                         kind=f"{kind} (instance {instance})")
         self.lines = threading.Thread(target=self._read, daemon=True)
         self.lines.start()
 
@@ -431,6 +443,13 @@ def main():
     name = f"livereg-torture-{os.getpid()}"
     drops_path = os.path.join(tempfile.gettempdir(), f"{name}.drops")
     open(drops_path, "w").close()
+    # The reaper's log (info: every ending, its reason and silence) and the
+    # workers' (stderr), kept with the drops when the run finds a violation.
+    reaper_log_path = os.path.join(tempfile.gettempdir(), f"{name}.reaper.log")
+    workers_log_path = os.path.join(tempfile.gettempdir(), f"{name}.workers.log")
+    reaper_log = open(reaper_log_path, "w")
+    workers_log = open(workers_log_path, "w")
+    keep_logs = os.environ.get("LIVEREG_TORTURE_KEEP") == "1"  # else kept only on a violation
     # The hook is the drop; one in ten is slow (instances ending in 7), and
     # must delay nobody else's.
     # A session's pid is its client's claim: LIVEREG_CLAIMED_PID.
@@ -445,13 +464,13 @@ def main():
     def new_reaper():
         nonlocal reaper_starts
         reaper_starts += 1
-        return Reaper(name, hook, own_pids and reaper_starts % 2 == 1, listen)
+        return Reaper(name, hook, own_pids and reaper_starts % 2 == 1, listen, reaper_log)
 
     def new_worker(instance):
         if own_pids and rng.random() < 0.2:
             # An isolated session: the same shapes, over the socket.
             shape = ("--busy",) if rng.random() < 0.2 else ()
-            return Worker(name, instance, shape=shape, session=listen)
+            return Worker(name, instance, shape=shape, session=listen, log=workers_log)
         offset = rng.choice(offsets) if offsets and rng.random() < 0.25 else None
         in_own_pids = own_pids and rng.random() < 0.25
         # Shapes: an engine that makes progress at every beat, one whose loop
@@ -466,7 +485,7 @@ def main():
             shape = ("--fork-child",)
         else:
             shape = ()
-        return Worker(name, instance, offset, shape, in_own_pids)
+        return Worker(name, instance, offset, shape, in_own_pids, log=workers_log)
 
     run("create", name, "--capacity", "64", "--timeout", f"{int(TIMEOUT * 1000)}ms", "--grace", "1s",
         "--progress-timeout", f"{int(PROGRESS_TIMEOUT * 1000)}ms")
@@ -535,6 +554,10 @@ def main():
         for message in violations:
             print("VIOLATION:", message)
         print(describe(seconds, violations, summary))
+        keep_logs = keep_logs or bool(violations)
+        if keep_logs:
+            print(f"kept: the drops {drops_path}, the reaper's log {reaper_log_path}, "
+                  f"the workers' log {workers_log_path}")
         return 1 if violations else 0
     finally:
         for worker in workers:
@@ -553,7 +576,11 @@ def main():
         if reaper is not None:
             reaper.kill()
         run("rm", name, check=False)
-        os.unlink(drops_path)
+        reaper_log.close()
+        workers_log.close()
+        if not keep_logs:
+            for path in (drops_path, reaper_log_path, workers_log_path):
+                os.unlink(path)
 
 
 if __name__ == "__main__":

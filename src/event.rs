@@ -120,9 +120,12 @@ pub struct DropEvent {
     /// Its last heartbeat on its own monotonic clock, or `None` if it never beat.
     pub last_heartbeat_ns: Option<u64>,
     /// How long it had been silent when the reaper ended it, as the reaper
-    /// judged it (zero for deregistrations, clears and replacements). For a
-    /// `timeout` another reaper decided and died before dropping, whose last
-    /// beat is on a clock this reaper cannot read (a worker in another time
-    /// namespace), the reap timeout: the least silence that ending needed.
+    /// judged it (zero for deregistrations, clears and replacements). A
+    /// `timeout` another party ended (a session's listener, a reaper that
+    /// died before its drop) is measured the same way, on this reaper's
+    /// clock, from its last beat, or from its registration if it never beat;
+    /// where its last beat is on a clock this reaper cannot read (a worker in
+    /// another time namespace) and this reaper saw none of its beat words,
+    /// the reap timeout: the least silence that ending needed.
     pub silent_for: Duration,
 }

@@ -150,7 +150,7 @@ impl Drop for Isolated {
 /// loop stops after `hanging`, the sender thread lives), `exit` (deregister
 /// after a few pings, `done`), `clear` (a clear, `cleared`, a ping,
 /// `beating`, then, once the test says go, a reset, `reset`, then pings
-/// until evicted).
+/// until evicted), `quiet` (never beats: its sender forwards on).
 #[test]
 #[ignore = "a helper, run by the tests of this file in a container"]
 fn client_helper() {
@@ -181,6 +181,9 @@ fn client_helper() {
         std::io::stdin().read_line(&mut String::new()).unwrap();
         worker.reset(Duration::from_secs(10)).unwrap();
         println!("reset");
+    }
+    if mode == "quiet" {
+        std::thread::sleep(Duration::from_secs(3600));
     }
     let mut pings = 0u64;
     loop {
@@ -990,4 +993,32 @@ fn a_question_asked_again_in_the_previous_version_ends_within_its_timeout() {
         "answered after {took:?}"
     );
     server.join().unwrap();
+}
+
+#[test]
+fn a_client_stopped_before_its_first_beat_times_out_with_its_silence_since_registering() {
+    let temp = TempTable::new("session-never-beat", &one_second());
+    let socket = SocketPath::new("session-never-beat");
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let timeout = temp.table.reap_timeout();
+    // Registered, its engine never beats (the slot holds no beat at all),
+    // its sender forwards on; then stopped: its listener ends it `timeout`
+    // once unheard, long before the reaper's grace (3 s) would.
+    let spawned = Instant::now();
+    let mut quiet = Isolated::spawn(&socket.address(), 6, "quiet", None);
+    quiet.line("registered");
+    std::thread::sleep(Duration::from_millis(200));
+    quiet.signal(libc::SIGSTOP);
+    let (event, handled) = next_event(&events, Duration::from_secs(10));
+    quiet.signal(libc::SIGCONT);
+    assert_eq!((event.instance_id, event.reason), (6, Reason::Timeout));
+    assert_eq!(event.last_heartbeat_ns, None, "{event:?}");
+    // Its silence counts from its registration, its last signal (made
+    // after the spawn).
+    assert!(
+        event.silent_for >= timeout && event.silent_for <= handled - spawned,
+        "{event:?}, handled {:?} after the spawn",
+        handled - spawned
+    );
+    reaper.stop().unwrap();
 }

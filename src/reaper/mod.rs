@@ -10,6 +10,8 @@
 //! - `observe.rs`: one live slot observed, decided, carried out;
 //! - `lock_schedule.rs`: when locks are tested; `lock_rounds.rs`: the tests;
 //! - `seen.rs`: what the reaper remembers of each slot between scans;
+//! - `silence.rs`: the silence reported for a `timeout` another party
+//!   ended;
 //! - `death_watch.rs`: a registrant's death seen as it begins (death words),
 //!   `dying.rs`: what a scan makes of it;
 //! - `exit_watch.rs`: a registrant's exit seen the moment it has ended;
@@ -29,6 +31,7 @@ mod owned_removal;
 pub(crate) mod role;
 mod scan;
 mod seen;
+mod silence;
 mod thread;
 
 pub use builder::ReaperBuilder;

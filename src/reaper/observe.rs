@@ -40,12 +40,10 @@ impl Reaper {
                     silent_ns: 0,
                 },
                 // Ended by another party (a listener judging its session's
-                // silence) between the look and the reset's end: its own
-                // reason, with the silence that ending stands for.
-                Err(Gone::Ended(Some(reason))) => Verdict::Ended {
-                    reason,
-                    silent_ns: self.silence_before_end(index, slot, generation, reason, now_ns),
-                },
+                // silence) between the look and the reset's end.
+                Err(Gone::Ended(Some(found))) => {
+                    self.ended_first(index, slot, generation, found, (Reason::Cleared, 0), now_ns)
+                }
                 Err(_) => Verdict::Corrupt,
             },
             Decision::Evict { reason, silent_ns } => {
@@ -53,7 +51,14 @@ impl Reaper {
                     Ok(()) => Verdict::Ended { reason, silent_ns },
                     Err(found) => match protocol::decode_beat(found) {
                         // A deregistration (or another ending) got there first.
-                        Beat::Ended(Some(reason)) => Verdict::Ended { reason, silent_ns },
+                        Beat::Ended(Some(found)) => self.ended_first(
+                            index,
+                            slot,
+                            generation,
+                            found,
+                            (reason, silent_ns),
+                            now_ns,
+                        ),
                         // A heartbeat landed between our read and our CAS: it counts.
                         _ => Verdict::Keep,
                     },
@@ -134,48 +139,6 @@ impl Reaper {
         }
     }
 
-    /// How long a registration that another party ended `timeout` (a
-    /// listener, for a session's silence) had been silent: from the last
-    /// beat this reaper saw of it, or, where it saw none of that
-    /// registration (it started after the end: the reaper that owned the
-    /// listener died before its scan dropped it), from the last beat the
-    /// ender recorded, if it is on this reaper's clock, else the timeout
-    /// (the least any ender of a `timeout` required). 0 for every other
-    /// ending.
-    fn silence_before_end(
-        &self,
-        index: u32,
-        slot: &Slot,
-        generation: u32,
-        reason: Reason,
-        now_ns: u64,
-    ) -> u64 {
-        if reason != Reason::Timeout {
-            return 0;
-        }
-        let seen = self.seen[index as usize].word;
-        let on_own_clock = slot.flags.load(Relaxed) & FLAG_REMOTE != 0
-            || (self.clock_id != Clock::UNKNOWN && slot.clock_id.load(Relaxed) == self.clock_id);
-        let recorded = slot.final_beat.load(Acquire);
-        let word = if protocol::beat_matches(seen, generation)
-            && matches!(protocol::decode_beat(seen), Beat::At(_))
-        {
-            seen
-        } else if on_own_clock && protocol::beat_matches(recorded, generation) {
-            recorded
-        } else {
-            // Ended by a reaper that died before its drop, its last beat on
-            // a clock this one cannot read (a worker in another time
-            // namespace): what is known is that its ender required a
-            // timeout of silence.
-            return self.timeout_ns;
-        };
-        match protocol::decode_beat(word) {
-            Beat::At(stamp) => now_ns.saturating_sub(stamp.ns_near(now_ns)),
-            _ => 0,
-        }
-    }
-
     /// How far the slot's stamps may lag its heartbeats: [`STAMP_LAG_TICKS`]
     /// of the table's coarse resolution where the registrant says it stamps
     /// coarsely, so that `stamp + lag` is never before the heartbeat (and the
@@ -229,10 +192,16 @@ impl Reaper {
                 reason: Reason::Stalled,
                 silent_ns: quiet_ns,
             },
-            Err(Gone::Ended(Some(reason))) => Verdict::Ended {
-                reason,
-                silent_ns: quiet_ns,
-            },
+            // Ended by another party (a listener, a deregistration) between
+            // the mark and the end.
+            Err(Gone::Ended(Some(found))) => self.ended_first(
+                index,
+                slot,
+                generation,
+                found,
+                (Reason::Stalled, quiet_ns),
+                now_ns,
+            ),
             Err(_) => Verdict::Corrupt,
         }
     }

@@ -220,11 +220,16 @@ fn owned_files(owned: &livereg::OwnedFilesStatus) -> String {
     );
     for owner in &owned.owners {
         out += &format!(
-            "  pid {:>8}: {} files, {} ({} held)\n",
+            "  pid {:>8}: {} files, {} ({} held){}\n",
             owner.pid,
             owner.files,
             mib(owner.bytes),
-            mib(owner.held_bytes)
+            mib(owner.held_bytes),
+            if owner.ended {
+                ", ended: removed at the reaper's next round"
+            } else {
+                ""
+            }
         );
     }
     out

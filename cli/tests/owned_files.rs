@@ -404,6 +404,37 @@ fn a_declarer_owns_only_a_file_it_could_remove_from_its_directory_itself() {
 }
 
 #[test]
+fn removing_a_table_removes_what_ended_owners_left_and_names_the_live_ones() {
+    let temp = TempTable::new("owned-rm", &long_options());
+    let (kept, left) = (ShmFile::new("rm-alive", 8), ShmFile::new("rm-ended", 8));
+    let alive = owner(&temp.name, 31, &[&kept], &[]);
+    let mut ended = owner(&temp.name, 32, &[&left], &[]);
+    ended.signal(libc::SIGKILL);
+    let _ = ended.child.wait();
+    let owners = owned_in(&temp.table).owners;
+    assert_eq!(owners.iter().filter(|o| o.ended).count(), 1, "{owners:?}");
+    // No reaper ran: `rm` removes what the ended owner left, and names the
+    // live owner, whose declaration goes with the table.
+    let out = Command::new(env!("CARGO_BIN_EXE_livereg"))
+        .args(["rm", &temp.name])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(!left.exists(), "an ended owner's file outlived its table");
+    assert!(kept.exists(), "removed while its maker lives");
+    let pid = alive.child.id().to_string();
+    assert!(
+        said.contains("1 live processes own files") && said.contains(&pid),
+        "{said}"
+    );
+    for side in ["", ".owned", ".owned-dirs"] {
+        let path = format!("/dev/shm/{}{side}", temp.name);
+        assert!(!Path::new(&path).exists(), "{path} left");
+    }
+}
+
+#[test]
 fn a_process_owns_at_most_64_files_and_the_limit_is_named() {
     let temp = TempTable::new("owned-limit", &long_options());
     let mine = Table::open(&temp.name).unwrap();

@@ -4,7 +4,8 @@
 
 use crate::os::same_file::{self, Found};
 use crate::table::memory::TableMemory;
-use crate::table::owned_records::{Counter, DECLARED, HELD};
+use crate::os::lock;
+use crate::table::owned_records::{owner_lock, Counter, DECLARED, HELD};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -43,6 +44,10 @@ pub struct OwnerStatus {
     pub bytes: u64,
     /// The bytes they hold (allocated), as found now.
     pub held_bytes: u64,
+    /// Whether its process has ended (its lock is free): its files wait
+    /// for the reaper's next round.
+    #[serde(default)]
+    pub ended: bool,
 }
 
 /// The owned files of `memory`'s table; `None` for a table without
@@ -59,11 +64,16 @@ pub(crate) fn owned_files(memory: &TableMemory) -> Option<OwnedFilesStatus> {
         if owner.state != HELD {
             continue;
         }
+        let ended = memory
+            .file()
+            .and_then(|file| lock::held_by_other(file, owner_lock(index)).ok())
+            .is_some_and(|held| !held);
         let mut status = OwnerStatus {
             pid: owner.pid,
             files: 0,
             bytes: 0,
             held_bytes: 0,
+            ended,
         };
         for record in records.files(index).ok()? {
             if record.state != DECLARED {

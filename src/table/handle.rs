@@ -29,6 +29,7 @@ use crate::table::layout::{
 use crate::table::death_thread;
 use crate::table::death_words::{self, DeathWords};
 use crate::table::owned_dirs;
+use crate::table::owned_sweep;
 use crate::table::owned_records::{self, OwnedRecords};
 use crate::table::location;
 use crate::table::memory::{Backing, TableMemory};
@@ -278,12 +279,25 @@ impl Table {
     /// Removes the table's name. Processes that have it open keep using it
     /// until they close it.
     ///
+    /// Its owned-file records go with it: first the files of processes
+    /// that have ended are removed (by the same rules as the reaper's);
+    /// the declarations of processes still alive are dropped, and their
+    /// files stay after they end (logged as a warning; `livereg status`
+    /// lists them before: `owned_files.owners` not `ended`).
+    ///
     /// # Errors
     ///
     /// [`Error::NotFound`], [`Error::Permission`], [`Error::InvalidArgument`]
     /// for a bad name, or [`Error::Io`].
     pub fn unlink(name: &str) -> Result<()> {
         let path = location::resolve(name)?;
+        let live = owned_sweep::settle(&path, name);
+        if !live.is_empty() {
+            log::warn!(
+                "table '{name}': removed while {} processes own files in it (pids {live:?}): their declarations go with it, and no reaper will remove those files once they end",
+                live.len()
+            );
+        }
         std::fs::remove_file(&path).map_err(|e| Error::os(name, "unlink", e))?;
         // The sessions' records, the death words and the owned-file
         // records beside it, if made.

@@ -17,7 +17,8 @@
 //! - `owned_records.rs`: the file beside the table where processes declare
 //!   the files they own, `owning.rs` the declaring ([`Table::own_file`]),
 //!   `owned_dirs.rs` the directories the creator allowed (a file only the
-//!   table's owner may write), `removal_rules.rs` whom a removal is for;
+//!   table's owner may write), `removal_rules.rs` whom a removal is for,
+//!   `owned_sweep.rs` a round of removals;
 //! - `memory.rs`: the mapping (a file or the heap) and its slots;
 //! - `location.rs`: where a table lives (a name or a path);
 //! - `locks.rs`: the reaper role and the registration lock;
@@ -44,6 +45,7 @@ needs_the_os! {
     pub(crate) mod options;
     pub(crate) mod owned_dirs;
     pub(crate) mod owned_records;
+    pub(crate) mod owned_sweep;
     pub(crate) mod owning;
     pub(crate) mod removal_rules;
     pub(crate) mod requests;

@@ -87,6 +87,10 @@ pub(crate) struct Lifeline {
     pub list: RobustList,
     pub refused: std::sync::atomic::AtomicBool,
     pub ended: std::sync::atomic::AtomicBool,
+    /// A test's hold on the thread's claims: while set, it claims nothing
+    /// (so a test orders a claim after other steps).
+    #[cfg(test)]
+    pub hold_claims: std::sync::atomic::AtomicBool,
 }
 
 impl Lifeline {
@@ -96,6 +100,8 @@ impl Lifeline {
             list: RobustList::unlinked(),
             refused: std::sync::atomic::AtomicBool::new(false),
             ended: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            hold_claims: std::sync::atomic::AtomicBool::new(false),
         });
         lifeline.list.empty();
         lifeline

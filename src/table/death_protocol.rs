@@ -6,7 +6,7 @@
 //! word whose process has died. The kernel's own step at the owner's exit,
 //! [`kernel_marks`], is modelled here for the checks.
 
-use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use crate::sync::Ordering::{AcqRel, Acquire, Relaxed};
 use crate::sync::{AtomicU32, AtomicU64};
 
 /// The word's bit saying someone waits on it (the kernel wakes one).
@@ -59,10 +59,12 @@ pub(crate) fn free_if_marked(word: &AtomicU32) {
 
 /// Records a registration in its slot's record (`owner`, `seen`) while the
 /// slot is its own (claimed, not yet published): the next reaper to read
-/// `owner` sees `seen` cleared.
+/// `owner` sees `seen` cleared. Swaps rather than stores, so that a late
+/// [`record_if_held`] of the slot's previous registration is ordered
+/// wholly before or after it, as read-modify-writes of one word are.
 pub(crate) fn record(owner: &AtomicU64, seen: &AtomicU64, value: u64) {
-    seen.store(0, Release);
-    owner.store(value, Release);
+    seen.swap(0, AcqRel);
+    owner.swap(value, AcqRel);
 }
 
 /// Records a registration that waited for its process's word, if its slot

@@ -83,7 +83,8 @@ pub(crate) fn record_if_held(
     if !holds() {
         return false;
     }
-    seen.compare_exchange(seen_before, 0, AcqRel, Relaxed).is_ok()
+    seen.compare_exchange(seen_before, 0, AcqRel, Relaxed)
+        .is_ok()
         && owner
             .compare_exchange(before, value, AcqRel, Relaxed)
             .is_ok()

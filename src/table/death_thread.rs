@@ -13,7 +13,9 @@
 //! never waits for a thread to start (most of what a first registration
 //! would cost): the first registration wakes the thread and goes on; the
 //! thread claims a free word and records it for every registration made so
-//! far, and later ones record it themselves. A death before that is seen
+//! far that still holds its slot (one that ended, however it ended, and
+//! whose slot another process may hold now, is left out), and later ones
+//! record it themselves. A death before that is seen
 //! when it has ended, as before. The last deregistration gives the word
 //! back and the thread sleeps again, holding nothing, until the next
 //! registration or until the table's memory is dropped (its last handle

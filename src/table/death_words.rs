@@ -72,7 +72,8 @@ pub(crate) struct Listing {
     pub word: Option<u32>,
     pub registrations: usize,
     /// Registrations (slot, generation) made before the word was claimed:
-    /// their records are written when it is.
+    /// their records are written when it is, if their slots still hold
+    /// them (one that ends before leaves the list).
     pub waiting: Vec<(u32, u32)>,
     /// The thread's robust list and its end, shared with the thread.
     pub lifeline: std::sync::Arc<Lifeline>,

@@ -171,11 +171,15 @@ fn record(words: &DeathWords, word: u32, index: u32, generation: u32) {
 /// Slot `index`'s registration of `generation`, which waited for the word,
 /// belongs to word `word`, if the slot still holds it: one evicted and
 /// released before the claim may hold another process's registration now,
-/// whose record stays.
+/// whose record stays. (A table truncated under this handle is not read:
+/// nothing is recorded.)
 fn record_waiting(memory: &TableMemory, words: &DeathWords, word: u32, index: u32, generation: u32) {
     let record = words.slot(index);
     let owner = owner_value(word, generation);
     death_protocol::record_if_held(&record.owner, &record.dying_seen_ns, owner, || {
+        if memory.check_size().is_err() {
+            return false;
+        }
         let state = memory.slot(index).state.load(Acquire);
         matches!(protocol::split_state(state), (g, CLAIMING | LIVE) if g == generation)
     });

@@ -7,7 +7,7 @@
 //! list walks is dying whole (one word per process); a reaper that starts
 //! while a process is dying reports it once; pthread robust mutexes beside
 //! a death thread keep working; a worker in another PID namespace is seen
-//! dying too.
+//! dying too; so are processes past the words one wait takes.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -304,4 +304,86 @@ fn a_worker_in_another_pid_namespace_is_seen_dying_too() {
     // the worker, and with it the namespace.
     worker.signal(libc::SIGKILL);
     dying_then_dropped(&heard, 15);
+}
+
+/// Whether process `pid`, a child of this one, has ended: it is a zombie
+/// (`WNOWAIT` leaves it one, for its `Child` to wait for).
+fn has_ended(pid: u32) -> bool {
+    // SAFETY: `info` is a zeroed, writable siginfo_t; with WNOWAIT the call
+    // reaps nothing; `si_pid` is read after a successful call.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        libc::waitid(libc::P_PID, pid, &mut info, flags) == 0 && info.si_pid() != 0
+    }
+}
+
+#[test]
+fn processes_past_the_words_one_wait_takes_are_dying_before_they_have_ended() {
+    // One futex_waitv takes 128 words: 126 process words beside the watch's
+    // stop and wake words.
+    let fillers = 130;
+    let options = TableOptions {
+        capacity: 200,
+        reap_timeout: Duration::from_secs(600),
+        registration_grace: Duration::from_secs(600),
+        ..long_options()
+    };
+    let temp = TempTable::new("dying-past-one-wait", &options);
+    // Each dying event with whether its process had ended by then.
+    let (dying, heard) = mpsc::channel();
+    let dropped = dying.clone();
+    let _reaper = temp
+        .table
+        .reaper()
+        .on_dying(move |event| Ok(dying.send((event.instance_id, Some(has_ended(event.pid))))?))
+        .on_drop(move |event| Ok(dropped.send((event.instance_id, None))?))
+        .spawn()
+        .unwrap();
+    let mut holding: Vec<WorkerProcess> = (1..=fillers)
+        .map(|id| {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_livereg"));
+            command.args(["worker", &temp.name, "--instance", &id.to_string()]);
+            WorkerProcess::spawn(command.arg("--never-beat"))
+        })
+        .collect();
+    for process in &mut holding {
+        process.wait_for("registered");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while temp
+        .table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .filter(|r| r.death_word)
+        .count()
+        < fillers as usize
+    {
+        assert!(Instant::now() < deadline, "not every filler holds a word");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Words are claimed lowest first: each of these holds one past the
+    // fillers'. Big, so that the kernel takes its time to end them (about
+    // 0.1 s here, against about 2 ms to hear them dying; a watch that only
+    // looks at such a word once a second hears it with its end).
+    for id in 1001..=1006 {
+        let mut worker = WorkerProcess::worker(&temp.name, id, &["--hold-mib", "1024"]);
+        worker.wait_for("registered");
+        wait_for_death_word(&temp.table, id);
+        let killed = Instant::now();
+        worker.signal(libc::SIGKILL);
+        let first = heard.recv_timeout(Duration::from_secs(20)).expect("dying");
+        let dying_after = killed.elapsed();
+        assert_eq!(
+            first,
+            (id, Some(false)),
+            "dying, before it had ended ({dying_after:?} after the kill)"
+        );
+        let second = heard
+            .recv_timeout(Duration::from_secs(20))
+            .expect("dropped");
+        assert_eq!(second, (id, None), "then dropped");
+    }
 }

@@ -57,6 +57,39 @@ pub(crate) fn free_if_marked(word: &AtomicU32) {
     }
 }
 
+/// Records a registration in its slot's record (`owner`, `seen`) while the
+/// slot is its own (claimed, not yet published): the next reaper to read
+/// `owner` sees `seen` cleared. Swaps rather than stores, so that a late
+/// [`record_if_held`] of the slot's previous registration is ordered
+/// wholly before or after it, as read-modify-writes of one word are.
+pub(crate) fn record(owner: &AtomicU64, seen: &AtomicU64, value: u64) {
+    seen.swap(0, AcqRel);
+    owner.swap(value, AcqRel);
+}
+
+/// Records a registration that waited for its process's word, if its slot
+/// still `holds` it (looked at after the record is read) and no other
+/// registration's record was written since: a claim that comes after the
+/// registration ended and its slot was taken again never overwrites the
+/// next owner's record (nor clears when it was reported dying). Whether it
+/// was written.
+pub(crate) fn record_if_held(
+    owner: &AtomicU64,
+    seen: &AtomicU64,
+    value: u64,
+    holds: impl FnOnce() -> bool,
+) -> bool {
+    let (before, seen_before) = (owner.load(Acquire), seen.load(Acquire));
+    if !holds() {
+        return false;
+    }
+    seen.compare_exchange(seen_before, 0, AcqRel, Relaxed)
+        .is_ok()
+        && owner
+            .compare_exchange(before, value, AcqRel, Relaxed)
+            .is_ok()
+}
+
 /// Reports a registration dying, once across every reaper: whether this
 /// call is the one (`seen`, the slot record's word, becomes `now_ns`).
 pub(crate) fn report_once(seen: &AtomicU64, now_ns: u64) -> bool {
@@ -104,6 +137,21 @@ mod tests {
         assert_eq!(word.load(Acquire), 0);
         free_if_marked(&word);
         assert!(claim(&word, 10), "free for the next process");
+    }
+
+    #[test]
+    fn a_waiting_registration_is_recorded_only_while_its_slot_holds_it() {
+        let (owner, seen) = (AtomicU64::new(3 << 32 | 7), AtomicU64::new(5));
+        assert!(!record_if_held(&owner, &seen, 1 << 32 | 8, || false));
+        assert_eq!((owner.load(Acquire), seen.load(Acquire)), (3 << 32 | 7, 5));
+        assert!(record_if_held(&owner, &seen, 1 << 32 | 8, || true));
+        assert_eq!((owner.load(Acquire), seen.load(Acquire)), (1 << 32 | 8, 0));
+        // Another record written between the look and the write wins.
+        assert!(!record_if_held(&owner, &seen, 1 << 32 | 8, || {
+            record(&owner, &seen, 2 << 32 | 9);
+            true
+        }));
+        assert_eq!(owner.load(Acquire), 2 << 32 | 9);
     }
 
     #[test]

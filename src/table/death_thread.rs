@@ -13,7 +13,9 @@
 //! never waits for a thread to start (most of what a first registration
 //! would cost): the first registration wakes the thread and goes on; the
 //! thread claims a free word and records it for every registration made so
-//! far, and later ones record it themselves. A death before that is seen
+//! far that still holds its slot (one that ended, however it ended, and
+//! whose slot another process may hold now, is left out), and later ones
+//! record it themselves. A death before that is seen
 //! when it has ended, as before. The last deregistration gives the word
 //! back and the thread sleeps again, holding nothing, until the next
 //! registration or until the table's memory is dropped (its last handle
@@ -33,6 +35,7 @@ use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use crate::table::death_protocol;
 use crate::table::death_words::{DeathWords, Lifeline, Listing};
 use crate::table::memory::TableMemory;
+use crate::table::protocol::{self, CLAIMING, LIVE};
 use std::sync::{Arc, MutexGuard, Weak};
 use std::thread::Thread;
 
@@ -123,10 +126,11 @@ pub(crate) fn is_listed(memory: &TableMemory) -> bool {
             .is_some_and(|held| held.epoch == fork::epoch() && held.registrations > 0)
 }
 
-/// Counts one registration fewer; with the last, gives the word back (the
-/// thread lingers with an empty list). A forked child's call leaves the
-/// parent's alone.
-pub(crate) fn leave(memory: &TableMemory) {
+/// Counts slot `index`'s registration of `generation` out (it has ended: a
+/// word claimed from now on is not recorded for it); with the last, gives
+/// the word back (the thread lingers with an empty list). A forked child's
+/// call leaves the parent's alone.
+pub(crate) fn leave(memory: &TableMemory, index: u32, generation: u32) {
     if memory.death_words.is_none() {
         return;
     }
@@ -135,10 +139,10 @@ pub(crate) fn leave(memory: &TableMemory) {
         return;
     };
     listing.registrations = listing.registrations.saturating_sub(1);
+    listing.waiting.retain(|&waiting| waiting != (index, generation));
     if listing.registrations > 0 {
         return;
     }
-    // Ended before the thread claimed a word: none is to be claimed now.
     listing.waiting.clear();
     let Some(word) = listing.word.take() else {
         return;
@@ -160,10 +164,30 @@ pub(crate) fn leave(memory: &TableMemory) {
 /// Slot `index`'s registration of `generation` belongs to word `word`.
 fn record(words: &DeathWords, word: u32, index: u32, generation: u32) {
     let record = words.slot(index);
-    record.dying_seen_ns.store(0, Relaxed);
-    record
-        .owner
-        .store(u64::from(word + 1) << 32 | u64::from(generation), Release);
+    let owner = owner_value(word, generation);
+    death_protocol::record(&record.owner, &record.dying_seen_ns, owner);
+}
+
+/// Slot `index`'s registration of `generation`, which waited for the word,
+/// belongs to word `word`, if the slot still holds it: one evicted and
+/// released before the claim may hold another process's registration now,
+/// whose record stays. (A table truncated under this handle is not read:
+/// nothing is recorded.)
+fn record_waiting(memory: &TableMemory, words: &DeathWords, word: u32, index: u32, generation: u32) {
+    let record = words.slot(index);
+    let owner = owner_value(word, generation);
+    death_protocol::record_if_held(&record.owner, &record.dying_seen_ns, owner, || {
+        if memory.check_size().is_err() {
+            return false;
+        }
+        let state = memory.slot(index).state.load(Acquire);
+        matches!(protocol::split_state(state), (g, CLAIMING | LIVE) if g == generation)
+    });
+}
+
+/// A slot record's `owner`: word `word`'s registration of `generation`.
+fn owner_value(word: u32, generation: u32) -> u64 {
+    u64::from(word + 1) << 32 | u64::from(generation)
 }
 
 /// Starts a death thread on `lifeline`'s list. Each time it is woken it
@@ -206,6 +230,10 @@ fn claim(memory: &TableMemory, lifeline: &Arc<Lifeline>) {
     let (Some(listing), Some(words)) = (held.as_mut(), memory.death_words()) else {
         return;
     };
+    #[cfg(test)]
+    if lifeline.hold_claims.load(Acquire) {
+        return;
+    }
     if !Arc::ptr_eq(&listing.lifeline, lifeline)
         || listing.word.is_some()
         || listing.waiting.is_empty()
@@ -234,7 +262,7 @@ fn claim(memory: &TableMemory, lifeline: &Arc<Lifeline>) {
         list.list_op_pending.store(0, Release);
         listing.word = Some(index);
         for (slot, generation) in listing.waiting.drain(..) {
-            record(words, index, slot, generation);
+            record_waiting(memory, words, index, slot, generation);
         }
         // So the reaper's death watch waits on the word from now on.
         memory.wake_reaper();
@@ -250,4 +278,110 @@ fn claim(memory: &TableMemory, lifeline: &Arc<Lifeline>) {
 fn empty_list() -> &'static RobustList {
     static EMPTY: std::sync::OnceLock<&'static RobustList> = std::sync::OnceLock::new();
     EMPTY.get_or_init(|| Box::leak(RobustList::new()))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::listing;
+    use crate::event::Reason;
+    use crate::table::death_protocol::OWNER_DIED;
+    use crate::table::protocol;
+    use crate::table::handle::Table;
+    use crate::table::options::TableOptions;
+    use crate::RegistrationState;
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::time::{Duration, Instant};
+
+    /// A shared table removed on drop.
+    struct Named(String);
+
+    impl Drop for Named {
+        fn drop(&mut self) {
+            let _ = Table::unlink(&self.0);
+        }
+    }
+
+    /// Holds `table`'s death thread from claiming (`true`), or lets it go
+    /// and wakes it.
+    fn hold_claims(table: &Table, hold: bool) {
+        let held = listing(&table.memory);
+        let listing = held.as_ref().expect("a death thread");
+        listing.lifeline.hold_claims.store(hold, SeqCst);
+        listing.thread.unpark();
+    }
+
+    /// Waits until `table`'s death thread holds a word; returns it.
+    fn claimed_word(table: &Table) -> u32 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(word) = listing(&table.memory).as_ref().and_then(|l| l.word) {
+                return word;
+            }
+            assert!(Instant::now() < deadline, "the death thread never claimed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Instance `id`'s registration as `table`'s status shows it.
+    fn shown(table: &Table, id: u64) -> crate::RegistrationStatus {
+        let status = table.status().unwrap();
+        let found = status.registrations.into_iter().find(|r| r.instance_id == id);
+        found.expect("registered")
+    }
+
+    /// Registers two instances in a first opening of a table whose death
+    /// thread claims nothing yet, ends the first in slot 0 with `end`, has
+    /// a reaper drop it (slot 0 free again) and a second opening (its own
+    /// death thread: another process, as the words see it) register in
+    /// slot 0; then lets the first thread claim its word. The slot's next
+    /// owner keeps its record: its process's death is seen as it begins.
+    fn claim_after_the_end_and_reuse(case: &str, end: impl FnOnce(&Table, crate::Worker)) {
+        let name = Named(format!("livereg-unit-claim-{case}-{}", std::process::id()));
+        let first = Table::create(&name.0, &TableOptions::default()).unwrap();
+        let second = Table::open(&name.0).unwrap();
+        hold_claims(&first, true);
+        let ended = first.register(1, "ended").unwrap();
+        let _stays = first.register(2, "stays").unwrap();
+        assert_eq!(ended.slot(), 0);
+        end(&first, ended);
+        let mut reaper = first.reaper().build().unwrap();
+        reaper.scan().unwrap(); // its drop: slot 0 is free again
+        let next = second.register(3, "next").unwrap();
+        assert_eq!(next.slot(), 0, "the ended registration's slot, reused");
+        let word = claimed_word(&second);
+        assert!(shown(&first, 3).death_word);
+        // The first process's thread claims its word now, after the end
+        // and the reuse.
+        hold_claims(&first, false);
+        assert_ne!(claimed_word(&first), word);
+        assert!(shown(&first, 2).death_word);
+        assert!(shown(&first, 3).death_word, "the next owner's record taken");
+        // The next owner's process begins to die (forged: it lives).
+        let words = first.memory.death_words().unwrap();
+        words.process(word).word.fetch_or(OWNER_DIED, SeqCst);
+        assert_eq!(shown(&first, 3).state, RegistrationState::Dying);
+        assert_eq!(shown(&first, 2).state, RegistrationState::Live);
+        words.process(word).word.fetch_and(!OWNER_DIED, SeqCst);
+        drop((next, reaper));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // a shared table: Miri's isolation has no /dev/shm
+    fn a_registration_deregistered_before_its_word_was_claimed_never_takes_its_slots_next_owners_record(
+    ) {
+        claim_after_the_end_and_reuse("deregistered", |_, ended| ended.deregister().unwrap());
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // a shared table: Miri's isolation has no /dev/shm
+    fn a_registration_evicted_before_its_word_was_claimed_never_takes_its_slots_next_owners_record()
+    {
+        claim_after_the_end_and_reuse("evicted", |table, ended| {
+            // Ended as a reaper ends it: its handle has not heard (it still
+            // counts under the process's word).
+            let slot = table.memory.slot(ended.slot());
+            protocol::end(slot, ended.generation(), Reason::Cleared).unwrap();
+            std::mem::forget(ended);
+        });
+    }
 }

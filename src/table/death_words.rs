@@ -72,7 +72,8 @@ pub(crate) struct Listing {
     pub word: Option<u32>,
     pub registrations: usize,
     /// Registrations (slot, generation) made before the word was claimed:
-    /// their records are written when it is.
+    /// their records are written when it is, if their slots still hold
+    /// them (one that ends before leaves the list).
     pub waiting: Vec<(u32, u32)>,
     /// The thread's robust list and its end, shared with the thread.
     pub lifeline: std::sync::Arc<Lifeline>,
@@ -87,6 +88,10 @@ pub(crate) struct Lifeline {
     pub list: RobustList,
     pub refused: std::sync::atomic::AtomicBool,
     pub ended: std::sync::atomic::AtomicBool,
+    /// A test's hold on the thread's claims: while set, it claims nothing
+    /// (so a test orders a claim after other steps).
+    #[cfg(test)]
+    pub hold_claims: std::sync::atomic::AtomicBool,
 }
 
 impl Lifeline {
@@ -96,6 +101,8 @@ impl Lifeline {
             list: RobustList::unlinked(),
             refused: std::sync::atomic::AtomicBool::new(false),
             ended: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            hold_claims: std::sync::atomic::AtomicBool::new(false),
         });
         lifeline.list.empty();
         lifeline

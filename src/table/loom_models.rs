@@ -381,9 +381,12 @@ mod death_word {
     //! The death word's protocol (`death_protocol.rs`): threads stand for a
     //! registering process, its kernel, reapers and the next process.
 
+    use crate::event::Reason;
     use crate::sync::Ordering::Acquire;
     use crate::sync::{AtomicU32, AtomicU64};
     use crate::table::death_protocol::{self, OWNER_DIED, WAITERS};
+    use crate::table::layout::Slot;
+    use crate::table::protocol::{self, LIVE};
     use loom::sync::Arc;
     use loom::thread;
 
@@ -438,6 +441,40 @@ mod death_word {
             );
             let value = word.load(Acquire);
             assert!(value == 0 || value & OWNER_DIED != 0, "{value:#x}");
+        });
+    }
+
+    /// A death thread that claims its word late records a registration
+    /// that waited for it while the reaper releases that (ended)
+    /// registration's slot, the next process claims the slot, records its
+    /// own registration there, and a reaper reports it dying: the next
+    /// owner's record and report are what is left.
+    #[test]
+    fn a_late_record_never_takes_the_record_of_the_slots_next_owner() {
+        const LATE: u64 = 1 << 32; // word 0, generation 0
+        const STALE: u64 = 3 << 32 | 7; // an older registration's
+        loom::model(|| {
+            let slot = Arc::new(Slot::new());
+            let generation = super::live(&slot);
+            protocol::end(&slot, generation, Reason::Deregistered).unwrap();
+            let record = Arc::new((AtomicU64::new(STALE), AtomicU64::new(5)));
+            let (late_slot, late_record) = (slot.clone(), record.clone());
+            let late = thread::spawn(move || {
+                let (owner, seen) = &*late_record;
+                death_protocol::record_if_held(owner, seen, LATE, || {
+                    let state = late_slot.state.load(Acquire);
+                    state == protocol::state_word(generation, LIVE)
+                })
+            });
+            assert!(protocol::release(&slot, generation));
+            let next = protocol::try_claim(&slot).expect("released");
+            let next_owner = 2 << 32 | u64::from(next);
+            let (owner, seen) = &*record;
+            death_protocol::record(owner, seen, next_owner);
+            assert!(death_protocol::report_once(seen, 50));
+            late.join().unwrap();
+            assert_eq!(owner.load(Acquire), next_owner);
+            assert_eq!(seen.load(Acquire), 50);
         });
     }
 

@@ -240,7 +240,7 @@ impl Worker {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         *lock = None;
         if self.death_word.swap(false, Relaxed) {
-            death_thread::leave(&self.table.memory);
+            death_thread::leave(&self.table.memory, self.index, self.generation);
         }
     }
 

@@ -51,13 +51,12 @@ pub(crate) fn mismatch(path: &Path, found: &Metadata, expected: &Expected<'_>) -
             "a regular file linked under {} names, expected 1",
             found.nlink()
         ))
-    } else if let Some(size) = expected.size.filter(|&size| size != found.len()) {
+    } else {
+        let size = expected.size.filter(|&size| size != found.len())?;
         Some(format!(
             "a regular file of {} bytes, expected {size} (not what this build makes)",
             found.len()
         ))
-    } else {
-        None
     }
 }
 

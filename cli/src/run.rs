@@ -32,8 +32,9 @@ pub struct Args {
     progress_file: Option<std::path::PathBuf>,
     /// A file the program makes that must not outlive it (in /dev/shm, or
     /// another directory the table allows): owned by this wrapper once it
-    /// exists, and removed by the reaper once the wrapper has ended, which
-    /// it does with the program. Repeatable.
+    /// exists (the name is followed: a file made anew under it is owned in
+    /// place of the one before), and removed by the reaper once the wrapper
+    /// has ended, which it does with the program. Repeatable.
     #[arg(long = "own", value_name = "PATH")]
     own: Vec<std::path::PathBuf>,
     /// The program and its arguments.
@@ -83,8 +84,8 @@ pub fn run(args: Args) -> Outcome {
         }
         std::thread::sleep(interval.min(POLL));
     };
-    // What the program made just before it ended is owned too: removed
-    // once this wrapper has ended.
+    // What the program made, or made anew, just before it ended is owned
+    // too: removed once this wrapper has ended.
     owned.declare_made();
     if let Some(worker) = worker {
         let _ = worker.deregister();
@@ -95,10 +96,43 @@ pub fn run(args: Args) -> Outcome {
     Ok(ExitCode::from(code as u8))
 }
 
-/// The `--own` paths, declared as they appear.
+/// The `--own` paths, declared as they appear and again whenever the
+/// name holds a new file (a program that removes and remakes its segment
+/// owns the file made last).
 struct Owned<'t> {
     table: Option<&'t livereg::Table>,
-    pending: Vec<std::path::PathBuf>,
+    paths: Vec<OwnedPath>,
+}
+
+/// One `--own` path and what was last done with the file at it.
+struct OwnedPath {
+    path: std::path::PathBuf,
+    /// The file last declared or refused at the name (not followed).
+    seen: Option<FileIdentity>,
+    /// Whether a refusal was said (each path's is said once).
+    refusal_said: bool,
+}
+
+/// What tells one file from the next made under the same name: its
+/// device, inode and birth time (where the file system keeps one).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    born: Option<std::time::SystemTime>,
+}
+
+impl FileIdentity {
+    /// The file at `path` itself (a link is not followed), if any.
+    fn at(path: &std::path::Path) -> Option<FileIdentity> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        Some(FileIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            born: meta.created().ok(),
+        })
+    }
 }
 
 impl<'t> Owned<'t> {
@@ -110,26 +144,45 @@ impl<'t> Owned<'t> {
                 return Err("--own needs the table mapped: a session's files are in a /dev/shm its reaper does not share".into())
             }
         };
-        Ok(Owned {
-            table,
-            pending: paths,
-        })
+        let paths = paths
+            .into_iter()
+            .map(|path| OwnedPath {
+                path,
+                seen: None,
+                refusal_said: false,
+            })
+            .collect();
+        Ok(Owned { table, paths })
     }
 
-    /// Declares each pending path that now exists; one refused is said
-    /// once and dropped.
+    /// Declares each path whose name holds a file not yet declared: one
+    /// just made, or made anew since (declaring a name again moves the
+    /// declaration to the file it holds now). A refusal is said once a
+    /// path.
     fn declare_made(&mut self) {
         let Some(table) = self.table else {
             return;
         };
-        self.pending.retain(|path| match table.own_file(path) {
-            Ok(()) => false,
-            Err(Error::NotFound(_)) => true,
-            Err(e) => {
-                note!("livereg run: --own: {e}");
-                false
+        for owned in &mut self.paths {
+            let Some(now) = FileIdentity::at(&owned.path) else {
+                continue;
+            };
+            if owned.seen == Some(now) {
+                continue;
             }
-        });
+            match table.own_file(&owned.path) {
+                Ok(()) => owned.seen = Some(now),
+                // Gone again between the look and the declaration.
+                Err(Error::NotFound(_)) => {}
+                Err(e) => {
+                    owned.seen = Some(now);
+                    if !owned.refusal_said {
+                        owned.refusal_said = true;
+                        note!("livereg run: --own: {e}");
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -622,3 +622,55 @@ fn an_allowed_directory_reached_through_a_link_is_never_followed() {
     assert!(refused.is_err(), "declared through a link: {refused:?}");
     assert!(kept);
 }
+
+/// The inode at `path` (not following a link), if anything is there.
+fn inode_at(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    path.symlink_metadata().ok().map(|meta| meta.ino())
+}
+
+#[test]
+fn livereg_run_owns_the_file_its_program_makes_anew_under_the_same_name() {
+    let temp = TempTable::new("owned-run-anew", &long_options());
+    let file = ShmFile::named("run-anew");
+    let mut reaper = temp.table.reaper().build().unwrap();
+    // Made, removed, then made again (a new inode: written beside and
+    // renamed over the name) after the wrapper has surely declared the
+    // first; then the program lives on.
+    let script = format!(
+        "head -c 65536 /dev/zero > {f}; sleep 1; rm {f}; \
+         head -c 65536 /dev/zero > {f}.new; mv {f}.new {f}; exec sleep 60",
+        f = file.text()
+    );
+    let mut run = Command::new(env!("CARGO_BIN_EXE_livereg"))
+        .args(["run", &temp.name, "--instance", "9", "--own", file.text()])
+        .args(["--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        if let (Some(inode), true) = (
+            inode_at(&file.0),
+            owned_in(&temp.table).owners.iter().any(|o| o.files == 1),
+        ) {
+            break inode;
+        }
+        assert!(Instant::now() < deadline, "never owned");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    while inode_at(&file.0).is_none_or(|inode| inode == first) {
+        assert!(Instant::now() < deadline, "never made anew");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The wrapper looks every 20 ms; a generous margin for it to see the
+    // new file before it is killed.
+    std::thread::sleep(Duration::from_secs(1));
+    run.kill().unwrap();
+    let _ = run.wait();
+    let removed = scan_until_settled(&mut reaper, &temp.table);
+    let _ = std::fs::remove_file(format!("{}.new", file.text()));
+    assert!(!file.exists(), "the file made anew outlived its maker");
+    assert_eq!(removed, vec![file.0.clone()]);
+}

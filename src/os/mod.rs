@@ -14,6 +14,7 @@ pub(crate) mod poll;
 pub(crate) mod private_file;
 pub(crate) mod process;
 pub(crate) mod random;
+pub(crate) mod refused_file;
 mod raw;
 pub(crate) mod robust;
 pub(crate) mod same_file;

@@ -6,6 +6,7 @@
 //! are off on many machines and in many containers, so they are not relied
 //! on.
 
+use crate::os::refused_file::{self, Expected};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -18,10 +19,22 @@ use std::path::Path;
 ///
 /// # Errors
 ///
-/// [`io::ErrorKind::PermissionDenied`] naming the path, what was expected and
+/// [`io::ErrorKind::PermissionDenied`] naming the path, what was expected,
 /// what was found (a symbolic link, another kind of file, another owner, a
-/// mode open to others, a second name); other OS errors as they come.
+/// mode open to others, a second name; looked at again with `lstat` when
+/// the open itself failed) and who may remove it; other OS errors with the
+/// path.
 pub(crate) fn open_or_create(path: &Path) -> io::Result<File> {
+    // SAFETY:
+    // - `geteuid` has no preconditions and cannot fail.
+    let own = unsafe { libc::geteuid() };
+    let expected = Expected {
+        owner: own,
+        owner_is: "this process's user, who keeps it",
+        forbidden: 0o077,
+        size: None,
+        one_name: true,
+    };
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -30,80 +43,40 @@ pub(crate) fn open_or_create(path: &Path) -> io::Result<File> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| refused_link(path, e))?;
-    // SAFETY:
-    // - `geteuid` has no preconditions and cannot fail.
-    let own = unsafe { libc::geteuid() };
-    check(path, &file, own, 0o077)?;
+        .map_err(|e| refused_file::open_failed(path, e, &expected))?;
+    check(path, &file, &expected)?;
     Ok(file)
 }
 
 /// Opens `path` read-only without following a symbolic link, and accepts it
-/// only if it is a regular file with one name, owned by `owner`, that no one
-/// but its owner may write.
+/// only if it is a regular file with one name, owned by `owner` (the
+/// table's owner), that no one but its owner may write.
 ///
 /// # Errors
 ///
 /// As [`open_or_create`]; [`io::ErrorKind::NotFound`] if it does not exist.
 pub(crate) fn open_owned_by(path: &Path, owner: u32) -> io::Result<File> {
+    let expected = Expected {
+        owner,
+        owner_is: "the table's owner",
+        forbidden: 0o022,
+        size: None,
+        one_name: true,
+    };
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| refused_link(path, e))?;
-    check(path, &file, owner, 0o022)?;
+        .map_err(|e| refused_file::open_failed(path, e, &expected))?;
+    check(path, &file, &expected)?;
     Ok(file)
 }
 
-/// `O_NOFOLLOW` on a symbolic link fails with `ELOOP`: said in words.
-fn refused_link(path: &Path, error: io::Error) -> io::Error {
-    if error.raw_os_error() == Some(libc::ELOOP) {
-        io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{} is a symbolic link, expected a regular file: refusing to follow it \
-                 (remove it if it is not yours)",
-                path.display()
-            ),
-        )
-    } else {
-        error
-    }
-}
-
-/// Refuses an opened file that is not a regular file of one name, owned by
-/// `owner`, with none of the `forbidden` mode bits.
-fn check(path: &Path, file: &File, owner: u32, forbidden: u32) -> io::Result<()> {
+/// Refuses an opened file that is not what `expected` wants.
+fn check(path: &Path, file: &File, expected: &Expected<'_>) -> io::Result<()> {
     let metadata = file.metadata()?;
-    let found = if !metadata.file_type().is_file() {
-        Some("not a regular file".to_owned())
-    } else if metadata.uid() != owner {
-        Some(format!(
-            "owned by uid {}, expected uid {owner}",
-            metadata.uid()
-        ))
-    } else if metadata.mode() & forbidden != 0 {
-        Some(format!(
-            "of mode {:04o}, expected none of {forbidden:04o}",
-            metadata.mode() & 0o7777
-        ))
-    } else if metadata.nlink() != 1 {
-        Some(format!(
-            "linked under {} names, expected 1",
-            metadata.nlink()
-        ))
-    } else {
-        None
-    };
-    match found {
+    match refused_file::mismatch(path, &metadata, expected) {
         None => Ok(()),
-        Some(found) => Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{} is {found}: refusing a file another user may have planted \
-                 (remove it if it is not yours)",
-                path.display()
-            ),
-        )),
+        Some(found) => Err(refused_file::refused(path, &found, metadata.uid())),
     }
 }

@@ -38,3 +38,36 @@ fn create_refuses_an_existing_table_a_bad_name_and_a_short_grace() {
     );
     assert_eq!(livereg(&["frobnicate"]).status.code(), Some(2));
 }
+
+/// A user who may not remove what another user planted at `NAME.dying`
+/// (a link of root's, in the sticky /dev/shm) cannot create the table:
+/// the refusal names the file, what is there and whose, and who may
+/// remove it; nothing of the table is left, and the link is untouched.
+#[test]
+fn create_refuses_a_death_words_name_it_may_not_remove_naming_the_file_and_who_may() {
+    use std::os::unix::process::CommandExt;
+    let name = unique_name("create-planted-dying");
+    let _guard = UnlinkOnDrop(name.clone());
+    let dying = std::path::PathBuf::from(format!("/dev/shm/{name}.dying"));
+    std::os::unix::fs::symlink("/etc/hostname", &dying).unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_livereg"))
+        .args(["create", &name])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let link_kept = std::fs::read_link(&dying).ok();
+    let table_left = std::path::Path::new(&format!("/dev/shm/{name}")).exists();
+    let _ = std::fs::remove_file(&dying);
+    let path = dying.display().to_string();
+    fails_with(
+        &refused,
+        &format!("{path} is a symbolic link owned by uid 0 (to /etc/hostname) that uid 65534 may not remove"),
+    );
+    fails_with(
+        &refused,
+        &format!("remove it (it is not the table's) as root: rm '{path}', and start again"),
+    );
+    assert!(!table_left, "the table was left behind");
+    assert_eq!(link_kept, Some("/etc/hostname".into()));
+}

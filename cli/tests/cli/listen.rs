@@ -256,3 +256,58 @@ fn reap_refuses_a_token_file_others_can_read_naming_its_mode() {
     let _ = std::fs::remove_file(&token_file);
     fails_with(&refused, "readable by everyone (mode 0644)");
 }
+
+/// Plants `NAME.sessions` as uid 65534's: a symbolic link (to a file of
+/// root's) or a regular file of theirs.
+fn plant_foreign_sessions_file(name: &str, plant: &str) -> std::path::PathBuf {
+    let beside = std::path::PathBuf::from(format!("/dev/shm/{name}.sessions"));
+    match plant {
+        "link" => {
+            std::os::unix::fs::symlink("/etc/hostname", &beside).unwrap();
+            std::os::unix::fs::lchown(&beside, Some(65534), Some(65534)).unwrap();
+        }
+        _ => {
+            std::fs::write(&beside, b"").unwrap();
+            std::os::unix::fs::chown(&beside, Some(65534), Some(65534)).unwrap();
+        }
+    }
+    beside
+}
+
+/// Starts `reap --listen` with `NAME.sessions` planted by uid 65534 as
+/// `plant`: it exits 1 with one line that names the file, says it `is`
+/// what was planted, and what to do; the planted file is left alone.
+fn listener_refuses_planted(plant: &str, is: &str) {
+    let (name, _guard) = created(&format!("planted-sessions-{plant}"), &["--timeout", "2s"]);
+    let beside = plant_foreign_sessions_file(&name, plant);
+    let socket = format!("unix:/tmp/{name}.sock");
+    let refused = livereg(&["reap", &name, "--listen", &socket]);
+    let kept_planted = std::fs::symlink_metadata(&beside).is_ok();
+    let _ = std::fs::remove_file(&beside);
+    let _ = std::fs::remove_file(format!("/tmp/{name}.sock"));
+    let path = beside.display().to_string();
+    fails_with(&refused, &format!("{path} {is}"));
+    fails_with(
+        &refused,
+        &format!(
+            "remove it (it is not the table's) as uid 65534 or root: rm '{path}', and start again"
+        ),
+    );
+    assert!(kept_planted, "{plant}: the planted file was removed");
+}
+
+#[test]
+fn reap_listen_refuses_a_sessions_link_another_user_planted_naming_it_its_owner_and_what_to_do() {
+    listener_refuses_planted(
+        "link",
+        "is a symbolic link owned by uid 65534 (to /etc/hostname), expected a regular file of uid 0",
+    );
+}
+
+#[test]
+fn reap_listen_refuses_a_sessions_file_of_another_user_naming_it_its_owner_and_what_to_do() {
+    listener_refuses_planted(
+        "file",
+        "is a regular file owned by uid 65534, expected uid 0",
+    );
+}

@@ -108,7 +108,18 @@ fn records_planted_as_a_link_or_of_the_wrong_size_are_ignored_and_declaring_is_r
         let table = Table::open(&temp.name).unwrap();
         assert!(table.status().unwrap().owned_files.is_none(), "{plant}");
         match table.own_file("/dev/shm/anything") {
-            Err(Error::Incompatible(message)) => assert!(message.contains("owned-file records")),
+            Err(Error::Incompatible(message)) => {
+                let found = match plant {
+                    "link" => "is a symbolic link",
+                    _ => "a regular file of 11 bytes",
+                };
+                assert!(
+                    message.contains("owned-file records")
+                        && message.contains(records_path(&temp).to_str().unwrap())
+                        && message.contains(found),
+                    "{plant}: {message}"
+                );
+            }
             other => panic!("expected Incompatible, got {other:?}"),
         }
         let mut reaper = table.reaper().build().unwrap();

@@ -11,6 +11,7 @@
 //! owner, and writable by no one else; otherwise no directory is allowed
 //! and the reason is kept for the messages.
 
+use crate::os::refused_file;
 use crate::table::owned_records::{MAX_DIRS, NAME_MAX};
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions, Permissions};
@@ -45,13 +46,19 @@ pub(crate) fn beside(table: &Path) -> PathBuf {
 pub(crate) fn write(table: &Path, dirs: &[PathBuf], mode: u32) -> std::io::Result<()> {
     let path = beside(table);
     let mode = mode & 0o644;
-    let _ = std::fs::remove_file(&path);
+    let removed = std::fs::remove_file(&path);
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)?;
+        .open(&path)
+        .map_err(|e| {
+            let cause = removed
+                .err()
+                .filter(|r| r.kind() != std::io::ErrorKind::NotFound);
+            refused_file::create_failed(&path, cause.unwrap_or(e))
+        })?;
     file.set_permissions(Permissions::from_mode(mode))?;
     let mut text = format!("{FIRST_LINE}\n").into_bytes();
     for dir in dirs {

@@ -351,7 +351,7 @@ pub(crate) enum Counter {
 }
 
 /// The file's size.
-fn size() -> usize {
+pub(crate) fn size() -> usize {
     HEADER + PROCESSES as usize * (OWNER_SIZE + FILES as usize * FILE_SIZE)
 }
 

@@ -28,13 +28,16 @@ use crate::os::lock;
 use crate::os::process;
 use crate::os::same_file::{self, DirFacts, Found};
 use crate::table::handle::Table;
+use crate::os::refused_file::{self, Expected};
+use crate::table::location;
 use crate::table::owned_records::{
-    owner_lock, FileRecord, OwnedRecords, OwnerHold, OwnerRecord, DECLARED, FILES, FREE, GROUPS,
+    self, owner_lock, FileRecord, OwnedRecords, OwnerHold, OwnerRecord, DECLARED, FILES, FREE, GROUPS,
     HELD, NAME_MAX, PROCESSES,
 };
 use crate::table::removal_rules::{self, Declared, Declarer};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 impl Table {
@@ -192,15 +195,40 @@ impl Table {
                 "table '{}' is in this process's memory: no reaper outlives its files",
                 self.memory.name
             )),
-            None => Error::Incompatible(format!(
-                "table '{}' has no owned-file records (made by an earlier build): re-create it to own files",
-                self.memory.name
-            )),
+            None => Error::Incompatible(match self.records_refused() {
+                Some(why) => format!(
+                    "table '{}' has no usable owned-file records: {why}; re-create the table to own files",
+                    self.memory.name
+                ),
+                None => format!(
+                    "table '{}' has no owned-file records (made by an earlier build): re-create it to own files",
+                    self.memory.name
+                ),
+            }),
             Some(_) => Error::Corrupt(format!(
                 "table '{}': its owned-file records were truncated",
                 self.memory.name
             )),
         })
+    }
+
+    /// What is at the records' name, when something is and it was not
+    /// opened (a link, another user's file, another build's size).
+    fn records_refused(&self) -> Option<String> {
+        let table = location::resolve(&self.memory.name).ok()?;
+        let path = owned_records::beside(&table);
+        let found = std::fs::symlink_metadata(&path).ok()?;
+        let owner = self.memory.file()?.metadata().ok()?.uid();
+        let expected = Expected {
+            owner,
+            owner_is: "the table's owner",
+            forbidden: 0,
+            size: Some(owned_records::size() as u64),
+            one_name: false,
+        };
+        let why = refused_file::mismatch(&path, &found, &expected)
+            .unwrap_or_else(|| "of another format (not what this build makes)".to_owned());
+        Some(format!("{} is {why}", path.display()))
     }
 
     fn records_cut_short(&self, e: std::io::Error) -> Error {

@@ -403,6 +403,181 @@ fn a_declarer_owns_only_a_file_it_could_remove_from_its_directory_itself() {
     assert_eq!(owned_in(&temp.table).refused_total, 1);
 }
 
+/// A table of uid 65534 allowing `dir`, with a file of uid 65534 there
+/// and a record of its declaration by uid 65534 (with `groups`), ended:
+/// what a writer of the table could write. Returns the table and the file.
+fn declared_by_nobody(tag: &str, dir: &Path, groups: &[u32]) -> (TempTable, PathBuf) {
+    let options = livereg::TableOptions {
+        owned_dirs: vec![dir.to_path_buf()],
+        ..long_options()
+    };
+    let temp = TempTable::new(tag, &options);
+    for side in ["", ".owned", ".owned-dirs"] {
+        let path = format!("/dev/shm/{}{side}", temp.name);
+        std::os::unix::fs::lchown(path, Some(65_534), Some(65_534)).unwrap();
+    }
+    let theirs = dir.join("theirs");
+    std::fs::write(&theirs, b"keep me").unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65_534), Some(65_534)).unwrap();
+    forge(&temp.name, owner_at(0), &owner_record(65_534, groups));
+    forge(
+        &temp.name,
+        file_at(0, 0),
+        &file_record(0, b"theirs", &theirs),
+    );
+    (temp, theirs)
+}
+
+#[test]
+fn a_removal_is_judged_by_the_kernel_as_its_declarer_would_be_judged() {
+    // The directory's bits let others write; its ACL denies uid 65534
+    // (`user:65534:r-x`). The bits pass the reaper's look; the removal,
+    // made as uid 65534, is the kernel's to refuse, at the moment it is
+    // made (no name swapped in after the look can be removed beyond what
+    // the declarer could remove).
+    let dir = TestDir::in_dir(Path::new("/dev/shm"), "acl", 0o777);
+    let acl: Vec<u8> = 2u32
+        .to_le_bytes()
+        .into_iter()
+        .chain(
+            [
+                (1u16, 7u16, u32::MAX),
+                (2, 5, 65_534),
+                (4, 7, u32::MAX),
+                (0x10, 7, u32::MAX),
+                (0x20, 7, u32::MAX),
+            ]
+            .iter()
+            .flat_map(|(tag, perm, id)| {
+                [
+                    tag.to_le_bytes().to_vec(),
+                    perm.to_le_bytes().to_vec(),
+                    id.to_le_bytes().to_vec(),
+                ]
+                .concat()
+            }),
+        )
+        .collect();
+    let (path, name) = (
+        std::ffi::CString::new(dir.0.as_os_str().as_encoded_bytes()).unwrap(),
+        c"system.posix_acl_access",
+    );
+    // SAFETY: both strings are NUL-terminated and `acl` is valid for its
+    // length; all outlive the call.
+    let rc = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            acl.as_ptr().cast(),
+            acl.len(),
+            0,
+        )
+    };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    let (temp, theirs) = declared_by_nobody("owned-acl", &dir.0, &[65_534]);
+    let mut reaper = temp.table.reaper().build().unwrap();
+    assert!(scan_until_settled(&mut reaper, &temp.table).is_empty());
+    assert_eq!(std::fs::read(&theirs).unwrap(), b"keep me");
+    assert_eq!(owned_in(&temp.table).refused_total, 1);
+}
+
+#[test]
+fn groups_a_record_claims_are_not_believed_where_others_may_write_the_records() {
+    // Root's directory, group 4242, mode 0775; uid 65534 is in no group
+    // 4242, whatever its record says.
+    let dir = TestDir::in_dir(Path::new("/dev/shm"), "group", 0o775);
+    std::os::unix::fs::chown(&dir.0, None, Some(4242)).unwrap();
+    let (temp, theirs) = declared_by_nobody("owned-groups", &dir.0, &[65_534, 4242]);
+    let mut reaper = temp.table.reaper().build().unwrap();
+    assert!(scan_until_settled(&mut reaper, &temp.table).is_empty());
+    assert_eq!(std::fs::read(&theirs).unwrap(), b"keep me");
+    assert_eq!(owned_in(&temp.table).refused_total, 1);
+}
+
+#[test]
+fn root_owns_no_file_in_a_table_others_may_write() {
+    // Root's table, mode 660: any member of its group could write a root
+    // declarer into the records, naming any root file in /dev/shm (another
+    // table, say). Refused at declaration, and never believed at removal.
+    let options = livereg::TableOptions {
+        mode: 0o660,
+        ..long_options()
+    };
+    let temp = TempTable::new("owned-root-shared", &options);
+    let precious = ShmFile::new("root-shared", 8);
+    match temp.table.own_file(&precious.0) {
+        Err(Error::Permission(message)) => {
+            assert!(message.contains("no one else may write"), "{message}")
+        }
+        other => panic!("expected Permission, got {other:?}"),
+    }
+    let name = precious.0.file_name().unwrap().as_encoded_bytes().to_vec();
+    forge(&temp.name, owner_at(0), &owner_record(0, &[0]));
+    forge(
+        &temp.name,
+        file_at(0, 0),
+        &file_record(0, &name, &precious.0),
+    );
+    let mut reaper = temp.table.reaper().build().unwrap();
+    assert!(scan_until_settled(&mut reaper, &temp.table).is_empty());
+    assert!(precious.exists());
+    assert_eq!(owned_in(&temp.table).refused_total, 1);
+}
+
+#[test]
+fn a_name_with_a_control_character_is_never_owned_nor_logged() {
+    let temp = TempTable::new("owned-control", &long_options());
+    let forged = ShmFile::named("control\n\x1b[2Ktable 'prod': removed all");
+    std::fs::write(&forged.0, b"x").unwrap();
+    match temp.table.own_file(&forged.0) {
+        Err(Error::InvalidArgument(message)) => {
+            assert!(
+                message.contains("control character") && !message.contains('\n'),
+                "{message}"
+            )
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    let name = forged.0.file_name().unwrap().as_encoded_bytes().to_vec();
+    forge(&temp.name, owner_at(0), &owner_record(0, &[0]));
+    forge(&temp.name, file_at(0, 0), &file_record(0, &name, &forged.0));
+    let mut reaper = temp.table.reaper().build().unwrap();
+    assert!(scan_until_settled(&mut reaper, &temp.table).is_empty());
+    assert!(forged.exists());
+    assert_eq!(owned_in(&temp.table).refused_total, 1);
+}
+
+#[test]
+fn a_reader_of_the_table_cannot_open_its_records_to_hold_an_owner_s_lock() {
+    // A table others may read: its records are its owner's alone, so no
+    // mere reader can take an owner's lock and keep an ended owner alive.
+    let options = livereg::TableOptions {
+        mode: 0o644,
+        ..long_options()
+    };
+    let temp = TempTable::new("owned-reader", &options);
+    let records = owned_forgery::records_path(&temp.name);
+    assert_eq!(
+        std::fs::metadata(&records).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+        .arg(&records)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a reader opened the records");
+    let file = ShmFile::new("reader", 8);
+    let mut worker = owner(&temp.name, 33, &[&file], &[]);
+    let mut reaper = temp.table.reaper().build().unwrap();
+    worker.signal(libc::SIGKILL);
+    let _ = worker.child.wait();
+    assert_eq!(
+        scan_until_settled(&mut reaper, &temp.table),
+        vec![file.0.clone()]
+    );
+}
+
 #[test]
 fn removing_a_table_removes_what_ended_owners_left_and_names_the_live_ones() {
     let temp = TempTable::new("owned-rm", &long_options());

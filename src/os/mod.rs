@@ -19,5 +19,6 @@ mod raw;
 pub(crate) mod robust;
 pub(crate) mod same_file;
 pub(crate) mod signal;
+pub(crate) mod thread_credentials;
 pub(crate) mod socket;
 pub(crate) mod unix_connect;

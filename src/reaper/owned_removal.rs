@@ -5,7 +5,8 @@
 //!
 //! A round is `table/owned_sweep.rs`'s: bounded work over the records,
 //! which anyone who may write the table may write; this thread logs at
-//! most [`LINES_PER_SECOND`] of its refusals a second. A reaper killed in
+//! most [`LINES_PER_SECOND`] of its refusals and [`REMOVALS_PER_SECOND`]
+//! of its removals a second. A reaper killed in
 //! the middle of a round leaves the rest declared, and the next reaper
 //! removes it (a file already gone is no error).
 
@@ -21,6 +22,9 @@ use std::time::Duration;
 
 /// The most refusals logged a second (each with how many were held back).
 const LINES_PER_SECOND: u64 = 5;
+/// The most removals logged a second: each is a real removal, but a
+/// writer of the table can make many.
+const REMOVALS_PER_SECOND: u64 = 50;
 /// How long a reaper's drop waits for the thread before leaving it (one
 /// stuck on a hung file system) to end with the process.
 const STOP_WAIT: Duration = Duration::from_secs(1);
@@ -58,10 +62,9 @@ impl OwnedRemover {
     /// owned-file records, or when the thread or its descriptor cannot be
     /// had (no file is removed then, and none wrongly).
     pub(crate) fn start(memory: Arc<TableMemory>) -> Option<OwnedRemover> {
-        memory.owned.as_ref()?;
         // A description of its own, holding no lock: the owner locks of
         // every process, this one's included, show as held by another.
-        let locks = lock::reopen(memory.file()?).ok()?;
+        let locks = lock::reopen(memory.owned.as_ref()?.file()).ok()?;
         let shared = Arc::new(Shared::default());
         let ours = shared.clone();
         let thread = std::thread::Builder::new()
@@ -105,6 +108,7 @@ impl Drop for OwnedRemover {
 
 fn serve(memory: &TableMemory, locks: &File, shared: &Shared) {
     let log = Limiter::per_second(LINES_PER_SECOND);
+    let removals = Limiter::per_second(REMOVALS_PER_SECOND);
     loop {
         {
             let mut asked = shared.lock();
@@ -126,13 +130,16 @@ fn serve(memory: &TableMemory, locks: &File, shared: &Shared) {
             Swept::Removed {
                 path,
                 size,
-                held,
+                held: bytes_held,
                 pid,
             } => {
-                log::info!(
-                    "table '{table}': removed {} ({size} bytes, {held} held), owned by pid {pid}, which has ended",
-                    path.display()
-                );
+                if let Some(held_back) = removals.admit() {
+                    log::info!(
+                        "table '{table}': removed {} ({size} bytes, {bytes_held} held), owned by pid {pid}, which has ended{}",
+                        path.display(),
+                        held(held_back)
+                    );
+                }
                 shared.lock().removed.push(path);
             }
             Swept::Refused { pid, why } => {

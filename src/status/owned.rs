@@ -64,10 +64,7 @@ pub(crate) fn owned_files(memory: &TableMemory) -> Option<OwnedFilesStatus> {
         if owner.state != HELD {
             continue;
         }
-        let ended = memory
-            .file()
-            .and_then(|file| lock::held_by_other(file, owner_lock(index)).ok())
-            .is_some_and(|held| !held);
+        let ended = lock::held_by_other(records.file(), owner_lock(index)).is_ok_and(|held| !held);
         let mut status = OwnerStatus {
             pid: owner.pid,
             files: 0,

@@ -15,8 +15,9 @@
 //! Layout (little-endian): a 64-byte header (magic `LRO2`, the counts,
 //! the removal counters), then [`PROCESSES`] owner records of 64 bytes,
 //! then [`FILES`] file records of 288 bytes for each owner. An owner
-//! record is held by one live process: its holder keeps a lock on the
-//! table (`os/lock.rs`, [`owner_lock`]) for as long as it lives, so the
+//! record is held by one live process: its holder keeps a lock on a byte
+//! of this file (`os/lock.rs`, [`owner_lock`]; only the table's writers
+//! may open it, [`writers_only`]) for as long as it lives, so the
 //! lock's release is the kernel's word that it has ended; the lock is also
 //! what makes a record its holder's alone to write while it lives. A table
 //! made by an earlier build has no such file (or one of another magic),
@@ -55,7 +56,21 @@ pub(crate) const HELD: u32 = 1;
 /// A file record's state: declared (its fields written before).
 pub(crate) const DECLARED: u32 = 1;
 
-/// The byte of the table locked by owner record `index`'s holder.
+/// The records' permissions for a table of `mode`: a class that may not
+/// write the table may not read the records either, so that no mere reader
+/// can open them and hold an owner's lock (a read lock would keep an ended
+/// owner looking alive, and its record taken).
+pub(crate) fn writers_only(mode: u32) -> u32 {
+    let mut kept = 0;
+    for class in [6, 3, 0] {
+        if mode >> class & 0o2 != 0 {
+            kept |= mode & (0o7 << class);
+        }
+    }
+    kept
+}
+
+/// The byte of the records' file locked by owner record `index`'s holder.
 pub(crate) fn owner_lock(index: u32) -> u64 {
     (1 << 41) + u64::from(index)
 }
@@ -152,7 +167,7 @@ impl OwnedRecords {
     /// most [`MAX_DIRS`]).
     pub(crate) fn create(table: &Path, dirs: &[PathBuf], mode: u32) -> io::Result<OwnedRecords> {
         owned_dirs::write(table, dirs, mode)?;
-        let file = side_file::create(&beside(table), size(), mode)?;
+        let file = side_file::create(&beside(table), size(), writers_only(mode))?;
         let mut header = [0u8; 12];
         header[4..8].copy_from_slice(&PROCESSES.to_le_bytes());
         header[8..12].copy_from_slice(&FILES.to_le_bytes());
@@ -183,6 +198,12 @@ impl OwnedRecords {
             file,
             dirs: owned_dirs::read(table, table_file),
         })
+    }
+
+    /// The records' file: its bytes hold the owner locks
+    /// ([`owner_lock`]).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
     }
 
     /// Whether the file is still whole (a declaration into one cut short
@@ -385,6 +406,15 @@ mod tests {
             name: b"psm_0af3".to_vec(),
         };
         assert_eq!(FileRecord::decode(&file.encode()), file);
+    }
+
+    #[test]
+    fn only_the_classes_that_may_write_the_table_may_open_its_records() {
+        assert_eq!(writers_only(0o600), 0o600);
+        assert_eq!(writers_only(0o644), 0o600);
+        assert_eq!(writers_only(0o664), 0o660);
+        assert_eq!(writers_only(0o640), 0o600);
+        assert_eq!(writers_only(0o666), 0o666);
     }
 
     #[test]

@@ -10,11 +10,13 @@
 //! does [`Table::unlink`](crate::Table::unlink) before the records go.
 
 use crate::os::lock;
-use crate::os::same_file::{self, DirFacts, Removal};
+use crate::os::same_file::{self, DirFacts, Found, Removal};
+use crate::os::thread_credentials;
 use crate::table::owned_records::{
-    owner_lock, Counter, FileRecord, OwnedRecords, OwnerRecord, DECLARED, FREE, HELD, NAME_MAX,
+    owner_lock, Counter, FileRecord, OwnedRecords, OwnerRecord, DECLARED, FREE, HELD,
 };
 use crate::table::removal_rules::{self, Declared, Declarer, RecordsTrust};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
@@ -57,8 +59,8 @@ struct Tally {
 }
 
 /// One round over `records`, testing owner locks through `locks` (a
-/// description of the table's that holds none of them), telling `out`
-/// what it does.
+/// description of the records' file that holds none of them), telling
+/// `out` what it does.
 pub(crate) fn round(
     records: &OwnedRecords,
     locks: &File,
@@ -81,6 +83,7 @@ pub(crate) fn round(
         dirs: vec![None; records.dirs().len()],
         tally: Tally::default(),
         out,
+        users: HashMap::new(),
     };
     let mut budget = FILES_PER_ROUND;
     'owners: for (index, owner) in (0u32..).zip(&owners) {
@@ -129,6 +132,8 @@ struct Round<'r> {
     dirs: Vec<Option<OpenedDir>>,
     tally: Tally,
     out: &'r mut dyn FnMut(Swept),
+    /// The users removals acted as, with their groups from the database.
+    users: HashMap<u32, thread_credentials::Identity>,
 }
 
 impl Round<'_> {
@@ -136,7 +141,7 @@ impl Round<'_> {
     fn remove_one(&mut self, owner: &OwnerRecord, file: &FileRecord) {
         let pid = owner.pid;
         let name = OsStr::from_bytes(&file.name);
-        if !plain_name(&file.name) {
+        if !removal_rules::plain_name(&file.name) {
             return self.refuse(pid, "its record holds no plain file name");
         }
         let Some(dir) = self.dir(file.dir) else {
@@ -148,20 +153,34 @@ impl Round<'_> {
         };
         let (handle, facts) = &*dir;
         let path = self.records.dirs()[file.dir as usize].join(name);
-        let declarer = Declarer {
-            uid: owner.uid,
-            groups: &owner.groups,
-        };
         let declared = Declared {
             dev: file.dev,
             ino: file.ino,
             born_ns: file.born_ns,
         };
+        let who = match self.acting_for(owner, handle, name) {
+            Ok(who) => who,
+            Err(e) => return self.refuse(pid, &format!("{}: {e}", path.display())),
+        };
+        let groups: Vec<u32> = std::iter::once(who.gid).chain(who.groups.iter().copied()).collect();
+        let declarer = Declarer {
+            uid: owner.uid,
+            groups: &groups,
+        };
+        let acting_as = Declarer {
+            uid: who.uid,
+            groups: &groups,
+        };
         let trust = self.trust;
-        let removal = same_file::remove_if_same(handle, name, |found| {
-            removal_rules::same_file(&declared, found, facts)
-                && removal_rules::owner_allows(trust, found.uid, &declarer)
-                && removal_rules::directory_allows(facts, found.uid, &declarer)
+        // Looked at and removed as `who`: the kernel judges the removal
+        // itself, as it happens, so a name made anew between the look and
+        // the unlink is never removed beyond what `who` could remove.
+        let removal = thread_credentials::act_as(&who).and_then(|_acting| {
+            same_file::remove_if_same(handle, name, |found| {
+                removal_rules::same_file(&declared, found, facts)
+                    && removal_rules::owner_allows(trust, found.uid, &declarer)
+                    && removal_rules::directory_allows(facts, found.uid, &acting_as)
+            })
         });
         match removal {
             Ok(Removal::Removed(identity)) => {
@@ -187,6 +206,50 @@ impl Round<'_> {
         }
     }
 
+    /// Whom a removal of `name` declared by `owner` acts as: the declarer,
+    /// where it is not root, with the groups its record holds where only
+    /// root writes the records, else those the system's database gives it
+    /// (a record's groups are any writer's word); for a root declarer
+    /// (believed only where only root writes the records), root for root's
+    /// files and the file's owner for another user's.
+    fn acting_for(
+        &mut self,
+        owner: &OwnerRecord,
+        dir: &File,
+        name: &OsStr,
+    ) -> std::io::Result<thread_credentials::Identity> {
+        let uid = match owner.uid {
+            0 => match same_file::look(dir, name)? {
+                Found::File(found) => found.uid,
+                Found::Missing | Found::NotRegular => 0,
+            },
+            uid => uid,
+        };
+        if uid == 0 {
+            return Ok(thread_credentials::Identity {
+                uid: 0,
+                gid: 0,
+                groups: Vec::new(),
+            });
+        }
+        if self.trust.root_only && owner.uid == uid {
+            let (gid, groups) = owner
+                .groups
+                .split_first()
+                .map_or((thread_credentials::NO_GROUP, &[][..]), |(g, rest)| (*g, rest));
+            return Ok(thread_credentials::Identity {
+                uid,
+                gid,
+                groups: groups.to_vec(),
+            });
+        }
+        Ok(self
+            .users
+            .entry(uid)
+            .or_insert_with(|| thread_credentials::from_database(uid))
+            .clone())
+    }
+
     /// Allowed directory `index` opened, or why it cannot be; `None` for
     /// an index no creator allowed.
     fn dir(&mut self, index: u32) -> Option<OpenedDir> {
@@ -209,16 +272,6 @@ impl Round<'_> {
     }
 }
 
-/// One path component: not empty, `.` or `..`, no `/`, at most
-/// `NAME_MAX` bytes.
-fn plain_name(name: &[u8]) -> bool {
-    !name.is_empty()
-        && name.len() <= NAME_MAX
-        && name != b"."
-        && name != b".."
-        && !name.contains(&b'/')
-        && !name.contains(&0)
-}
 
 /// Before the table at `table` (named `name`) goes: the files of owners
 /// that have ended are removed now, as its reaper would have (the records
@@ -237,20 +290,29 @@ pub(crate) fn settle(table: &std::path::Path, name: &str) -> Vec<u32> {
     let Some(records) = OwnedRecords::open(table, &file) else {
         return Vec::new();
     };
+    let Ok(locks) = lock::reopen(records.file()) else {
+        return Vec::new();
+    };
     let (mut removed, mut refused) = (0u64, 0u64);
     let rounds = crate::table::owned_records::PROCESSES * crate::table::owned_records::FILES
         / FILES_PER_ROUND;
     let mut live = Vec::new();
-    for _ in 0..=rounds {
-        let end = round(&records, &file, &mut |swept| match swept {
-            Swept::Removed { .. } => removed += 1,
-            Swept::Refused { .. } | Swept::Unreadable(_) => refused += 1,
+    // On a thread of its own: a removal changes its thread's file-system
+    // credentials for a moment, never the caller's.
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for _ in 0..=rounds {
+                let end = round(&records, &locks, &mut |swept| match swept {
+                    Swept::Removed { .. } => removed += 1,
+                    Swept::Refused { .. } | Swept::Unreadable(_) => refused += 1,
+                });
+                live = end.live;
+                if !end.more {
+                    break;
+                }
+            }
         });
-        live = end.live;
-        if !end.more {
-            break;
-        }
-    }
+    });
     if removed + refused > 0 {
         log::info!(
             "table '{name}': before removing it, removed {removed} files of processes that have ended ({refused} left in place by the rules)"

@@ -129,6 +129,12 @@ impl Table {
                 facts.fs_type
             )));
         }
+        if user == 0 && !records.trust().root_only {
+            return Err(Error::Permission(format!(
+                "cannot own '{}': root owns files only in a table no one else may write (a root-owned table without group or other write): any writer of this one could name root's files in its records",
+                path.display()
+            )));
+        }
         if !removal_rules::owner_allows(records.trust(), identity.uid, &declarer) {
             return Err(Error::Permission(format!(
                 "cannot own '{}': it belongs to uid {}, and the reaper removes only files of the table's owner (unless only root may write the table)",
@@ -259,12 +265,9 @@ impl Table {
         }
         let records = self.owned_records()?;
         let name = &self.memory.name;
-        let file = self
-            .memory
-            .file()
-            .ok_or_else(|| Error::InvalidArgument(format!("table '{name}' is not shared")))?;
         let own = LockDescriptor::new(
-            lock::reopen(file).map_err(|e| Error::os(name, "open for the owner lock", e))?,
+            lock::reopen(records.file())
+                .map_err(|e| Error::os(name, "open for the owner lock", e))?,
         );
         for index in 0..PROCESSES {
             // The lock first: a reaper that sees the record held and its
@@ -318,6 +321,12 @@ fn place<'p>(records: &OwnedRecords, path: &'p Path) -> Result<(u32, &'p OsStr)>
     };
     if name.len() > NAME_MAX {
         return refused(&format!("its name is {} bytes, expected at most {NAME_MAX}", name.len()));
+    }
+    if !removal_rules::plain_name(name.as_bytes()) {
+        return Err(Error::InvalidArgument(format!(
+            "cannot own \"{}\": its name holds a control character, expected none (names are written in the reaper's log)",
+            path.as_os_str().as_bytes().escape_ascii()
+        )));
     }
     if path.as_os_str().as_bytes().ends_with(b"/") || !path.is_absolute() {
         return refused("expected the absolute path of a file");

@@ -12,6 +12,7 @@
 //! itself.
 
 use crate::os::same_file::{DirFacts, Identity};
+use crate::table::owned_records::NAME_MAX;
 
 /// Who declared a file, as its owner record says.
 #[derive(Clone, Copy, Debug)]
@@ -45,12 +46,13 @@ impl RecordsTrust {
 /// The owner rule: a file of `file_uid` declared by `declarer` may be
 /// removed if the declarer's user owns it, or the declarer is root, where
 /// only root may write the records; elsewhere only a file of the table's
-/// owner declared as the table's owner.
+/// owner declared as the table's owner, and never root's (any writer could
+/// have written a root declarer into the records).
 pub(crate) fn owner_allows(trust: RecordsTrust, file_uid: u32, declarer: &Declarer<'_>) -> bool {
     if trust.root_only {
         file_uid == declarer.uid || declarer.uid == 0
     } else {
-        file_uid == declarer.uid && file_uid == trust.table_owner
+        file_uid == declarer.uid && file_uid == trust.table_owner && declarer.uid != 0
     }
 }
 
@@ -76,6 +78,18 @@ pub(crate) fn directory_allows(dir: &DirFacts, file_uid: u32, declarer: &Declare
     let write_and_search = class & 0o3 == 0o3;
     let sticky = dir.mode & libc::S_ISVTX != 0;
     write_and_search && (!sticky || file_uid == declarer.uid || dir.uid == declarer.uid)
+}
+
+/// The name rule: one path component (not empty, `.` or `..`, no `/`),
+/// at most [`NAME_MAX`] bytes, and no control character (a name is
+/// printed in the reaper's log, where a newline or an escape could forge a
+/// line).
+pub(crate) fn plain_name(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name.len() <= NAME_MAX
+        && name != b"."
+        && name != b".."
+        && !name.iter().any(|&b| b == b'/' || b < 0x20 || b == 0x7f)
 }
 
 /// What a declaration recorded of its file.
@@ -165,6 +179,10 @@ mod tests {
         let root_group_writable = RecordsTrust::of(0, 0o660);
         assert!(!root_group_writable.root_only);
         assert!(!owner_allows(root_group_writable, 1000, &as_root));
+        assert!(
+            !owner_allows(root_group_writable, 0, &as_root),
+            "root's own files, in a table others may write"
+        );
     }
 
     #[test]
@@ -207,6 +225,16 @@ mod tests {
             groups: &[],
         };
         assert!(directory_allows(&dir(1000, 1000, 0o700), 1000, &root));
+    }
+
+    #[test]
+    fn a_name_is_one_plain_component_without_control_characters() {
+        assert!(plain_name(b"psm_0af3"));
+        assert!(plain_name("ségment".as_bytes()));
+        for bad in [&b""[..], b".", b"..", b"a/b", b"a\nb", b"a\x1b[0m", b"a\x7f", b"a\0"] {
+            assert!(!plain_name(bad), "{bad:?}");
+        }
+        assert!(!plain_name(&[b'x'; NAME_MAX + 1]));
     }
 
     #[test]

@@ -9,12 +9,14 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+#[path = "support/other_user.rs"]
+mod other_user;
+
 #[path = "support/worker_process.rs"]
 mod worker_process;
 
 use common::{long_options, unique_name, TempTable};
 use livereg::{Error, Reaper, Table};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -216,7 +218,7 @@ fn a_process_may_not_own_another_user_s_file() {
     let theirs = ShmFile::new("theirs", 8);
     std::os::unix::fs::chown(&theirs.0, Some(54_321), None).unwrap();
     let as_user = |file: &ShmFile, instance: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_livereg"))
+        let out = other_user::livereg_as(12_345)
             .args([
                 "worker",
                 &temp.name,
@@ -225,7 +227,6 @@ fn a_process_may_not_own_another_user_s_file() {
                 "--own",
                 file.text(),
             ])
-            .uid(12_345)
             .output()
             .unwrap();
         assert!(!out.status.success());

@@ -41,8 +41,7 @@ pub fn livereg_others_can_run() -> &'static Path {
                 .unwrap()
                 .as_nanos()
         ));
-        std::fs::create_dir(&dir)
-            .unwrap_or_else(|e| panic!("making {}: {e}", dir.display()));
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("making {}: {e}", dir.display()));
         COPY_DIR.set(dir.clone()).unwrap();
         // SAFETY:
         // - `remove_copy` is an `extern "C" fn()` that never unwinds (it

@@ -3,9 +3,9 @@
 //! until the next release, with a `DeprecationWarning` that names the
 //! released one.
 
+use crate::seconds::seconds;
 use pyo3::exceptions::PyDeprecationWarning;
 use pyo3::prelude::*;
-use crate::seconds::seconds;
 use std::ffi::CString;
 use std::time::Duration;
 

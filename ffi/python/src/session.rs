@@ -62,8 +62,14 @@ pub fn connect(
 ) -> PyResult<Worker> {
     #[allow(clippy::float_cmp)] // the default itself, not a computed value
     let given = timeout != CONNECT_TIMEOUT;
-    let seconds_given =
-        renamed::keyword(py, "timeout", timeout, given, "connect_timeout", connect_timeout)?;
+    let seconds_given = renamed::keyword(
+        py,
+        "timeout",
+        timeout,
+        given,
+        "connect_timeout",
+        connect_timeout,
+    )?;
     let connect_timeout = seconds(seconds_given, "timeout")?;
     if connect_timeout.is_zero() {
         return Err(errors::new(

@@ -92,7 +92,8 @@ impl Table {
     ) -> PyResult<Worker> {
         let table = self.live()?;
         let given = drop_wait.is_some();
-        let drop_wait = renamed::keyword(py, "drop_wait", drop_wait, given, "wait", wait.map(Some))?;
+        let drop_wait =
+            renamed::keyword(py, "drop_wait", drop_wait, given, "wait", wait.map(Some))?;
         let drop_wait = drop_wait.map(|w| seconds(w, "drop_wait")).transpose()?;
         let worker = py.detach(move || {
             let mut registration = table.registration(instance_id).replace(replace);

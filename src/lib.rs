@@ -95,6 +95,11 @@ needs_the_os! {
 }
 
 pub use event::{DropEvent, Reason};
+
+/// This build's release of livereg, as Cargo knows it (`"0.1.0"`): what the
+/// C library and the Python package report at run time. Not the table
+/// layout's version ([`VERSION_MAJOR`], [`VERSION_MINOR`]).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 #[doc(hidden)]
 pub use table::layout::header_offsets;
 pub use table::layout::{

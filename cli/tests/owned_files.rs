@@ -12,6 +12,9 @@ mod common;
 #[path = "../../tests/common/owned_forgery.rs"]
 mod owned_forgery;
 
+#[path = "support/other_user.rs"]
+mod other_user;
+
 #[path = "support/worker_process.rs"]
 mod worker_process;
 
@@ -19,7 +22,7 @@ use common::{long_options, unique_name, TempTable};
 use livereg::{Error, Reaper, Table};
 use owned_forgery::{file_at, file_record, forge, owner_at, owner_record};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -223,7 +226,7 @@ fn a_process_may_not_own_another_user_s_file() {
     let theirs = ShmFile::new("theirs", 8);
     std::os::unix::fs::chown(&theirs.0, Some(54_321), None).unwrap();
     let as_user = |file: &ShmFile, instance: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_livereg"))
+        let out = other_user::livereg_as(12_345)
             .args([
                 "worker",
                 &temp.name,
@@ -232,7 +235,6 @@ fn a_process_may_not_own_another_user_s_file() {
                 "--own",
                 file.text(),
             ])
-            .uid(12_345)
             .output()
             .unwrap();
         assert!(!out.status.success());
@@ -376,11 +378,9 @@ fn a_declarer_owns_only_a_file_it_could_remove_from_its_directory_itself() {
     std::fs::write(&theirs, b"keep me").unwrap();
     std::os::unix::fs::chown(&theirs, Some(65_534), Some(65_534)).unwrap();
     // Declared by uid 65534: refused, naming the directory.
-    let out = Command::new(env!("CARGO_BIN_EXE_livereg"))
+    let out = other_user::livereg_as(65_534)
         .args(["worker", &temp.name, "--instance", "22"])
         .args(["--own", theirs.to_str().unwrap()])
-        .uid(65_534)
-        .gid(65_534)
         .output()
         .unwrap();
     let message = String::from_utf8_lossy(&out.stderr);

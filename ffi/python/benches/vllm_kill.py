@@ -70,12 +70,13 @@ def dying_seen(table: str, instance_id: int, found: List[float]) -> None:
         time.sleep(0.001)
 
 
-def kill_once(server: Server, model: Path, table: str, wait: float) -> Dict[str, float]:
+def kill_once(server: Server, model: Path, table: str, wait: float, with_livereg: bool = True) -> Dict[str, float]:
     """One engine started, its worker SIGKILLed: seconds from the kill to
     its registration seen dying, to the pidfd readable and to the server
-    letting go."""
+    letting go. The rest of its tree is killed after, and waited for
+    (what a stock engine left in /dev/shm is removed then)."""
     before = held(server)
-    engine = Engine(model, server.port, table)
+    engine = Engine(model, server.port, table, with_livereg=with_livereg)
     try:
         server.wait_for(lambda: bool(held(server) - before), 30, "the engine to be held")
         [instance_id] = held(server) - before
@@ -131,7 +132,8 @@ def measure(model: Path, runs: int, stock_runs: int) -> None:
         nowhere = unique("nowhere")
         server = Server(free_port(), nowhere, timeout=LMCACHE_TIMEOUT)
         try:
-            stock = [kill_once(server, model, nowhere, 3 * LMCACHE_TIMEOUT) for _ in range(stock_runs)]
+            stock = [kill_once(server, model, nowhere, 3 * LMCACHE_TIMEOUT, with_livereg=False)
+                     for _ in range(stock_runs)]
         finally:
             server.kill()
 

@@ -71,7 +71,7 @@ def ended(pids: List[int]) -> bool:
 def run_once(model: Path, port: int, table: str, clean: bool, stock: bool) -> Dict[str, float]:
     """One engine's life and end; what /dev/shm held after."""
     before = snapshot()
-    engine = Engine(model, port, table)
+    engine = Engine(model, port, table, with_livereg=not stock)
     try:
         assert engine.generate()
         made = set(snapshot()) - set(before)

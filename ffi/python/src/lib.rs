@@ -10,9 +10,11 @@ mod event;
 mod exiting;
 mod logging;
 mod reaper;
+mod renamed;
 mod seconds;
 mod session;
 mod table;
+mod version;
 mod worker;
 
 use pyo3::prelude::*;
@@ -35,6 +37,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(session::is_address, module)?)?;
     module.add_function(wrap_pyfunction!(session::read_token_file, module)?)?;
     module.add_function(wrap_pyfunction!(exiting::_stop_reapers_at_exit, module)?)?;
+    module.add_function(wrap_pyfunction!(version::native_version, module)?)?;
+    module.add("__version__", version::PACKAGE_VERSION)?;
     module.add("INFO_MAX", livereg::INFO_MAX)?;
     module.add("LABEL_MAX", livereg::LABEL_MAX)?;
     module.add("BEATS_PER_TIMEOUT", livereg::BEATS_PER_TIMEOUT)?;

@@ -2,6 +2,7 @@
 //! listener; reapers take `listen=` addresses.
 
 use crate::errors::{self, OrRaise};
+use crate::renamed;
 use crate::seconds::seconds;
 use crate::worker::Worker;
 use livereg::codes::LIVEREG_INVALID_ARGUMENT;
@@ -31,16 +32,21 @@ pub fn read_token_file(py: Python<'_>, path: PathBuf) -> PyResult<Py<PyBytes>> {
     Ok(PyBytes::new(py, &token).unbind())
 }
 
+/// `connect`'s bound when none is given, in seconds (its signature repeats
+/// it as a literal: Python shows a literal default).
+const CONNECT_TIMEOUT: f64 = 2.0;
+
 /// Registers `instance_id` through the reaper listening at `address`
 /// (`"unix:/PATH"` or `"tcp://HOST:PORT"`) and returns a `Worker` that pings
 /// as fast as a local one (its sender thread forwards the pings). `token`
-/// (str or bytes) is required by `tcp://` listeners; `connect_timeout` bounds the
-/// connection and the answer, in seconds. For `tls://HOST:PORT`, `tls_ca`
+/// (str or bytes) is required by `tcp://` listeners; `timeout` bounds the
+/// connection and the answer, in seconds (`connect_timeout=`, its name in
+/// builds between releases, still works and warns). For `tls://HOST:PORT`, `tls_ca`
 /// is the CA file the listener's certificate must chain to (required), and
 /// `tls_cert`/`tls_key` this client's certificate for a listener that
 /// requires one.
 #[pyfunction]
-#[pyo3(signature = (address, instance_id, label="", token=None, connect_timeout=2.0, tls_ca=None, tls_cert=None, tls_key=None))]
+#[pyo3(signature = (address, instance_id, label="", token=None, timeout=2.0, tls_ca=None, tls_cert=None, tls_key=None, *, connect_timeout=None))]
 #[allow(clippy::too_many_arguments)] // Python keyword arguments, each with a default
 pub fn connect(
     py: Python<'_>,
@@ -48,17 +54,27 @@ pub fn connect(
     instance_id: u64,
     label: &str,
     token: Option<&Bound<'_, PyAny>>,
-    connect_timeout: f64,
+    timeout: f64,
     tls_ca: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    connect_timeout: Option<f64>,
 ) -> PyResult<Worker> {
-    let seconds_given = connect_timeout;
-    let connect_timeout = seconds(connect_timeout, "connect_timeout")?;
+    #[allow(clippy::float_cmp)] // the default itself, not a computed value
+    let given = timeout != CONNECT_TIMEOUT;
+    let seconds_given = renamed::keyword(
+        py,
+        "timeout",
+        timeout,
+        given,
+        "connect_timeout",
+        connect_timeout,
+    )?;
+    let connect_timeout = seconds(seconds_given, "timeout")?;
     if connect_timeout.is_zero() {
         return Err(errors::new(
             LIVEREG_INVALID_ARGUMENT,
-            format!("connect_timeout {seconds_given}, expected a positive number of seconds"),
+            format!("timeout {seconds_given}, expected a positive number of seconds"),
         ));
     }
     let options = ConnectOptions {

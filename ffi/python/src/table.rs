@@ -3,6 +3,7 @@
 use crate::callbacks;
 use crate::errors::{self, OrRaise};
 use crate::reaper::{DrivenReaper, Reaper};
+use crate::renamed;
 use crate::seconds::seconds;
 use crate::session;
 use crate::worker::Worker;
@@ -74,24 +75,29 @@ impl Table {
 #[pymethods]
 impl Table {
     /// Registers `instance_id` (not 0) with a label of at most 47 bytes.
-    /// Waits (without the GIL) at most `wait` seconds in all (default 5) for
-    /// the registration lock another process holds and a pending drop of the
-    /// same id, then raises `BusyError`; with `replace`, ends a live
-    /// registration of that id first.
-    #[pyo3(signature = (instance_id, label=None, replace=false, wait=None))]
+    /// Waits (without the GIL) at most `drop_wait` seconds in all (default
+    /// 5) for the registration lock another process holds and a pending drop
+    /// of the same id, then raises `BusyError`; with `replace`, ends a live
+    /// registration of that id first. (`wait=`, its name in builds between
+    /// releases, still works and warns.)
+    #[pyo3(signature = (instance_id, label=None, replace=false, drop_wait=None, *, wait=None))]
     fn register(
         &self,
         py: Python<'_>,
         instance_id: u64,
         label: Option<String>,
         replace: bool,
+        drop_wait: Option<f64>,
         wait: Option<f64>,
     ) -> PyResult<Worker> {
         let table = self.live()?;
-        let wait = wait.map(|w| seconds(w, "wait")).transpose()?;
+        let given = drop_wait.is_some();
+        let drop_wait =
+            renamed::keyword(py, "drop_wait", drop_wait, given, "wait", wait.map(Some))?;
+        let drop_wait = drop_wait.map(|w| seconds(w, "drop_wait")).transpose()?;
         let worker = py.detach(move || {
             let mut registration = table.registration(instance_id).replace(replace);
-            if let Some(wait) = wait {
+            if let Some(wait) = drop_wait {
                 registration = registration.wait(wait);
             }
             if let Some(label) = &label {
@@ -103,21 +109,23 @@ impl Table {
     }
 
     /// Asks the reaper to run its clear handlers once and waits up to
-    /// `wait` seconds (without the GIL). Registrations are untouched.
-    #[pyo3(signature = (wait=5.0))]
-    fn clear(&self, py: Python<'_>, wait: f64) -> PyResult<()> {
+    /// `timeout` seconds (without the GIL). Registrations are untouched.
+    /// (`wait=`, its name in builds between releases, still works and
+    /// warns.)
+    #[pyo3(signature = (timeout=5.0, *, wait=None))]
+    fn clear(&self, py: Python<'_>, timeout: f64, wait: Option<f64>) -> PyResult<()> {
         let table = self.live()?;
-        let wait = seconds(wait, "wait")?;
-        py.detach(move || table.clear(wait)).or_raise()
+        let timeout = renamed::clear_timeout(py, timeout, wait)?;
+        py.detach(move || table.clear(timeout)).or_raise()
     }
 
     /// A clear that first ends every registration (reason `CLEARED`): their
     /// drop handlers, then the clear handlers, run before it returns.
-    #[pyo3(signature = (wait=5.0))]
-    fn reset(&self, py: Python<'_>, wait: f64) -> PyResult<()> {
+    #[pyo3(signature = (timeout=5.0, *, wait=None))]
+    fn reset(&self, py: Python<'_>, timeout: f64, wait: Option<f64>) -> PyResult<()> {
         let table = self.live()?;
-        let wait = seconds(wait, "wait")?;
-        py.detach(move || table.reset(wait)).or_raise()
+        let timeout = renamed::clear_timeout(py, timeout, wait)?;
+        py.detach(move || table.reset(timeout)).or_raise()
     }
 
     /// Declares that this process owns the file at `path` (one it made

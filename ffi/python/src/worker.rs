@@ -65,8 +65,7 @@ impl Worker {
 
     /// Asks for a clear (or reset) through the handle, without holding the
     /// lock or the GIL while it waits.
-    fn request(&self, py: Python<'_>, reset: bool, wait: f64) -> PyResult<()> {
-        let wait = crate::seconds::seconds(wait, "wait")?;
+    fn request(&self, py: Python<'_>, reset: bool, wait: Duration) -> PyResult<()> {
         let shared = self.handle().clone().ok_or_else(|| self.deregistered())?;
         py.detach(move || {
             if reset {
@@ -172,20 +171,23 @@ impl Worker {
     /// Asks the server for a clear of its stored cache (its clear
     /// handlers run once), from the engine holding this registration: on
     /// its table, or, for a session, through the listener it connected to.
-    /// Registrations are untouched. Waits up to `wait` seconds. Raises
+    /// Registrations are untouched. Waits up to `timeout` seconds (`wait=`,
+    /// its name in builds between releases, still works and warns). Raises
     /// `DeadlineExceededError`, `NoReaperError`, and for a session what `connect`
     /// raises for the connection.
-    #[pyo3(signature = (wait = 5.0))]
-    fn clear(&self, py: Python<'_>, wait: f64) -> PyResult<()> {
-        self.request(py, false, wait)
+    #[pyo3(signature = (timeout = 5.0, *, wait = None))]
+    fn clear(&self, py: Python<'_>, timeout: f64, wait: Option<f64>) -> PyResult<()> {
+        let timeout = crate::renamed::clear_timeout(py, timeout, wait)?;
+        self.request(py, false, timeout)
     }
 
     /// As `clear`, a reset: every registration of the server's table ends
     /// `CLEARED` (this one too: its next `ping` raises `EvictedError`),
     /// then its cache is cleared.
-    #[pyo3(signature = (wait = 5.0))]
-    fn reset(&self, py: Python<'_>, wait: f64) -> PyResult<()> {
-        self.request(py, true, wait)
+    #[pyo3(signature = (timeout = 5.0, *, wait = None))]
+    fn reset(&self, py: Python<'_>, timeout: f64, wait: Option<f64>) -> PyResult<()> {
+        let timeout = crate::renamed::clear_timeout(py, timeout, wait)?;
+        self.request(py, true, timeout)
     }
 
     /// Ends the registration cleanly. Raises `EvictedError` if it had

@@ -27,7 +27,7 @@ def test_engine_registers_again_after_eviction_and_a_server_restart(make_table: 
         stderr=subprocess.PIPE,
     ) as engine:
         time.sleep(1.0)
-        table.reset(wait=5)
+        table.reset(timeout=5)
         time.sleep(1.0)
         reaper.stop()
         restarted = table.start_reaper()

@@ -65,7 +65,7 @@ import livereg
 print("ready", flush=True)
 sys.stdin.readline()
 try:
-    livereg.connect(sys.argv[1], 7, token="wrong", connect_timeout=10.0)
+    livereg.connect(sys.argv[1], 7, token="wrong", timeout=10.0)
 except livereg.Error as error:
     print(type(error).__name__, flush=True)
 """
@@ -78,7 +78,7 @@ def test_a_session_worker_collected_while_reconnecting_leaves_the_interpreter_to
     host, port = address[len("tcp://") :].rsplit(":", 1)
     table = make_table(reap_timeout=10.0)
     reaper = table.start_reaper(listen=[address], token="s3cret")
-    worker = livereg.connect(address, 41, token="s3cret", connect_timeout=5.0)
+    worker = livereg.connect(address, 41, token="s3cret", timeout=5.0)
     reaper.stop()
     # A listener that takes connections and never answers: the sender's
     # reconnect waits in its hello for the connect timeout.

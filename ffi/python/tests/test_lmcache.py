@@ -200,7 +200,7 @@ def test_clear_clears_the_storage_and_keeps_every_worker(table_name: str) -> Non
             assert ctx.storage_manager.calls == CLEARED
             # An engine's clear through the table reaches the same code.
             engine_side = livereg.open(table_name)
-            engine_side.clear(wait=5)
+            engine_side.clear(timeout=5)
             assert ctx.storage_manager.calls == CLEARED * 2
             time.sleep(2 * T)
             assert mirror.dropped == [] and transfer.dropped == []

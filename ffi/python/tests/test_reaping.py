@@ -47,9 +47,9 @@ def test_probe_clear_and_reset_without_a_reaper(make_table: MakeTable) -> None:
     table = make_table()
     assert table.probe() is None
     with pytest.raises(livereg.NoReaperError):
-        table.clear(wait=0.1)
+        table.clear(timeout=0.1)
     with pytest.raises(livereg.NoReaperError):
-        table.reset(wait=0.1)
+        table.reset(timeout=0.1)
 
 
 def test_probe_busy_and_clear(make_table: MakeTable) -> None:
@@ -62,13 +62,13 @@ def test_probe_busy_and_clear(make_table: MakeTable) -> None:
         worker = table.register(10, label="cleared")
         worker.ping()
         # A clear runs the clear handler once and leaves the registration.
-        table.clear(wait=5)
+        table.clear(timeout=5)
         assert clears.get(timeout=5)
         assert clears.empty() and drops.empty()
         worker.ping()
         assert table.stats()["tracked_instances"] == 1
         # A reset ends it (CLEARED), then runs the clear handler.
-        table.reset(wait=5)
+        table.reset(timeout=5)
         assert clears.get(timeout=5)
         event = drops.get(timeout=5)
         assert (event.instance_id, event.reason, event.label) == (10, livereg.Reason.CLEARED, "cleared")
@@ -192,7 +192,7 @@ def test_clear_releases_the_gil_while_it_waits(make_table: MakeTable) -> None:
         time.sleep(0.05)
         started, before = time.monotonic(), ticks[0]
         with pytest.raises(livereg.DeadlineExceededError):
-            table.clear(wait=1.0)
+            table.clear(timeout=1.0)
         waited, counted = time.monotonic() - started, ticks[0] - before
         done.set()
         counter.join()

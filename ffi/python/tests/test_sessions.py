@@ -142,7 +142,7 @@ def test_info_and_a_reset_reach_a_session(make_table: MakeTable, socket_address:
         worker = livereg.connect(socket_address, 24)
         assert worker.info() == b'{"chunk_size": 256}'
         worker.ping()
-        table.reset(wait=5)
+        table.reset(timeout=5)
         until_reset_heard(worker)
 
 
@@ -222,7 +222,7 @@ def test_an_engine_asks_for_a_clear_and_a_reset_through_its_session(make_table: 
         beater = threading.Thread(target=beat)
         beater.start()
         asked = time.monotonic()
-        worker.clear(wait=10.0)
+        worker.clear(timeout=10.0)
         cleared = clears.get(timeout=1)
         stop.set()
         beater.join()
@@ -231,9 +231,9 @@ def test_an_engine_asks_for_a_clear_and_a_reset_through_its_session(make_table: 
         worker.ping()
         assert drops.empty()
         with pytest.raises(livereg.DeadlineExceededError):
-            worker.clear(wait=0.05)  # the handler takes 0.3 s
+            worker.clear(timeout=0.05)  # the handler takes 0.3 s
         clears.get(timeout=5)
-        worker.reset(wait=10.0)
+        worker.reset(timeout=10.0)
         ended = sorted((e.instance_id, e.reason) for e in (drops.get(timeout=5), drops.get(timeout=5)))
         assert ended == [(40, livereg.Reason.CLEARED), (41, livereg.Reason.CLEARED)]
         with pytest.raises(livereg.EvictedError):
@@ -290,12 +290,12 @@ def test_busy_sessions_are_not_ended_stalled_after_their_reaper_was_paused(
 
 def test_a_connect_timeout_no_duration_holds_is_refused_and_a_huge_one_never_panics(socket_address: str) -> None:
     with pytest.raises(livereg.InvalidArgumentError, match="timeout"):
-        livereg.connect(socket_address, 1, connect_timeout=1e300)
+        livereg.connect(socket_address, 1, timeout=1e300)
     with pytest.raises(livereg.InvalidArgumentError, match="timeout"):
-        livereg.connect(socket_address, 1, connect_timeout=float("nan"))
+        livereg.connect(socket_address, 1, timeout=float("nan"))
     # Nothing listens there: it fails as an error, never a panic.
     with pytest.raises(livereg.Error):
-        livereg.connect(socket_address, 1, connect_timeout=1e19)
+        livereg.connect(socket_address, 1, timeout=1e19)
 
 
 def test_an_address_is_told_from_a_table_name_as_the_library_tells_it() -> None:
@@ -313,7 +313,7 @@ def test_the_typed_status_has_exactly_the_keys_of_the_status_json(make_table: Ma
     table = make_table()
     reaper = table.start_reaper(listen=[address], token="s3cret")
     local = table.register(1, label="local")
-    remote = livereg.connect(address, 2, token="s3cret", connect_timeout=5.0)
+    remote = livereg.connect(address, 2, token="s3cret", timeout=5.0)
     snapshot = json.loads(subprocess.check_output([livereg_bin, "status", table.name, "--json"]))
     rows = snapshot["registrations"]
     assert {row["instance_id"] for row in rows} == {1, 2}

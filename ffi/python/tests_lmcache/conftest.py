@@ -7,7 +7,6 @@ import contextlib
 import itertools
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import pytest
+from shm_left import Tree, engine_made, referenced, referenced_by_anyone, remove
 
 import livereg
 
@@ -54,7 +54,10 @@ class Server:
         env = dict(os.environ, LIVEREG_LMCACHE_TABLE=table)
         if python_path:
             env["PYTHONPATH"] = python_path
+        before = engine_made()
         self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self._tree = Tree(self.process.pid, before)
+        self._ended = False
         self.changes: List[Dict[str, Any]] = []
         self.replies: List[Dict[str, Any]] = []
         self.changed = threading.Condition()
@@ -114,18 +117,31 @@ class Server:
             return self.replies[seen]
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
+        """SIGKILLs the server's processes and waits for each to end; what
+        they held in /dev/shm that nothing else holds is removed (the
+        server is no engine: nothing owns what it makes). Once: later
+        calls do nothing."""
+        if self._ended:
+            return
+        self._ended = True
+        held = referenced(self._tree.pids()) & engine_made()
+        self._tree.kill()
         self.process.wait()
+        self._tree.wait_ended()
+        remove(held - referenced_by_anyone())
 
 
 class Engine:
-    """An engine process (``lmcache_engine.py``) registered with ``server``."""
+    """An engine process (``lmcache_engine.py``) registered with ``server``.
+    ``with_livereg`` (default: ``install``): whether livereg's plugin owns
+    what it makes in /dev/shm; without, ``kill`` removes what it left."""
 
     def __init__(self, server: Server, instance_id: int, mode: str = "engine_driven", install: bool = True,
                  ping: Optional[float] = None, env: Optional[Dict[str, str]] = None,
-                 prefix: Sequence[str] = (), stderr: bool = False) -> None:
+                 prefix: Sequence[str] = (), stderr: bool = False, with_livereg: Optional[bool] = None) -> None:
         self.instance_id = instance_id
+        self.with_livereg = install if with_livereg is None else with_livereg
+        before = engine_made()
         # A file, not a pipe: LMCache logs freely, and a full pipe would stop the engine.
         self._stderr = tempfile.TemporaryFile("w+") if stderr else None
         args = [*prefix, sys.executable, str(HERE / "lmcache_engine.py"), str(server.port), str(instance_id), mode]
@@ -136,6 +152,8 @@ class Engine:
             stderr=self._stderr,
             env={**os.environ, "LIVEREG_LMCACHE_TABLE": server.table, **(env or {})},
         )
+        self._tree = Tree(self.process.pid, before)
+        self._ended = False
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         assert line.strip() == "registered", f"engine {instance_id} printed {line!r} (exit {self.process.poll()})"
@@ -161,10 +179,17 @@ class Engine:
         assert self.process.stdout.readline().strip() == "unregistered"
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.kill()
+        """SIGKILLs the engine's processes, waits for each to end (while
+        the server's reaper still runs), then for what it made in /dev/shm
+        to be gone (removed by the reaper, or here without livereg). Once:
+        later calls do nothing."""
+        if self._ended:
+            return
+        self._ended = True
+        self._tree.kill()
         self.process.wait()
+        self._tree.wait_ended()
+        self._tree.settle(owned=self.with_livereg)
 
 
 @contextlib.contextmanager

@@ -153,7 +153,8 @@ def test_left_alone_an_idle_engine_outlives_lmcaches_timeout_and_a_ping_only_one
 def test_an_engine_whose_table_does_not_answer_runs_as_without_livereg(
     server: Server, engines: List[Engine]
 ) -> None:
-    engine = Engine(server, 150, env={"LIVEREG_LMCACHE_TABLE": unique("nowhere")}, stderr=True)
+    engine = Engine(server, 150, env={"LIVEREG_LMCACHE_TABLE": unique("nowhere")}, stderr=True,
+                    with_livereg=False)
     engines.append(engine)
     with livereg.open(server.table) as table:
         assert all(r.instance_id != 150 for r in table.status().registrations)

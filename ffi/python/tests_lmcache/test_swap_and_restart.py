@@ -33,6 +33,8 @@ def test_a_restarted_server_gets_the_live_engines_kv_cache_again(table_name: str
         killed_at = engine.signal(signal.SIGKILL)
         assert second.wait_gone(300, 10) - killed_at < 0.5
     finally:
+        for started in engines:
+            started.kill()  # ended while the reaper runs
         second.kill()
 
 
@@ -60,6 +62,8 @@ def test_the_swap_in_0_5_6_serves_lmcaches_requests_and_frees_a_killed_engine_at
         killed_at = engine.signal(signal.SIGKILL)
         assert server.wait_gone(310, 10) - killed_at < 0.5
     finally:
+        for started in engines:
+            started.kill()  # ended while the reaper runs
         server.kill()
 
 

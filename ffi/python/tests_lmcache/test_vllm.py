@@ -162,7 +162,7 @@ def test_an_engine_without_the_connector_imports_no_lmcache_registers_nothing_an
 ) -> None:
     before = held(server)
     engine = Engine(model, server.port, server.table, connector=False,
-                    env={"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"})
+                    env={"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}, with_livereg=False)
     engines.append(engine)
     assert engine.generate()
     modules = engine.ask("modules", "main")
@@ -180,7 +180,7 @@ def test_an_allow_list_without_livereg_runs_nothing_of_ours(
 ) -> None:
     before = held(server)
     engine = Engine(model, server.port, server.table,
-                    env={"VLLM_PLUGINS": "not-livereg", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"})
+                    env={"VLLM_PLUGINS": "not-livereg", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}, with_livereg=False)
     engines.append(engine)
     assert engine.generate()
     assert held(server) - before, "LMCache's server holds no new engine"
@@ -195,7 +195,8 @@ def test_with_no_table_and_no_listener_an_engine_warns_once_and_runs_as_without_
     model: Path, server: Server, engines: List[object]
 ) -> None:
     before = held(server)
-    engine = Engine(model, server.port, server.table, env={"LIVEREG_LMCACHE_TABLE": unique("nowhere")})
+    engine = Engine(model, server.port, server.table, env={"LIVEREG_LMCACHE_TABLE": unique("nowhere")},
+                    with_livereg=False)
     engines.append(engine)
     first = engine.generate()
     assert first and engine.generate() == first

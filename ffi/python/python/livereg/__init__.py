@@ -31,7 +31,8 @@ or, on an asyncio loop::
 Every failure raises a subclass of :class:`livereg.Error` carrying ``code``
 (the C ABI's result) and the library's message. Calls that can wait release
 the GIL; callbacks take it only while they run. The library's log records go
-to ``logging.getLogger("livereg")``.
+to ``logging.getLogger("livereg")``. ``livereg.__version__`` is this
+package's release and ``livereg.native_version()`` the library's within it.
 """
 
 from typing import TYPE_CHECKING
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     # Each home's public names, as its stub defines them: listed nowhere
     # else.
     from livereg._native import *  # noqa: F403
+    from livereg._native import __version__ as __version__
     from livereg._native import open as open
     from livereg._reason import *  # noqa: F403
     from livereg._status import *  # noqa: F403
@@ -66,6 +68,11 @@ else:
         globals()["__all__"] = sorted(n for n in names if n not in _NOT_STARRED)
 
     def __getattr__(name: str) -> object:
+        if name == "__version__":
+            # The package's release, as its crate's Cargo version says.
+            import importlib
+
+            return importlib.import_module("livereg._native").__version__
         if "__all__" not in globals():
             _load()
             if name in globals():

@@ -8,6 +8,7 @@ from typing_extensions import Unpack
 from livereg._reason import Reason
 from livereg._status import Stats, Status
 
+__version__: str
 INFO_MAX: int
 _REASONS: List[Tuple[str, int]]
 LABEL_MAX: int
@@ -106,8 +107,10 @@ class Worker:
         stall_report: Optional[str] = None,
         step_thread: Optional[int] = None,
     ) -> BeatThread: ...
-    def clear(self, wait: float = 5.0) -> None: ...
-    def reset(self, wait: float = 5.0) -> None: ...
+    def clear(self, timeout: float = 5.0, *, wait: Optional[float] = None) -> None:
+        """``wait=`` is deprecated (the name of builds between releases): use ``timeout=``."""
+    def reset(self, timeout: float = 5.0, *, wait: Optional[float] = None) -> None:
+        """``wait=`` is deprecated (the name of builds between releases): use ``timeout=``."""
     def deregister(self) -> None: ...
     def __enter__(self) -> "Worker": ...
     def __exit__(self, *exc: object) -> None: ...
@@ -149,10 +152,15 @@ class Table:
         instance_id: int,
         label: Optional[str] = None,
         replace: bool = False,
+        drop_wait: Optional[float] = None,
+        *,
         wait: Optional[float] = None,
-    ) -> Worker: ...
-    def clear(self, wait: float = 5.0) -> None: ...
-    def reset(self, wait: float = 5.0) -> None: ...
+    ) -> Worker:
+        """``wait=`` is deprecated (the name of builds between releases): use ``drop_wait=``."""
+    def clear(self, timeout: float = 5.0, *, wait: Optional[float] = None) -> None:
+        """``wait=`` is deprecated (the name of builds between releases): use ``timeout=``."""
+    def reset(self, timeout: float = 5.0, *, wait: Optional[float] = None) -> None:
+        """``wait=`` is deprecated (the name of builds between releases): use ``timeout=``."""
     def probe(self) -> Optional[int]: ...
     def own_file(self, path: Union[str, "os.PathLike[str]"]) -> None: ...
     def disown_file(self, path: Union[str, "os.PathLike[str]"]) -> bool: ...
@@ -196,11 +204,19 @@ def connect(
     instance_id: int,
     label: str = "",
     token: Optional[Union[str, bytes]] = None,
-    connect_timeout: float = 2.0,
+    timeout: float = 2.0,
     tls_ca: Optional[str] = None,
     tls_cert: Optional[str] = None,
     tls_key: Optional[str] = None,
-) -> Worker: ...
+    *,
+    connect_timeout: Optional[float] = None,
+) -> Worker:
+    """``connect_timeout=`` is deprecated (the name of builds between releases): use ``timeout=``."""
+
+
+def native_version() -> str:
+    """The release of the livereg library compiled into this package
+    (``"0.1.0"``): what the C library of that release reports."""
 
 def is_address(name: str) -> bool:
     """Whether ``name`` is a session address (``unix:``, ``tcp://``,

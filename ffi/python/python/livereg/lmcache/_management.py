@@ -207,7 +207,7 @@ class LiveregManagement(_BASE):  # type: ignore[misc]
                         del self._on_behalf[instance_id]
         try:
             # Never wait for a pending drop of this id: the next ping retries.
-            worker = self._table.register(instance_id, label=PING_LABEL, wait=0.0)
+            worker = self._table.register(instance_id, label=PING_LABEL, drop_wait=0.0)
         except (livereg.ExistsError, livereg.BusyError):
             return  # the worker registered itself, or its last drop is running
         except livereg.Error as error:
@@ -247,7 +247,7 @@ class LiveregManagement(_BASE):  # type: ignore[misc]
         register again), then clears as :meth:`clear`.
 
         Raises :class:`livereg.NoReaperError` when reaping is disabled."""
-        self._table.reset(wait=timeout)
+        self._table.reset(timeout=timeout)
 
     def debug(self) -> str:
         """A health check: ``"OK"``."""

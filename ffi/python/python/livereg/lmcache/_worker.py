@@ -143,7 +143,7 @@ class WorkerLiveness:
                     worker = livereg.connect(
                         self._address,
                         self.instance_id,
-                        connect_timeout=min(_CONNECT_TIMEOUT, max(0.05, left)),
+                        timeout=min(_CONNECT_TIMEOUT, max(0.05, left)),
                         label=self._label or "",
                         token=self._session_token,
                         tls_ca=self._tls_ca,

@@ -138,3 +138,37 @@ fn a_table_in_memory_says_its_reaper_too() {
     let (now, _) = seen.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(now, ReaperState::Absent);
 }
+
+#[test]
+fn a_session_says_serving_while_connected_absent_when_closed_and_a_new_token_on_its_return() {
+    let temp = TempTable::new("life-session", &long_options());
+    let socket = format!("/tmp/{}.sock", common::unique_name("life-session"));
+    let address = format!("unix:{socket}");
+    let listening = |table: &Table| {
+        table
+            .reaper()
+            .listen(livereg::Address::parse(&address).unwrap(), None)
+            .spawn()
+            .unwrap()
+    };
+    let reaper = listening(&temp.table);
+    let first = temp.table.reaper_state();
+    let worker =
+        livereg::connect(&address, 3, "w", &livereg::ConnectOptions::default()).unwrap();
+    let serving = ReaperState::Serving {
+        boot_token: first.boot_token().unwrap(),
+        pid: 0,
+    };
+    assert_eq!(worker.reaper_state(), serving, "the pid is not said");
+    reaper.stop().unwrap();
+    let now = worker.wait_reaper_state(serving, Duration::from_secs(10));
+    assert_eq!(now, ReaperState::Absent, "the connection's close");
+    let reaper = listening(&temp.table);
+    let now = worker.wait_reaper_state(ReaperState::Absent, Duration::from_secs(10));
+    assert_eq!(now.name(), "serving");
+    assert_eq!(now.boot_token(), temp.table.reaper_state().boot_token());
+    assert_ne!(now.boot_token(), first.boot_token(), "a new reaper");
+    worker.deregister().unwrap();
+    reaper.stop().unwrap();
+    let _ = std::fs::remove_file(&socket);
+}

@@ -122,3 +122,19 @@ def test_worker_liveness_tells_on_server_of_a_killed_server_and_of_its_successor
             successor.wait()
     finally:
         liveness.close()
+
+
+def test_a_session_worker_says_serving_while_connected_and_absent_once_the_server_is_gone(
+    make_table: Callable[..., livereg.Table], tmp_path: "os.PathLike[str]",
+) -> None:
+    table = make_table(reap_timeout=30.0, registration_grace=30.0)
+    address = f"unix:{os.path.join(tmp_path, 'server.sock')}"
+    reaper = table.start_reaper(listen=[address])
+    worker = livereg.connect(address, 4)
+    try:
+        state = worker.reaper_state
+        assert state == livereg.ReaperState("serving", table.probe(), 0)
+        reaper.stop()
+        assert worker.wait_reaper_state(state, 20.0).state == "absent"
+    finally:
+        worker.deregister()

@@ -70,7 +70,9 @@ class WorkerLiveness:
     without polling), ``absent``, and ``serving`` with a new boot token when
     a new server serves. Called from a daemon thread of its own that sleeps
     in :meth:`livereg.Table.wait_reaper_state`; an ``on_server`` that raises
-    is logged. Over a session (no table mapped) it is not called.
+    is logged. Over a session: ``serving`` while connected (pid ``0``),
+    ``absent`` from the connection's close, ``serving`` with a new token
+    once a new server takes the registration back; never ``dying``.
     """
 
     def __init__(
@@ -135,10 +137,9 @@ class WorkerLiveness:
         self._worker = self._register("start", deadline=time.monotonic() + wait)
         self._thread = threading.Thread(target=self._beat, name=f"livereg-beat-{instance_id}", daemon=True)
         self._thread.start()
-        if on_server is not None and self._table is not None:
+        if on_server is not None:
             self._server_watch = threading.Thread(
-                target=self._watch_server, args=(self._table, on_server), name=f"livereg-server-{instance_id}",
-                daemon=True,
+                target=self._watch_server, args=(on_server,), name=f"livereg-server-{instance_id}", daemon=True,
             )
             self._server_watch.start()
 
@@ -195,25 +196,27 @@ class WorkerLiveness:
         self._told(why)
         return worker
 
-    def _watch_server(self, table: livereg.Table, on_server: Callable[[livereg.ReaperState], object]) -> None:
+    def _watch_server(self, on_server: Callable[[livereg.ReaperState], object]) -> None:
         """Calls ``on_server`` with the reaper's state, then at each change,
-        until :meth:`close`."""
-        try:
-            state = table.reaper_state
-            while True:
-                try:
-                    on_server(state)
-                except Exception:
-                    logger.exception("instance %d: on_server(%s) raised", self.instance_id, state.state)
-                changed = state
-                while changed == state:
-                    if self._stopping.is_set():
-                        return
-                    changed = table.wait_reaper_state(state, _SERVER_LOOK)
-                state = changed
-        except livereg.Error:
-            if not self._stopping.is_set():
-                logger.exception("instance %d: the server's state can no longer be read", self.instance_id)
+        until :meth:`close`: read from the table, or (a session) from the
+        current registration."""
+        state: Optional[livereg.ReaperState] = None
+        while not self._stopping.is_set():
+            source: Union[livereg.Table, livereg.Worker] = self._table if self._table is not None else self._worker
+            try:
+                changed = source.reaper_state if state is None else source.wait_reaper_state(state, _SERVER_LOOK)
+            except livereg.Error:
+                # A registration replaced under the watch (registered
+                # again): the next look reads the new one.
+                self._stopping.wait(_SERVER_LOOK)
+                continue
+            if changed == state:
+                continue
+            state = changed
+            try:
+                on_server(state)
+            except Exception:
+                logger.exception("instance %d: on_server(%s) raised", self.instance_id, state.state)
 
     def _told(self, why: str) -> None:
         """Calls ``on_register(why)``; if it raises, it is called again at

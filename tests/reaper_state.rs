@@ -67,7 +67,11 @@ fn a_waiter_is_woken_when_the_reaper_stops_and_when_a_new_one_serves() {
     assert_eq!(now, ReaperState::Absent);
     // Woken by the reaper's giving back its word, not by a look at the
     // clock (those are a second apart).
-    assert!(at - stopped < Duration::from_millis(500), "{:?}", at - stopped);
+    assert!(
+        at - stopped < Duration::from_millis(500),
+        "{:?}",
+        at - stopped
+    );
 
     let seen = waiter(&other, ReaperState::Absent);
     let started = Instant::now();
@@ -75,7 +79,11 @@ fn a_waiter_is_woken_when_the_reaper_stops_and_when_a_new_one_serves() {
     let (now, at) = seen.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(now, serving(&reaper));
     assert_ne!(now, before, "a new boot token");
-    assert!(at - started < Duration::from_millis(500), "{:?}", at - started);
+    assert!(
+        at - started < Duration::from_millis(500),
+        "{:?}",
+        at - started
+    );
 }
 
 #[test]
@@ -153,8 +161,7 @@ fn a_session_says_serving_while_connected_absent_when_closed_and_a_new_token_on_
     };
     let reaper = listening(&temp.table);
     let first = temp.table.reaper_state();
-    let worker =
-        livereg::connect(&address, 3, "w", &livereg::ConnectOptions::default()).unwrap();
+    let worker = livereg::connect(&address, 3, "w", &livereg::ConnectOptions::default()).unwrap();
     let serving = ReaperState::Serving {
         boot_token: first.boot_token().unwrap(),
         pid: 0,

@@ -61,7 +61,10 @@ fn a_sigkilled_reaper_is_seen_dying_then_absent_and_its_successor_serving_with_a
         "{now}"
     );
     if let ReaperState::Dying { boot_token, pid } = now {
-        assert_eq!((Some(boot_token), Some(pid)), (before.boot_token(), before.pid()));
+        assert_eq!(
+            (Some(boot_token), Some(pid)),
+            (before.boot_token(), before.pid())
+        );
     }
     // Generous: the kernel marks the word in microseconds; a loaded
     // machine may take long to run the waiter.
@@ -78,7 +81,11 @@ fn a_sigkilled_reaper_is_seen_dying_then_absent_and_its_successor_serving_with_a
     let (_successor, serving) = reaper_process(&engine);
     let (now, _) = seen.recv_timeout(Duration::from_secs(20)).unwrap();
     assert_eq!(now.name(), "serving", "{now}");
-    assert_ne!(now.boot_token(), before.boot_token(), "a new reaper, a new token");
+    assert_ne!(
+        now.boot_token(),
+        before.boot_token(),
+        "a new reaper, a new token"
+    );
     assert_eq!(now.boot_token(), serving.boot_token());
 }
 

@@ -201,12 +201,15 @@ fn a_c_server_hears_a_killed_worker_dying_before_its_drop() {
 fn a_c_engine_learns_its_reaper_was_killed_and_the_new_token() {
     let source = root().join("ffi/tests/c/server_state.c");
     let libs = pkg_config(&["--libs"]);
-    let binary = compile("cc", &["-std=gnu11"], &source, "ffi-test-server-state", &libs);
+    let binary = compile(
+        "cc",
+        &["-std=gnu11"],
+        &source,
+        "ffi-test-server-state",
+        &libs,
+    );
     let name = format!("livereg-c-server-state-{}", std::process::id());
-    let output = client(&binary)
-        .args([&name, "256", "5"])
-        .output()
-        .unwrap();
+    let output = client(&binary).args([&name, "256", "5"]).output().unwrap();
     let _ = Table::unlink(&name);
     check(&output, "server_state.c");
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -135,10 +135,10 @@ fn hold(memory: &TableMemory, stop: &AtomicBool, taken: &mpsc::Sender<()>) {
     while !stop.load(Acquire) {
         std::thread::park();
     }
+    // A table truncated under the reaper is not touched (its header is
+    // gone); the list is emptied all the same.
+    let whole = memory.check_size().is_ok();
     if let Some(tid) = own {
-        // A table truncated under the reaper is not touched (its header is
-        // gone); the list is emptied all the same.
-        let whole = memory.check_size().is_ok();
         list.list_op_pending.store(list.entry(), Release);
         list.empty();
         if whole {
@@ -146,14 +146,17 @@ fn hold(memory: &TableMemory, stop: &AtomicBool, taken: &mpsc::Sender<()>) {
             if reaper_life::is_live(value) && value & TID_MASK == tid {
                 let _ = life.compare_exchange(value, 0, AcqRel, Relaxed);
             }
-            announce(&header.reaper_life_changes);
-            futex::wake_all(life);
         }
         list.list_op_pending.store(0, Release);
     }
+    if whole {
+        // The role is already given back: woken waiters read `Absent`.
+        announce(&header.reaper_life_changes);
+        futex::wake_all(life);
+    }
     if robust {
-        // SAFETY: `robust::empty_list` is a leaked, empty list that lives for the
-        // whole process; `list` may then be freed.
+        // SAFETY: `robust::empty_list` is a leaked, empty list that lives
+        // for the whole process; `list` may then be freed.
         let _ = unsafe { robust::set_robust_list(robust::empty_list()) };
     }
 }

@@ -251,6 +251,40 @@ livereg_result livereg_disown_file(const livereg_table *table, const char *path)
 /* If a reaper is alive, writes its boot token. Errors: NO_REAPER. */
 livereg_result livereg_probe(const livereg_table *table, uint64_t *boot_token);
 
+/* The table's reaper, as livereg_reaper_state and livereg_reaper_wait
+ * write it. Values are stable. */
+typedef enum livereg_reaper_life {
+    LIVEREG_REAPER_ABSENT = 0,  /* no reaper holds the table */
+    LIVEREG_REAPER_SERVING = 1, /* a reaper holds the table and serves */
+    LIVEREG_REAPER_DYING = 2    /* its process began to end (SIGKILL, the OOM killer, a crash) */
+} livereg_reaper_life;
+
+/* The table's reaper now, in a few loads of the table's header: writes a
+ * livereg_reaper_life value to *state, and the reaper's boot token (new at
+ * every start: two equal tokens are the same reaper) and pid (in its own
+ * PID namespace) to *boot_token and *pid, 0 when absent (both may be NULL).
+ * DYING is written from the very start of the reaper process's exit (the
+ * kernel marks a word of the table's header that a thread of the reaper's
+ * holds, before the process's memory and files are torn down), until the
+ * kernel has finished (then ABSENT) or a new reaper serves. A reaper is
+ * never DYING while its process runs (stopped, or a thread of it ended).
+ * On a table made by an earlier library: SERVING or ABSENT only. */
+livereg_result livereg_reaper_state(const livereg_table *table, uint32_t *state,
+                                    uint64_t *boot_token, uint32_t *pid);
+
+/* Blocks up to wait_ms until the reaper's state or boot token differs from
+ * known_state and known_token (what the caller last saw, e.g. from
+ * livereg_reaper_state), then writes the new state as livereg_reaper_state
+ * does. No polling: the calling thread sleeps on a futex of the table's
+ * header, which the kernel wakes as the reaper's process begins to die and
+ * a reaper wakes as it starts or stops (within a millisecond of a SIGKILL
+ * on an idle machine). Returns at once when the state already differs.
+ * Errors: TIMEOUT (nothing changed within wait_ms; the outputs hold the
+ * state, unchanged). Any thread may call it, several at once. */
+livereg_result livereg_reaper_wait(const livereg_table *table, uint32_t known_state,
+                                   uint64_t known_token, uint64_t wait_ms, uint32_t *state,
+                                   uint64_t *boot_token, uint32_t *pid);
+
 /* Publishes len bytes (at most 1024; data may be NULL when len is 0) in the
  * table's info area, replacing what was there: configuration workers read
  * with livereg_get_info, without RPC. Writers are serialised across

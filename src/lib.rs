@@ -88,7 +88,7 @@ needs_the_os! {
         remote_status, ExitDetection, OwnedFilesStatus, OwnerStatus, ProcessMetrics,
         RegistrationState, RegistrationStatus, RemoteStatus, Status,
     };
-    pub use table::{Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
+    pub use table::{ReaperState, Table, TableOptions, DEFAULT_REGISTRATION_GRACE};
     pub use worker::{
         raise_in_this_thread, BeatThread, Busy, OnEnd, Registration, Worker, REGISTER_WAIT,
     };

@@ -92,6 +92,11 @@ fn header_constants_match_the_rust_enums() {
         let c = livereg_reason::from(*reason);
         (format!("{c:?}"), c as i64)
     }));
+    in_rust.extend(
+        crate::reaper_life::livereg_reaper_life::ALL
+            .iter()
+            .map(|life| (format!("{life:?}"), *life as i64)),
+    );
     assert_eq!(in_header, in_rust);
     assert_eq!(
         in_header["LIVEREG_PANIC"],
@@ -112,6 +117,15 @@ fn header_constants_match_the_rust_enums() {
             *reason as i64,
         )
     }));
+    // And the reaper's states, named as the core crate names them.
+    listed.extend(
+        crate::reaper_life::livereg_reaper_life::ALL
+            .iter()
+            .map(|life| {
+                let name = crate::reaper_life::name(*life).to_uppercase();
+                (format!("LIVEREG_REAPER_{name}"), *life as i64)
+            }),
+    );
     assert_eq!(in_header, listed);
     for (code, result) in livereg::RESULT_CODES.iter().zip(livereg_result::ALL) {
         assert_eq!(result as u32, code.value, "{code:?}");

@@ -16,6 +16,7 @@ mod header_check;
 mod info;
 mod metrics;
 mod reaper;
+mod reaper_life;
 mod session;
 mod table;
 mod types;

@@ -190,6 +190,43 @@ fn a_c_server_hears_a_killed_worker_dying_before_its_drop() {
     }
 }
 
+/// A C engine through `livereg.h` alone learns that its table's reaper
+/// process was SIGKILLed (`DYING`, or `ABSENT` once ended) in every one of
+/// its waiting threads and in another waiting process, and learns the new
+/// boot token when a new reaper serves (the program checks both). The
+/// figures it prints are the time from the kill to each waiter's return;
+/// the bound asserted is generous (a loaded machine): the median of the
+/// slowest waiter within 50 ms, every run within 1 s.
+#[test]
+fn a_c_engine_learns_its_reaper_was_killed_and_the_new_token() {
+    let source = root().join("ffi/tests/c/server_state.c");
+    let libs = pkg_config(&["--libs"]);
+    let binary = compile(
+        "cc",
+        &["-std=gnu11"],
+        &source,
+        "ffi-test-server-state",
+        &libs,
+    );
+    let name = format!("livereg-c-server-state-{}", std::process::id());
+    let output = client(&binary).args([&name, "256", "5"]).output().unwrap();
+    let _ = Table::unlink(&name);
+    check(&output, "server_state.c");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    eprintln!("{stdout}");
+    let figure = |prefix: &str, at: usize| {
+        stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(prefix))
+            .and_then(|rest| rest.split(' ').nth(at))
+            .and_then(|us| us.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no '{prefix}' in:\n{stdout}"))
+    };
+    let (median_last, max) = (figure("median learnt_us ", 1), figure("max learnt_us ", 0));
+    assert!(median_last < 50_000.0, "median {median_last} us:\n{stdout}");
+    assert!(max < 1_000_000.0, "max {max} us:\n{stdout}");
+}
+
 #[test]
 fn cxx11_program_passes_the_api_checks() {
     let source = root().join("ffi/tests/c/test_api.c");

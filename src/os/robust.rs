@@ -68,6 +68,13 @@ impl RobustList {
     }
 }
 
+/// One empty robust list for the whole process, which a thread switches to
+/// before its own list's memory is freed.
+pub(crate) fn empty_list() -> &'static RobustList {
+    static EMPTY: std::sync::OnceLock<&'static RobustList> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(|| Box::leak(RobustList::new()))
+}
+
 /// `set_robust_list(list, sizeof head)`: `list` becomes the calling
 /// thread's robust list, read by the kernel at the thread's exit.
 ///

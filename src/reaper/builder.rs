@@ -3,6 +3,7 @@
 
 use super::lock_schedule::LockRounds;
 use super::death_watch::DeathWatch;
+use super::life::LifeHold;
 use super::owned_removal::OwnedRemover;
 use super::seen::Seen;
 use super::role::{Dispatch, Reaper};
@@ -249,6 +250,8 @@ impl ReaperBuilder {
             })
             .collect();
         let sessions = Sessions::start(&self.table, configs)?;
+        // Last: once the reaper cannot fail to start, it says it serves.
+        let life = LifeHold::start(inner);
         Ok(Reaper {
             sessions,
             seen: vec![Seen::NONE; inner.capacity as usize],
@@ -268,6 +271,7 @@ impl ReaperBuilder {
             }),
             table: self.table,
             role,
+            _life: life,
             watcher,
             _death_watch: death_watch,
             owned_remover,

@@ -16,6 +16,8 @@
 //!   `dying.rs`: what a scan makes of it;
 //! - `exit_watch.rs`: a registrant's exit seen the moment it has ended;
 //! - `owned_removal.rs`: the files an ended process owned, removed;
+//! - `life.rs`: the reaper's own life word held, so that every process
+//!   mapping the table knows at once when the reaper begins to die;
 //! - `handlers.rs`: the drop and clear handlers run, the slots freed;
 //! - `thread.rs`: [`ReaperThread`], a reaper on a thread of its own.
 
@@ -24,6 +26,7 @@ mod death_watch;
 mod dying;
 pub(crate) mod exit_watch;
 pub(crate) mod handlers;
+mod life;
 mod lock_rounds;
 mod lock_schedule;
 mod observe;

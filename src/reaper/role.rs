@@ -4,6 +4,7 @@
 
 use super::lock_schedule::LockRounds;
 use super::death_watch::DeathWatch;
+use super::life::LifeHold;
 use super::owned_removal::OwnedRemover;
 use super::seen::Seen;
 use crate::error::Result;
@@ -64,6 +65,9 @@ pub struct Reaper {
     pub(crate) sessions: Arc<Sessions>,
     pub(super) table: Table,
     pub(super) role: ReaperRole,
+    /// The reaper's life word held: dropped after the role is released,
+    /// so that waiters woken by its giving back read `Absent`.
+    pub(super) _life: Option<LifeHold>,
     pub(super) handlers: Dispatch,
     /// Per slot, `generation + 1` of an ended registration whose drop is
     /// queued on the handler thread (0: none): not to be queued again.

@@ -23,8 +23,11 @@ pub const VERSION_MAJOR: u32 = 1;
 /// Layout minor version: additions that older readers may ignore (1: each
 /// slot records its registrant's clock identity; 2: the info area after the
 /// slots; 3: progress beside liveness; 4: the clock heartbeats stamp with;
-/// 5: resets, PID-namespace process tags; 6: sessions' registrations).
-pub const VERSION_MINOR: u32 = 6;
+/// 5: resets, PID-namespace process tags; 6: sessions' registrations; 7:
+/// the reaper's life word).
+pub const VERSION_MINOR: u32 = 7;
+/// The first minor version with the reaper's life word.
+pub(crate) const REAPER_LIFE_SINCE_MINOR: u32 = 7;
 /// The first minor version that records the clock heartbeats stamp with.
 pub(crate) const STAMP_CLOCK_SINCE_MINOR: u32 = 4;
 /// The first minor version with an info area.
@@ -133,7 +136,20 @@ pub(crate) struct Header {
     pub reset_requested: AtomicU64,
     /// Registrations ended as `Disconnected` (layout 1.6).
     pub ended_disconnected: AtomicU64,
-    reserved: [AtomicU64; 17],
+    /// The reaper's life word (layout 1.7), a robust futex: the id of a
+    /// thread of the serving reaper's process while it serves,
+    /// `OWNER_DIED` once the kernel began ending that process, 0 when no
+    /// reaper of this layout holds it; see [`crate::table::reaper_life`].
+    pub reaper_life: AtomicU32,
+    /// Futex word (layout 1.7): bumped whenever a reaper takes or gives
+    /// back the life word, for those waiting on the reaper's state.
+    pub reaper_life_changes: AtomicU32,
+    /// The boot token of the reaper that holds (or held) the life word.
+    pub reaper_life_token: AtomicU64,
+    /// That reaper's pid, in its own namespace.
+    pub reaper_life_pid: AtomicU32,
+    reserved_life: AtomicU32,
+    reserved: [AtomicU64; 14],
 }
 
 /// Byte offsets of header fields, named for tools and tests that read or

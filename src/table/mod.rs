@@ -22,6 +22,8 @@
 //! - `memory.rs`: the mapping (a file or the heap) and its slots;
 //! - `location.rs`: where a table lives (a name or a path);
 //! - `locks.rs`: the reaper role and the registration lock;
+//! - `reaper_life.rs`: the reaper's state (serving, dying, absent) as any
+//!   process reads it and waits on it;
 //! - `side_file.rs`: the files beside a shared table, made and opened;
 //! - `requests.rs`: what any process asks of the reaper (clear, reset);
 //! - `inside_handlers.rs`: such asks refused from the reaper's own handlers;
@@ -47,10 +49,12 @@ needs_the_os! {
     pub(crate) mod owned_records;
     pub(crate) mod owned_sweep;
     pub(crate) mod owning;
+    pub(crate) mod reaper_life;
     pub(crate) mod removal_rules;
     pub(crate) mod requests;
     pub(crate) mod side_file;
     pub(crate) mod wake;
     pub use handle::Table;
     pub use options::{TableOptions, DEFAULT_REGISTRATION_GRACE};
+    pub use reaper_life::ReaperState;
 }

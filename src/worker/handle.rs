@@ -10,6 +10,7 @@ use crate::os::fork::{self, LockDescriptor};
 use crate::sync::Ordering::Relaxed;
 use crate::table::handle::Table;
 use crate::table::layout::Slot;
+use crate::table::reaper_life::ReaperState;
 use crate::table::protocol::{self, Gone, Stamp};
 use crate::table::death_thread;
 use crate::worker::nature::{Local, Nature};
@@ -293,6 +294,24 @@ impl Worker {
     /// As [`Table::info`] for a local worker; never for a session.
     pub fn info(&self) -> Result<Vec<u8>> {
         self.nature.info()
+    }
+
+    /// The server's reaper, as this registration knows it: as
+    /// [`Table::reaper_state`] for a local worker; for a session,
+    /// `Serving` (the welcoming reaper's boot token; pid 0, not said over a
+    /// session) while connected, and `Absent` from the connection's close
+    /// until a listener takes the registration back (a new token: a new
+    /// reaper). A session never says `Dying`.
+    pub fn reaper_state(&self) -> ReaperState {
+        self.nature.reaper_state()
+    }
+
+    /// Waits up to `wait`, without polling, for the server's reaper to
+    /// differ from `known` ([`Worker::reaper_state`]); returns the state
+    /// then (`known` when the time ran out). As
+    /// [`Table::wait_reaper_state`] for a local worker.
+    pub fn wait_reaper_state(&self, known: ReaperState, wait: Duration) -> ReaperState {
+        self.nature.wait_reaper_state(known, wait)
     }
 
     /// Asks the server for a clear of its stored cache, as

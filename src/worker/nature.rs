@@ -5,6 +5,7 @@
 
 use crate::error::Result;
 use crate::table::handle::Table;
+use crate::table::reaper_life::ReaperState;
 use std::time::Duration;
 
 /// How a worker's registration answers what depends on where it lives.
@@ -21,6 +22,10 @@ pub(crate) trait Nature: Send + Sync {
     fn info(&self) -> Result<Vec<u8>>;
     /// Asks the reaper for a clear (`reset`: a reset) and waits for it.
     fn request_clear(&self, reset: bool, wait: Duration) -> Result<()>;
+    /// The reaper's state, as this registration can know it.
+    fn reaper_state(&self) -> ReaperState;
+    /// Waits up to `wait` for the reaper's state to differ from `known`.
+    fn wait_reaper_state(&self, known: ReaperState, wait: Duration) -> ReaperState;
     /// The worker deregistered (its slot says so): anything to say
     /// goodbye, within a bounded wait.
     fn finish(&mut self);
@@ -59,6 +64,14 @@ impl Nature for Local {
             true => self.table.reset(wait),
             false => self.table.clear(wait),
         }
+    }
+
+    fn reaper_state(&self) -> ReaperState {
+        self.table.reaper_state()
+    }
+
+    fn wait_reaper_state(&self, known: ReaperState, wait: Duration) -> ReaperState {
+        self.table.wait_reaper_state(known, wait)
     }
 
     fn finish(&mut self) {}

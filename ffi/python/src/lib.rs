@@ -10,6 +10,7 @@ mod event;
 mod exiting;
 mod logging;
 mod reaper;
+mod reaper_life;
 mod renamed;
 mod seconds;
 mod session;

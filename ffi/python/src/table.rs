@@ -156,6 +156,32 @@ impl Table {
         }
     }
 
+    /// The table's reaper now, a `livereg.ReaperState`: `state` is
+    /// `"serving"` (with its `boot_token` and `pid`), `"dying"` (its process
+    /// began to end: the kernel marked its life word at the start of its
+    /// exit) or `"absent"`. A few loads of the table's header.
+    #[getter]
+    fn reaper_state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let table = self.live()?;
+        crate::reaper_life::to_python(py, table.reaper_state())
+    }
+
+    /// Waits (without the GIL, no polling) up to `timeout` seconds for the
+    /// reaper's state to differ from `known` (the state last acted on);
+    /// returns the state then, equal to `known` when the time ran out.
+    fn wait_reaper_state<'py>(
+        &self,
+        py: Python<'py>,
+        known: &Bound<'py, PyAny>,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let table = self.live()?;
+        let known = crate::reaper_life::from_python(known)?;
+        let wait = seconds(timeout, "timeout")?;
+        let now = py.detach(move || table.wait_reaper_state(known, wait));
+        crate::reaper_life::to_python(py, now)
+    }
+
     /// A snapshot as a `livereg.Status` (typed: every key of `livereg
     /// status --json` as an attribute, `registrations` a list of
     /// `livereg.RegistrationStatus`).

@@ -151,6 +151,33 @@ impl Worker {
         Ok(pyo3::types::PyBytes::new(py, &bytes))
     }
 
+    /// The server's reaper as this registration knows it, a
+    /// `livereg.ReaperState`: as `Table.reaper_state` for a worker of a
+    /// table; for a session, `"serving"` (the welcoming reaper's token, pid
+    /// `0`) while connected and `"absent"` from the connection's close until
+    /// a listener takes it back (never `"dying"`).
+    #[getter]
+    fn reaper_state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let state = self.with_live(|worker| Ok(worker.reaper_state()))?;
+        crate::reaper_life::to_python(py, state)
+    }
+
+    /// Waits (without the GIL, no polling) up to `timeout` seconds for the
+    /// server's reaper to differ from `known`; the state then (`known` when
+    /// the time ran out).
+    fn wait_reaper_state<'py>(
+        &self,
+        py: Python<'py>,
+        known: &Bound<'py, PyAny>,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let known = crate::reaper_life::from_python(known)?;
+        let wait = crate::seconds::seconds(timeout, "timeout")?;
+        let shared = self.handle().clone().ok_or_else(|| self.deregistered())?;
+        let now = py.detach(move || shared.wait_reaper_state(known, wait));
+        crate::reaper_life::to_python(py, now)
+    }
+
     /// The reap timeout of its table, in seconds (for a session: the
     /// reaper's table's): beat well within it.
     #[getter]

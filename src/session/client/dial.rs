@@ -26,6 +26,8 @@ pub(crate) struct Dialed {
     pub info: Option<Vec<u8>>,
     /// The protocol version the listener welcomed this client in.
     pub version: u16,
+    /// The boot token of the reaper whose listener welcomed it.
+    pub boot_token: u64,
 }
 
 /// How to reach a listener and what to say to it: everything needed to say
@@ -192,7 +194,7 @@ impl Dialer {
                         generation,
                         secret,
                         reap_timeout_ms,
-                        ..
+                        boot_token,
                     } => {
                         return Ok(Dialed {
                             stream,
@@ -205,6 +207,7 @@ impl Dialer {
                             reap_timeout: Duration::from_millis(reap_timeout_ms.max(1)),
                             info,
                             version,
+                            boot_token,
                         });
                     }
                     Frame::Refused {

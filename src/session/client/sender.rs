@@ -4,6 +4,8 @@
 //! and reconnects after a break.
 
 use super::dial::{Dialed, Dialer};
+use super::server_state::ServerState;
+use crate::table::reaper_life::ReaperState;
 use crate::clock::{Stamps, STAMP_LAG_TICKS};
 use crate::error::Error;
 use crate::event::Reason;
@@ -38,6 +40,8 @@ struct Shared {
     wake: OwnedFd,
     /// The server's info area, as last delivered.
     info: Mutex<Vec<u8>>,
+    /// The reaper's state: serving while connected, absent between.
+    server: ServerState,
 }
 
 /// The worker handle's end of its session.
@@ -69,6 +73,7 @@ impl SessionLink {
                 source: e,
             })?,
             info: Mutex::new(dialed.info.clone().unwrap_or_default()),
+            server: ServerState::serving(dialed.boot_token),
         });
         let (slot, generation) = (dialed.reclaim.slot, dialed.reclaim.generation);
         let reap_timeout = dialed.reap_timeout;
@@ -148,6 +153,16 @@ impl Nature for SessionLink {
 
     /// Tells the sender the worker deregistered (its slot says so) and
     /// waits, a bounded time, for it to say goodbye.
+    /// Serving while connected (with the welcoming reaper's token), absent
+    /// from the connection's close until a listener welcomes it again.
+    fn reaper_state(&self) -> ReaperState {
+        self.shared.server.get()
+    }
+
+    fn wait_reaper_state(&self, known: ReaperState, wait: Duration) -> ReaperState {
+        self.shared.server.wait(known, wait)
+    }
+
     fn finish(&mut self) {
         self.shared.finishing.store(true, Relaxed);
         eventfd::signal(&self.shared.wake);
@@ -192,11 +207,19 @@ impl Sender {
     fn run(&mut self) {
         loop {
             match self.run_connection() {
-                ConnectionEnd::Done => return,
+                ConnectionEnd::Done => {
+                    self.shared.server.set(ReaperState::Absent);
+                    return;
+                }
                 ConnectionEnd::Broken => {
+                    self.shared.server.set(ReaperState::Absent);
                     if !self.reconnect() {
                         return;
                     }
+                    self.shared.server.set(ReaperState::Serving {
+                        boot_token: self.dialed.boot_token,
+                        pid: 0,
+                    });
                 }
             }
         }

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from livereg._reason import Reason
 
-__all__ = ["RegistrationState", "RegistrationStatus", "Stats", "Status"]
+__all__ = ["ReaperState", "RegistrationState", "RegistrationStatus", "Stats", "Status"]
 
 
 class RegistrationState(str, enum.Enum):
@@ -32,6 +32,25 @@ class RegistrationState(str, enum.Enum):
     DYING = "dying"
     #: Ended; its drop is pending.
     ENDING = "ending"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReaperState:
+    """A table's reaper, as :attr:`Table.reaper_state` reads it: ``state``
+    is ``"serving"`` (a reaper holds the table; its ``boot_token``, new at
+    every start, and its ``pid``), ``"dying"`` (its process began to end:
+    the kernel marked its life word at the very start of its exit; the
+    dying reaper's token and pid) or ``"absent"`` (no reaper; both
+    ``None``). Two states with the same token are the same reaper."""
+
+    state: str
+    boot_token: Optional[int] = None
+    pid: Optional[int] = None
+
+    @property
+    def serving(self) -> bool:
+        """Whether a reaper serves."""
+        return self.state == "serving"
 
 
 def _known(cls: Any, row: Mapping[str, Any]) -> Dict[str, Any]:

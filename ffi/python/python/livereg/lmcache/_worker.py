@@ -22,6 +22,9 @@ _MOVED_WAIT = 5.0
 #: the next attempt, in seconds; each failure doubles it, up to the last.
 _RETRY_FIRST = 0.5
 _RETRY_MAX = 30.0
+#: How often the server watch looks whether it is closed (a change wakes it
+#: at once).
+_SERVER_LOOK = 0.5
 
 
 class WorkerLiveness:
@@ -59,6 +62,17 @@ class WorkerLiveness:
     label of another registration of the same engine (its scheduler's): once
     it was seen live and is gone, this one is let go too (deregistered) until
     it moves again; read from the table, so not for a session.
+
+    ``on_server(state)`` is called with the server's reaper state (a
+    :class:`livereg.ReaperState`) as it starts and at each change: ``dying``
+    from the very start of the server process's end (a SIGKILL, the OOM
+    killer: the kernel marks the reaper's life word, and this wakes at once,
+    without polling), ``absent``, and ``serving`` with a new boot token when
+    a new server serves. Called from a daemon thread of its own that sleeps
+    in :meth:`livereg.Table.wait_reaper_state`; an ``on_server`` that raises
+    is logged. Over a session: ``serving`` while connected (pid ``0``),
+    ``absent`` from the connection's close, ``serving`` with a new token
+    once a new server takes the registration back; never ``dying``.
     """
 
     def __init__(
@@ -76,6 +90,7 @@ class WorkerLiveness:
         steps: bool = False,
         stacks: Optional[StallReport] = None,
         follows: Optional[str] = None,
+        on_server: Optional[Callable[[livereg.ReaperState], object]] = None,
     ) -> None:
         self.instance_id = instance_id
         self._steps, self._stacks, self._follows = steps, stacks, follows
@@ -96,6 +111,7 @@ class WorkerLiveness:
         self._retry_pause = 0.0
         self._retry_at = 0.0
         self._native: Optional[livereg.BeatThread] = None
+        self._server_watch: Optional[threading.Thread] = None
         self.interval = interval or 0.0
         self._address = table if isinstance(table, str) and livereg.is_address(table) else None
         self._session_token = token
@@ -121,6 +137,11 @@ class WorkerLiveness:
         self._worker = self._register("start", deadline=time.monotonic() + wait)
         self._thread = threading.Thread(target=self._beat, name=f"livereg-beat-{instance_id}", daemon=True)
         self._thread.start()
+        if on_server is not None:
+            self._server_watch = threading.Thread(
+                target=self._watch_server, args=(on_server,), name=f"livereg-server-{instance_id}", daemon=True,
+            )
+            self._server_watch.start()
 
     @property
     def stopped(self) -> threading.Event:
@@ -174,6 +195,28 @@ class WorkerLiveness:
         self._server = read_info(worker.info()).get("server")
         self._told(why)
         return worker
+
+    def _watch_server(self, on_server: Callable[[livereg.ReaperState], object]) -> None:
+        """Calls ``on_server`` with the reaper's state, then at each change,
+        until :meth:`close`: read from the table, or (a session) from the
+        current registration."""
+        state: Optional[livereg.ReaperState] = None
+        while not self._stopping.is_set():
+            source: Union[livereg.Table, livereg.Worker] = self._table if self._table is not None else self._worker
+            try:
+                changed = source.reaper_state if state is None else source.wait_reaper_state(state, _SERVER_LOOK)
+            except livereg.Error:
+                # A registration replaced under the watch (registered
+                # again): the next look reads the new one.
+                self._stopping.wait(_SERVER_LOOK)
+                continue
+            if changed == state:
+                continue
+            state = changed
+            try:
+                on_server(state)
+            except Exception:
+                logger.exception("instance %d: on_server(%s) raised", self.instance_id, state.state)
 
     def _told(self, why: str) -> None:
         """Calls ``on_register(why)``; if it raises, it is called again at
@@ -391,6 +434,8 @@ class WorkerLiveness:
             self._worker.deregister()
         except livereg.EvictedError:
             pass
+        if self._server_watch is not None and self._server_watch is not threading.current_thread():
+            self._server_watch.join(_SERVER_LOOK + 1.0)
         if self._owns_table and self._table is not None:
             self._table.close()
 

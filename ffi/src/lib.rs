@@ -17,8 +17,10 @@ mod info;
 mod metrics;
 mod reaper;
 mod session;
+mod sized;
 mod table;
 mod types;
+mod version;
 mod worker;
 
 // No `pub use`: every C function is exported by its `#[no_mangle]`, from

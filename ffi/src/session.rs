@@ -3,8 +3,8 @@
 //! sessions on an address.
 
 use crate::boundary::{copy_out, guard, hand_out, handle, output, text};
-use crate::sized::{read_in, write_out, SizedStruct};
 use crate::reaper::livereg_reaper;
+use crate::sized::{read_in, write_out, SizedStruct};
 use crate::types::livereg_result;
 use crate::worker::livereg_worker;
 use livereg::{Address, ConnectOptions, TlsClient};

@@ -92,11 +92,7 @@ pub(crate) unsafe fn read_in<T: SizedStruct>(
     // - `value` is a local `T`, writable for `ours` bytes, not overlapping;
     // - any bytes at field boundaries make a valid `T` (`SizedStruct`).
     unsafe {
-        std::ptr::copy_nonoverlapping(
-            bytes,
-            (&mut value as *mut T).cast::<u8>(),
-            size.min(ours),
-        )
+        std::ptr::copy_nonoverlapping(bytes, (&mut value as *mut T).cast::<u8>(), size.min(ours))
     };
     for offset in ours..size {
         // SAFETY:
@@ -174,9 +170,9 @@ mod tests {
     #[test]
     fn an_older_struct_is_read_with_its_fields_only_and_the_new_ones_zero() {
         let old = [7u64];
-        let read =
-            // SAFETY: the pointer is to a local array of at least `size` bytes.
-            unsafe { read_in(old.as_ptr().cast::<Grown>(), size_of::<u64>()) }.unwrap().unwrap();
+        // SAFETY: the pointer is to a local array of at least `size` bytes.
+        let read = unsafe { read_in(old.as_ptr().cast::<Grown>(), size_of::<u64>()) };
+        let read = read.unwrap().unwrap();
         assert_eq!(read, Grown { old: 7, new: 0 });
     }
 
@@ -184,7 +180,9 @@ mod tests {
     fn a_newer_struct_with_its_unknown_fields_zero_is_read() {
         let newer = [7u64, 8, 0];
         // SAFETY: the pointer is to a local array of at least `size` bytes.
-        let read = unsafe { read_in(newer.as_ptr().cast::<Grown>(), 24) }.unwrap().unwrap();
+        let read = unsafe { read_in(newer.as_ptr().cast::<Grown>(), 24) }
+            .unwrap()
+            .unwrap();
         assert_eq!(read, Grown { old: 7, new: 8 });
     }
 
@@ -203,7 +201,10 @@ mod tests {
         for size in [0, 4, 12] {
             // SAFETY: the pointer is to a local array of at least `size` bytes.
             let error = unsafe { read_in(value.as_ptr().cast::<Grown>(), size) }.unwrap_err();
-            assert!(matches!(error, Error::InvalidArgument(_)), "{size}: {error}");
+            assert!(
+                matches!(error, Error::InvalidArgument(_)),
+                "{size}: {error}"
+            );
         }
     }
 
@@ -211,8 +212,14 @@ mod tests {
     fn writing_an_older_struct_touches_only_its_bytes() {
         let mut memory = [1u64, 0xAAAA];
         // SAFETY: the pointer is to a local array of at least `size` bytes.
-        unsafe { write_out(memory.as_mut_ptr().cast::<Grown>(), 8, &Grown { old: 5, new: 6 }) }
-            .unwrap();
+        unsafe {
+            write_out(
+                memory.as_mut_ptr().cast::<Grown>(),
+                8,
+                &Grown { old: 5, new: 6 },
+            )
+        }
+        .unwrap();
         assert_eq!(memory, [5, 0xAAAA]);
     }
 
@@ -220,8 +227,14 @@ mod tests {
     fn writing_a_newer_struct_zeroes_the_fields_this_library_does_not_know() {
         let mut memory = [1u64, 2, 3];
         // SAFETY: the pointer is to a local array of at least `size` bytes.
-        unsafe { write_out(memory.as_mut_ptr().cast::<Grown>(), 24, &Grown { old: 5, new: 6 }) }
-            .unwrap();
+        unsafe {
+            write_out(
+                memory.as_mut_ptr().cast::<Grown>(),
+                24,
+                &Grown { old: 5, new: 6 },
+            )
+        }
+        .unwrap();
         assert_eq!(memory, [5, 6, 0]);
     }
 }

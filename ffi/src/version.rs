@@ -26,7 +26,10 @@ const fn parse(digits: &str) -> u32 {
     let mut value = 0;
     let mut at = 0;
     while at < bytes.len() {
-        assert!(bytes[at].is_ascii_digit(), "a version part that is not a number");
+        assert!(
+            bytes[at].is_ascii_digit(),
+            "a version part that is not a number"
+        );
         value = value * 10 + (bytes[at] - b'0') as u32;
         at += 1;
     }
@@ -56,7 +59,9 @@ mod tests {
     #[test]
     fn the_version_string_and_number_are_the_crate_version() {
         // SAFETY: `livereg_version` returns a static NUL-terminated string.
-        let text = unsafe { CStr::from_ptr(livereg_version()) }.to_str().unwrap();
+        let text = unsafe { CStr::from_ptr(livereg_version()) }
+            .to_str()
+            .unwrap();
         assert_eq!(text, env!("CARGO_PKG_VERSION"));
         let parts: Vec<u32> = text.split('.').map(|p| p.parse().unwrap()).collect();
         assert_eq!(

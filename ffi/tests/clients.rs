@@ -162,17 +162,52 @@ fn old_header_program(era: &str, defines: &[&str]) -> PathBuf {
     flags.extend_from_slice(defines);
     let source = root().join("ffi/tests/abi/old_header.c");
     let libs = pkg_config(&["--libs"]);
-    compile("cc", &flags, &source, &format!("ffi-test-old-header-{era}"), &libs)
+    compile(
+        "cc",
+        &flags,
+        &source,
+        &format!("ffi-test-old-header-{era}"),
+        &libs,
+    )
 }
 
-/// Runs an old-header program on a table of its own; its output.
+/// Runs an old-header program on a table of its own; its output. Told to
+/// expect dying, it says when its worker is registered and waits to be
+/// told that the worker's death word is claimed before killing it.
 fn run_old_header(binary: &Path, tag: &str, expect_dying: bool, env: &[(&str, &str)]) -> Output {
+    use std::io::{BufRead, Write};
     let name = format!("livereg-c-old-header-{tag}-{}", std::process::id());
-    let output = client(binary)
+    let mut child = client(binary)
         .args([name.as_str(), if expect_dying { "1" } else { "0" }])
         .envs(env.iter().copied())
-        .output()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut printed = String::new();
+    if expect_dying {
+        stdout.read_line(&mut printed).unwrap();
+        if printed == "registered\n" {
+            let table = Table::open(&name).unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !table
+                .status()
+                .unwrap()
+                .registrations
+                .iter()
+                .any(|r| r.death_word)
+            {
+                assert!(std::time::Instant::now() < deadline, "no death word");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        }
+    }
+    std::io::Read::read_to_string(&mut stdout, &mut printed).unwrap();
+    let mut output = child.wait_with_output().unwrap();
+    output.stdout = printed.into_bytes();
     let _ = Table::unlink(&name);
     let _ = Table::unlink(&format!("{name}-driven"));
     output

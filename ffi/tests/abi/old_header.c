@@ -13,7 +13,8 @@
  *
  * A reaper thread (livereg_reaper_start) must see a SIGKILLed worker
  * reach on_drop (reason PROCESS_EXITED); with EXPECT_DYING 1, on_dying
- * before it, else never. A driven reaper (livereg_reaper_acquire) must see
+ * before it (the program prints "registered" and waits for a line on stdin
+ * before the kill: the worker's death word is claimed then), else never. A driven reaper (livereg_reaper_acquire) must see
  * a deregistration reach on_drop. Prints "old header: all checks passed".
  */
 #define _GNU_SOURCE
@@ -147,6 +148,15 @@ static void killed_worker_reaches_on_drop(const char *name, int expect_dying) {
         usleep(5000);
     }
     CHECK(tracked(table) == 1);
+    if (expect_dying) {
+        /* Its death thread claims the process's death word just after the
+         * registration: the harness says when it has (from the table's
+         * status), by a line on stdin. */
+        char go[8];
+        printf("registered\n");
+        fflush(stdout);
+        CHECK(fgets(go, sizeof go, stdin) != NULL);
+    }
     CHECK(kill(child, SIGKILL) == 0);
     CHECK(waitpid(child, &status, 0) == child && WIFSIGNALED(status));
     CHECK(wait_for(&s.drops, 1));

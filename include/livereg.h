@@ -52,8 +52,11 @@
  *            write those structs as that release declared them, forever;
  *            livereg_reaper_start and livereg_reaper_acquire read the three
  *            words livereg_callbacks had before on_dying, and tell no such
- *            program of dying. Bindings from other languages call the
- *            *_sized entry points with the size of the struct they lay out.
+ *            program of dying (one built against a header with on_dying
+ *            but no sizes: start it with
+ *            LIVEREG_LEGACY_CALLBACKS_HAVE_ON_DYING=1, or rebuild).
+ *            Bindings from other languages call the *_sized entry points
+ *            with the size of the struct they lay out.
  *            Structs the library hands you (livereg_drop_event) may grow at
  *            their end too: read the fields you know. The table layout
  *            carries a version: a table made by a library with another

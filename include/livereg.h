@@ -32,11 +32,38 @@
  *            calls livereg_reaper_scan.
  * Panics:    no Rust panic crosses this boundary; an internal bug returns
  *            LIVEREG_PANIC.
- * ABI:       the table layout carries a version. A table made by a library
- *            with another major layout version, or another slot size, is
- *            refused with LIVEREG_INCOMPATIBLE; a table whose contents are
- *            impossible with LIVEREG_CORRUPT. Result and reason values below
- *            are stable.
+ * ABI:       a program built against this header runs, unchanged,
+ *            against every later liblivereg.so.1 (and one built against the
+ *            header of any release back to the one before on_dying does
+ *            too). A struct you fill, or lend the library to fill
+ *            (livereg_options, livereg_callbacks, livereg_connect_options,
+ *            livereg_stats), never changes what its bytes mean; it only
+ *            grows, by fields added at its end, and travels with its size:
+ *            the functions taking one are macros passing sizeof (as this
+ *            header declares it) to their *_sized entry point, so the
+ *            library reads and writes only your struct's bytes, and the
+ *            fields you did not know of stay off. Zero a struct before
+ *            filling it ({0}, memset, or its _default function). A library
+ *            older than your header refuses a struct with a field it does
+ *            not know set (LIVEREG_INCOMPATIBLE); check
+ *            livereg_version_number() at start-up to refuse it earlier.
+ *            The plain entry points (livereg_create, ... without _sized),
+ *            which programs built before sizes travelled call, read and
+ *            write those structs as that release declared them, forever;
+ *            livereg_reaper_start and livereg_reaper_acquire read the three
+ *            words livereg_callbacks had before on_dying, and tell no such
+ *            program of dying (one built against a header with on_dying
+ *            but no sizes: start it with
+ *            LIVEREG_LEGACY_CALLBACKS_HAVE_ON_DYING=1, or rebuild).
+ *            Bindings from other languages call the *_sized entry points
+ *            with the size of the struct they lay out.
+ *            Structs the library hands you (livereg_drop_event) may grow at
+ *            their end too: read the fields you know. The table layout
+ *            carries a version: a table made by a library with another
+ *            major layout version, or another slot size, is refused with
+ *            LIVEREG_INCOMPATIBLE; a table whose contents are impossible
+ *            with LIVEREG_CORRUPT. Result and reason values below are
+ *            stable. Versions: docs/c-api.md, "Versions and the ABI".
  * Time:      times are CLOCK_MONOTONIC nanoseconds. On a table that stamps
  *            heartbeats coarsely (the default where the timeout is at least
  *            200 kernel ticks), a heartbeat time is CLOCK_MONOTONIC_COARSE:
@@ -72,6 +99,25 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version of livereg this header is from, and the C ABI's major version
+ * (the N of the library's name, liblivereg.so.N). Compare the library's own
+ * at start-up to refuse one older than this header:
+ *
+ *     if (livereg_version_number() < LIVEREG_VERSION_NUMBER) refuse();
+ */
+#define LIVEREG_VERSION_MAJOR 0
+#define LIVEREG_VERSION_MINOR 1
+#define LIVEREG_VERSION_PATCH 0
+#define LIVEREG_VERSION_STRING "0.1.0"
+#define LIVEREG_VERSION_NUMBER \
+    ((LIVEREG_VERSION_MAJOR << 16) | (LIVEREG_VERSION_MINOR << 8) | LIVEREG_VERSION_PATCH)
+#define LIVEREG_ABI_MAJOR 1
+
+/* The library's version, "MAJOR.MINOR.PATCH" (static, never NULL), and as
+ * (MAJOR << 16) | (MINOR << 8) | PATCH: what liblivereg.so.1 was loaded. */
+const char *livereg_version(void);
+uint32_t livereg_version_number(void);
 
 /* Results. Values are stable. */
 typedef enum livereg_result {
@@ -148,7 +194,8 @@ typedef struct livereg_drop_event {
 } livereg_drop_event;
 
 /* Reaper callbacks; any may be NULL. Zero the struct ({0} or memset) before
- * filling it: fields added at its end in later releases then stay NULL.
+ * filling it: fields added at its end in later releases then stay NULL
+ * (and the size travels with it: see "ABI" above).
  * They must return (no longjmp, no C++ exception); a slot is freed (and its
  * instance id may register again) only after its on_drop returned. A
  * callback that runs past 30 s is logged and counted (handlers_overdue) but
@@ -166,12 +213,18 @@ typedef struct livereg_callbacks {
 
 /* Fills *out with the defaults. NULL is ignored. */
 void livereg_options_default(livereg_options *out);
+void livereg_options_default_sized(livereg_options *out, size_t size);
+#define livereg_options_default(out) livereg_options_default_sized((out), sizeof(livereg_options))
 
 /* Creates table `name` exclusively (a /dev/shm name of 1-200 characters
  * [A-Za-z0-9._-], or a path containing '/'). opts may be NULL (defaults).
  * On LIVEREG_OK, *out is a new handle: close it with livereg_close.
  * Errors: EXISTS, INVALID_ARGUMENT, PERMISSION, IO. */
 livereg_result livereg_create(const char *name, const livereg_options *opts, livereg_table **out);
+livereg_result livereg_create_sized(const char *name, const livereg_options *opts,
+                                    size_t opts_size, livereg_table **out);
+#define livereg_create(name, opts, out) \
+    livereg_create_sized((name), (opts), sizeof(livereg_options), (out))
 
 /* Opens and validates an existing table. Waits up to 1 s for a creator that
  * has not finished. Errors: NOT_FOUND, PERMISSION, INCOMPATIBLE, CORRUPT,
@@ -308,6 +361,10 @@ livereg_result livereg_metrics_text(const livereg_table *table, char *buf, size_
 
 /* Fills *out with a snapshot of the table. */
 livereg_result livereg_get_stats(const livereg_table *table, livereg_stats *out);
+livereg_result livereg_get_stats_sized(const livereg_table *table, livereg_stats *out,
+                                       size_t out_size);
+#define livereg_get_stats(table, out) \
+    livereg_get_stats_sized((table), (out), sizeof(livereg_stats))
 
 /* A reaper is a handle that holds the table's reaper role for its whole life
  * (BUSY if another process, or another handle, holds it) and keeps one boot
@@ -328,6 +385,11 @@ livereg_result livereg_get_stats(const livereg_table *table, livereg_stats *out)
  * Errors: BUSY, IO. */
 livereg_result livereg_reaper_acquire(const livereg_table *table, const livereg_callbacks *cb,
                                       livereg_reaper **out);
+livereg_result livereg_reaper_acquire_sized(const livereg_table *table,
+                                            const livereg_callbacks *cb, size_t cb_size,
+                                            livereg_reaper **out);
+#define livereg_reaper_acquire(table, cb, out) \
+    livereg_reaper_acquire_sized((table), (cb), sizeof(livereg_callbacks), (out))
 
 /* One scan now, on this thread: ends what went silent or whose process died,
  * runs the callbacks here, frees the slots. *ended (may be NULL) receives the
@@ -353,6 +415,11 @@ uint64_t livereg_reaper_next_scan_ms(const livereg_reaper *reaper);
  * With reaping disabled (timeout 0) no thread starts. Errors: BUSY, IO. */
 livereg_result livereg_reaper_start(const livereg_table *table, const livereg_callbacks *cb,
                                     livereg_reaper **out);
+livereg_result livereg_reaper_start_sized(const livereg_table *table,
+                                          const livereg_callbacks *cb, size_t cb_size,
+                                          livereg_reaper **out);
+#define livereg_reaper_start(table, cb, out) \
+    livereg_reaper_start_sized((table), (cb), sizeof(livereg_callbacks), (out))
 
 /* Gives the role back and frees the handle (NULL ignored): for a reaper from
  * livereg_reaper_start, after its current scan and the callbacks it started
@@ -391,6 +458,9 @@ typedef struct livereg_connect_options {
 
 /* Fills *out with the defaults: no token, the default timeout. */
 void livereg_connect_options_default(livereg_connect_options *out);
+void livereg_connect_options_default_sized(livereg_connect_options *out, size_t size);
+#define livereg_connect_options_default(out) \
+    livereg_connect_options_default_sized((out), sizeof(livereg_connect_options))
 
 /* Registers instance_id (label may be NULL) through the listener at address;
  * opts may be NULL (the defaults). Errors: INVALID_ARGUMENT (a bad address,
@@ -401,6 +471,12 @@ void livereg_connect_options_default(livereg_connect_options *out);
  * listener), IO (the connection failed). */
 livereg_result livereg_connect(const char *address, const livereg_connect_options *opts,
                                uint64_t instance_id, const char *label, livereg_worker **out);
+livereg_result livereg_connect_sized(const char *address, const livereg_connect_options *opts,
+                                     size_t opts_size, uint64_t instance_id, const char *label,
+                                     livereg_worker **out);
+#define livereg_connect(address, opts, instance_id, label, out) \
+    livereg_connect_sized((address), (opts), sizeof(livereg_connect_options), (instance_id), \
+                          (label), (out))
 
 /* The server's info area (see livereg_get_info): read from the table for a
  * registered worker, as the listener last delivered it for a session. If cap

@@ -375,3 +375,114 @@ fn field_names<T>() -> Vec<String> {
         })
         .collect()
 }
+
+/// The value of `#define NAME value` in the header.
+fn define(header: &str, name: &str) -> String {
+    header
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("#define {name} ")))
+        .unwrap_or_else(|| panic!("the header defines no {name}"))
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn header_version_macros_are_the_workspace_version() {
+    let header = header();
+    assert_eq!(
+        define(&header, "LIVEREG_VERSION_STRING"),
+        format!("\"{}\"", env!("CARGO_PKG_VERSION"))
+    );
+    for (macro_name, part) in [
+        ("LIVEREG_VERSION_MAJOR", env!("CARGO_PKG_VERSION_MAJOR")),
+        ("LIVEREG_VERSION_MINOR", env!("CARGO_PKG_VERSION_MINOR")),
+        ("LIVEREG_VERSION_PATCH", env!("CARGO_PKG_VERSION_PATCH")),
+    ] {
+        assert_eq!(define(&header, macro_name), part, "{macro_name}");
+    }
+    assert_eq!(
+        define(&header, "LIVEREG_ABI_MAJOR"),
+        env!("LIVEREG_ABI_MAJOR"),
+        "the header's ABI major is the SONAME's (ffi/build.rs)"
+    );
+    // The Python package is built outside the workspace: its crate carries
+    // a copy of the version, which must be this one.
+    let python = std::fs::read_to_string(crate_dir().join("python/Cargo.toml")).unwrap();
+    let python_version = python
+        .lines()
+        .find_map(|line| line.strip_prefix("version = "))
+        .expect("ffi/python/Cargo.toml has a version");
+    assert_eq!(
+        python_version,
+        format!("\"{}\"", env!("CARGO_PKG_VERSION")),
+        "ffi/python/Cargo.toml's version, the wheel's, is the workspace's (the root Cargo.toml)"
+    );
+}
+
+/// The structs a caller fills or lends (every struct of the header passed
+/// to the library by pointer, but the event the library hands out).
+const SIZED: [&str; 4] = [
+    "livereg_options",
+    "livereg_stats",
+    "livereg_callbacks",
+    "livereg_connect_options",
+];
+
+/// Every function that takes a struct by pointer takes its size beside it
+/// (`*_sized`, the size right after the struct), or is the plain entry point
+/// of earlier releases, with a `_sized` sibling the header's macro of the
+/// same name calls with `sizeof`: the rule holds for every such struct,
+/// those to come too.
+#[test]
+fn every_struct_passed_to_the_library_travels_with_its_size() {
+    let header = header();
+    let structs: BTreeSet<String> = header
+        .match_indices("typedef struct livereg_")
+        .filter_map(|(at, _)| {
+            let rest = &header[at + "typedef struct ".len()..];
+            let name = &rest[..rest.find(' ')?];
+            rest[name.len()..]
+                .trim_start()
+                .starts_with('{')
+                .then(|| name.to_owned())
+        })
+        .collect();
+    let mut checked = 0;
+    for (name, _, parameters) in rust_prototypes() {
+        for (at, parameter) in parameters.iter().enumerate() {
+            let ty = parameter.trim_end_matches('*').trim();
+            let ty = ty.strip_prefix("const ").unwrap_or(ty);
+            if !structs.contains(ty) || ty == "livereg_drop_event" {
+                continue;
+            }
+            assert!(
+                SIZED.contains(&ty),
+                "{name} takes {ty}: list it in SIZED and give it a SizedStruct impl"
+            );
+            checked += 1;
+            if let Some(plain) = name.strip_suffix("_sized") {
+                assert_eq!(
+                    parameters.get(at + 1).map(String::as_str),
+                    Some("size_t"),
+                    "{name}: the size right after the {ty}"
+                );
+                let macro_line = format!("#define {plain}(");
+                let open = header
+                    .find(&macro_line)
+                    .unwrap_or_else(|| panic!("no macro {plain}(...) calling {name}"));
+                let body = &header[open..open + header[open..].find(")\n").unwrap()];
+                assert!(
+                    body.contains(&format!("{name}(")) && body.contains(&format!("sizeof({ty})")),
+                    "{plain}'s macro passes sizeof({ty}) to {name}:\n{body}"
+                );
+            } else {
+                let sized = format!("{name}_sized");
+                assert!(
+                    rust_prototypes().iter().any(|(n, ..)| *n == sized),
+                    "{name} takes {ty} without its size, and there is no {sized}"
+                );
+            }
+        }
+    }
+    assert!(checked >= 14, "the check found the structs: {checked}");
+}

@@ -18,8 +18,10 @@ mod metrics;
 mod reaper;
 mod reaper_life;
 mod session;
+mod sized;
 mod table;
 mod types;
+mod version;
 mod worker;
 
 // No `pub use`: every C function is exported by its `#[no_mangle]`, from

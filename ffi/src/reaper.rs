@@ -4,6 +4,7 @@
 
 use crate::boundary::{guard, guard_value, guard_void};
 use crate::boundary::{hand_out, handle, output, take_back, Handle};
+use crate::sized::{read_in, SizedStruct};
 use crate::table::{borrow, livereg_table};
 use crate::types::{livereg_callbacks, livereg_drop_event, livereg_result};
 use livereg::{label_prefix, DropEvent, Reaper, ReaperBuilder, ReaperThread, Table, LABEL_MAX};
@@ -152,70 +153,138 @@ fn builder(table: &Table, callbacks: Option<Callbacks>) -> ReaperBuilder {
     }
 }
 
-/// The shared part of `livereg_reaper_acquire` and `livereg_reaper_start`:
-/// checks the arguments, builds the reaper with `make`, hands it out.
+/// The shared part of the reaper entry points: checks the arguments (the
+/// callbacks as a struct of `cb_size` bytes), builds the reaper with
+/// `make`, hands it out.
 ///
 /// # Safety
 ///
-/// As both: `table` is NULL or a live handle; `cb` is NULL or readable;
-/// `out` is NULL or writable for one handle pointer.
+/// `table` is NULL or a live handle; `cb` is NULL or readable for `cb_size`
+/// bytes; `out` is NULL or writable for one handle pointer.
 unsafe fn new_reaper(
     table: *const livereg_table,
     cb: *const livereg_callbacks,
+    cb_size: usize,
     out: *mut *mut livereg_reaper,
     make: impl FnOnce(ReaperBuilder) -> Result<livereg_reaper, livereg::Error>,
 ) -> livereg_result {
     guard(|| {
         // SAFETY: the output rule (`output`), this function's `# Safety`.
         let out = unsafe { output(out, "out") }?;
-        // SAFETY: the handle rule (`handle`), this function\'s `# Safety`.
+        // SAFETY: the handle rule (`handle`), this function's `# Safety`.
         let table = unsafe { borrow(table) }?;
-        // SAFETY: `cb` is NULL (`as_ref` gives `None`) or points to a
-        // `livereg_callbacks` readable for the call (this function's `# Safety`).
-        let callbacks = unsafe { cb.as_ref() }.copied().map(Callbacks);
+        // SAFETY: `cb` is NULL or readable for `cb_size` bytes (this
+        // function's `# Safety`), as `read_in` requires.
+        let callbacks = unsafe { read_in(cb, cb_size) }?.map(Callbacks);
         hand_out(out, make(builder(table, callbacks))?);
         Ok(())
     })
 }
 
-/// `livereg_reaper_acquire(table, cb, out)`: takes the reaper role for a
-/// handle the caller drives; `cb` may be NULL.
+/// Makes a reaper the caller drives.
+fn driven_reaper(builder: ReaperBuilder) -> Result<livereg_reaper, livereg::Error> {
+    let reaper = builder.build()?;
+    let fd = reaper.as_raw_fd();
+    Ok(livereg_reaper::Driven {
+        reaper: Box::new(Mutex::new(reaper)),
+        fd,
+    })
+}
+
+/// Makes a reaper that scans on library threads.
+fn thread_reaper(builder: ReaperBuilder) -> Result<livereg_reaper, livereg::Error> {
+    Ok(livereg_reaper::Thread(builder.spawn()?))
+}
+
+/// `livereg_reaper_acquire_sized(table, cb, cb_size, out)`: takes the
+/// reaper role for a handle the caller drives; `cb` (a struct of `cb_size`
+/// bytes) may be NULL.
 ///
 /// # Safety
 ///
-/// `table` is a live handle; `cb` is NULL or readable; `out` is writable.
+/// `table` is a live handle; `cb` is NULL or readable for `cb_size` bytes;
+/// `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_reaper_acquire_sized(
+    table: *const livereg_table,
+    cb: *const livereg_callbacks,
+    cb_size: usize,
+    out: *mut *mut livereg_reaper,
+) -> livereg_result {
+    // SAFETY: this function's `# Safety` is `new_reaper`'s.
+    unsafe { new_reaper(table, cb, cb_size, out, driven_reaper) }
+}
+
+/// The size of the callbacks the plain entry points read: the three words
+/// of the releases before `on_dying`, or, where the process's environment
+/// has `LIVEREG_LEGACY_CALLBACKS_HAVE_ON_DYING=1` (set for a program built
+/// against a header that had `on_dying` but no sizes, never for an older
+/// one), the four words with `on_dying`.
+fn legacy_callbacks_size() -> usize {
+    if std::env::var_os("LIVEREG_LEGACY_CALLBACKS_HAVE_ON_DYING").is_some_and(|v| v == "1") {
+        std::mem::size_of::<livereg_callbacks>()
+    } else {
+        livereg_callbacks::LEGACY_SIZE
+    }
+}
+
+/// `livereg_reaper_acquire(table, cb, out)`, as programs built before sizes
+/// travelled call it: reads the three words of the callbacks before
+/// `on_dying` (a program of those releases has something else past them),
+/// or four where the environment says the program's struct has `on_dying`
+/// ([`legacy_callbacks_size`]).
+///
+/// # Safety
+///
+/// `table` is a live handle; `cb` is NULL or readable for those words;
+/// `out` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn livereg_reaper_acquire(
     table: *const livereg_table,
     cb: *const livereg_callbacks,
     out: *mut *mut livereg_reaper,
 ) -> livereg_result {
-    let make = |builder: ReaperBuilder| {
-        let reaper = builder.build()?;
-        let fd = reaper.as_raw_fd();
-        Ok(livereg_reaper::Driven {
-            reaper: Box::new(Mutex::new(reaper)),
-            fd,
-        })
-    };
-    // SAFETY: this function's `# Safety` is `new_reaper`'s.
-    unsafe { new_reaper(table, cb, out, make) }
+    let size = legacy_callbacks_size();
+    // SAFETY: this function's `# Safety` is `new_reaper`'s (with the
+    // environment's word for a program whose struct has `on_dying`).
+    unsafe { new_reaper(table, cb, size, out, driven_reaper) }
 }
 
-/// `livereg_reaper_start(table, cb, out)`; `cb` may be NULL.
+/// `livereg_reaper_start_sized(table, cb, cb_size, out)`; `cb` (a struct of
+/// `cb_size` bytes) may be NULL.
 ///
 /// # Safety
 ///
-/// `table` is a live handle; `cb` is NULL or readable; `out` is writable.
+/// `table` is a live handle; `cb` is NULL or readable for `cb_size` bytes;
+/// `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_reaper_start_sized(
+    table: *const livereg_table,
+    cb: *const livereg_callbacks,
+    cb_size: usize,
+    out: *mut *mut livereg_reaper,
+) -> livereg_result {
+    // SAFETY: this function's `# Safety` is `new_reaper`'s.
+    unsafe { new_reaper(table, cb, cb_size, out, thread_reaper) }
+}
+
+/// `livereg_reaper_start(table, cb, out)`, as programs built before sizes
+/// travelled call it: the callbacks as `livereg_reaper_acquire` reads them.
+///
+/// # Safety
+///
+/// `table` is a live handle; `cb` is NULL or readable for those words;
+/// `out` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn livereg_reaper_start(
     table: *const livereg_table,
     cb: *const livereg_callbacks,
     out: *mut *mut livereg_reaper,
 ) -> livereg_result {
-    let make = |builder: ReaperBuilder| Ok(livereg_reaper::Thread(builder.spawn()?));
-    // SAFETY: this function's `# Safety` is `new_reaper`'s.
-    unsafe { new_reaper(table, cb, out, make) }
+    let size = legacy_callbacks_size();
+    // SAFETY: this function's `# Safety` is `new_reaper`'s (with the
+    // environment's word for a program whose struct has `on_dying`).
+    unsafe { new_reaper(table, cb, size, out, thread_reaper) }
 }
 
 /// The driven reaper behind a handle, or why there is none.

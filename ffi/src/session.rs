@@ -4,6 +4,7 @@
 
 use crate::boundary::{copy_out, guard, hand_out, handle, output, text};
 use crate::reaper::livereg_reaper;
+use crate::sized::{read_in, write_out, SizedStruct};
 use crate::types::livereg_result;
 use crate::worker::livereg_worker;
 use livereg::{Address, ConnectOptions, TlsClient};
@@ -31,38 +32,70 @@ pub struct livereg_connect_options {
     pub tls_key_file: *const c_char,
 }
 
-/// `livereg_connect_options_default(out)`: no token, the default timeout.
-///
-/// # Safety
-///
-/// `out` is NULL (nothing is written) or writable.
-#[no_mangle]
-pub unsafe extern "C" fn livereg_connect_options_default(out: *mut livereg_connect_options) {
-    // SAFETY: `out` is NULL (`as_mut` gives `None`) or writable for one
-    // struct (this function's `# Safety`).
-    if let Some(out) = unsafe { out.as_mut() } {
-        *out = livereg_connect_options {
-            token: std::ptr::null(),
-            connect_timeout_ms: 0,
-            tls_ca_file: std::ptr::null(),
-            tls_cert_file: std::ptr::null(),
-            tls_key_file: std::ptr::null(),
-        };
+// SAFETY: an integer and raw pointers only: all-zero is NULL and 0.
+unsafe impl SizedStruct for livereg_connect_options {
+    const NAME: &'static str = "livereg_connect_options";
+    const SIZES: &'static [usize] = &[40];
+    /// Unchanged since the oldest supported release.
+    const LEGACY_SIZE: usize = 40;
+}
+const _: () = assert!(std::mem::size_of::<livereg_connect_options>() == 40);
+
+/// The defaults: no token, the default timeout, no TLS files.
+fn default_connect_options() -> livereg_connect_options {
+    livereg_connect_options {
+        token: std::ptr::null(),
+        connect_timeout_ms: 0,
+        tls_ca_file: std::ptr::null(),
+        tls_cert_file: std::ptr::null(),
+        tls_key_file: std::ptr::null(),
     }
 }
 
-/// `livereg_connect(address, opts, instance_id, label, out)`: `opts` and
-/// `label` may be NULL.
+/// `livereg_connect_options_default_sized(out, size)`: the defaults in the
+/// caller's struct of `size` bytes (the header's `livereg_connect_options_default`
+/// passes its `sizeof`).
+///
+/// # Safety
+///
+/// `out` is NULL (nothing is written) or writable for `size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_connect_options_default_sized(
+    out: *mut livereg_connect_options,
+    size: usize,
+) {
+    // A size no header declared writes nothing; `livereg_last_error` says why.
+    // SAFETY: `out` is NULL or writable for `size` bytes (this function's
+    // `# Safety`), as `write_out` requires.
+    let _ = guard(|| unsafe { write_out(out, size, &default_connect_options()) });
+}
+
+/// `livereg_connect_options_default(out)`, as programs built before sizes
+/// travelled call it: writes the struct as they declared it.
+///
+/// # Safety
+///
+/// `out` is NULL (nothing is written) or writable for the struct of the
+/// oldest supported header.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_connect_options_default(out: *mut livereg_connect_options) {
+    // SAFETY: this function's `# Safety`, with that struct's size.
+    unsafe { livereg_connect_options_default_sized(out, livereg_connect_options::LEGACY_SIZE) }
+}
+
+/// `livereg_connect_sized(address, opts, opts_size, instance_id, label,
+/// out)`: `opts` (of `opts_size` bytes) and `label` may be NULL.
 ///
 /// # Safety
 ///
 /// `address` is a NUL-terminated string; `opts` is NULL or points to an
-/// initialised struct whose strings are NULL or NUL-terminated; `label` is
-/// NULL or NUL-terminated; `out` is writable.
+/// initialised struct of `opts_size` bytes whose strings are NULL or
+/// NUL-terminated; `label` is NULL or NUL-terminated; `out` is writable.
 #[no_mangle]
-pub unsafe extern "C" fn livereg_connect(
+pub unsafe extern "C" fn livereg_connect_sized(
     address: *const c_char,
     opts: *const livereg_connect_options,
+    opts_size: usize,
     instance_id: u64,
     label: *const c_char,
     out: *mut *mut livereg_worker,
@@ -79,9 +112,9 @@ pub unsafe extern "C" fn livereg_connect(
             unsafe { text(label, "label") }?
         };
         let mut options = ConnectOptions::default();
-        // SAFETY: `opts` is NULL (`as_ref` gives `None`) or an initialised
-        // struct (this function's `# Safety`).
-        if let Some(opts) = unsafe { opts.as_ref() } {
+        // SAFETY: `opts` is NULL or readable for `opts_size` bytes (this
+        // function's `# Safety`), as `read_in` requires.
+        if let Some(opts) = unsafe { read_in(opts, opts_size) }? {
             if !opts.token.is_null() {
                 // SAFETY: the string rule (`text`), this function's `# Safety`.
                 options.token = Some(unsafe { text(opts.token, "token") }?.as_bytes().to_vec());
@@ -104,6 +137,25 @@ pub unsafe extern "C" fn livereg_connect(
         hand_out(out, livereg_worker(worker));
         Ok(())
     })
+}
+
+/// `livereg_connect(address, opts, instance_id, label, out)`, as programs
+/// built before sizes travelled call it: reads the struct as they declared it.
+///
+/// # Safety
+///
+/// As `livereg_connect_sized`, `opts` of the oldest supported header's size.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_connect(
+    address: *const c_char,
+    opts: *const livereg_connect_options,
+    instance_id: u64,
+    label: *const c_char,
+    out: *mut *mut livereg_worker,
+) -> livereg_result {
+    let size = livereg_connect_options::LEGACY_SIZE;
+    // SAFETY: this function's `# Safety` is `livereg_connect_sized`'s.
+    unsafe { livereg_connect_sized(address, opts, size, instance_id, label, out) }
 }
 
 /// A path from a C string that may be NULL.

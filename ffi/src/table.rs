@@ -1,6 +1,7 @@
 //! Tables from C: create, open, close, unlink, stats, clear, probe.
 
-use crate::boundary::{guard, guard_void, hand_out, handle, output, take_back, text, Handle};
+use crate::boundary::{guard, guard_void, hand_out, handle, null, output, take_back, text, Handle};
+use crate::sized::{read_in, write_out, SizedStruct};
 use crate::types::{livereg_options, livereg_result, livereg_stats};
 use livereg::{Reason, Table, TableOptions};
 use std::ffi::c_char;
@@ -23,39 +24,57 @@ pub(crate) unsafe fn borrow<'a>(table: *const livereg_table) -> Result<&'a Table
     unsafe { handle(table) }.map(|t| &t.0)
 }
 
-/// `livereg_options_default(out)`: fills sane defaults.
-///
-/// # Safety
-///
-/// `out` is NULL (then nothing happens) or writable.
-#[no_mangle]
-pub unsafe extern "C" fn livereg_options_default(out: *mut livereg_options) {
-    guard_void(|| {
-        let defaults = TableOptions::default();
-        // SAFETY: `out` is NULL (`as_mut` gives `None`: nothing to fill) or
-        // writable for one `livereg_options` (this function's `# Safety`).
-        if let Some(out) = unsafe { out.as_mut() } {
-            *out = livereg_options {
-                capacity: defaults.capacity,
-                mode: defaults.mode,
-                reap_timeout_ms: defaults.reap_timeout.as_millis() as u64,
-                registration_grace_ms: defaults.registration_grace.as_millis() as u64,
-                progress_timeout_ms: defaults.progress_timeout.as_millis() as u64,
-            };
-        }
-    })
+/// The defaults, as C sees them.
+fn default_options() -> livereg_options {
+    let defaults = TableOptions::default();
+    livereg_options {
+        capacity: defaults.capacity,
+        mode: defaults.mode,
+        reap_timeout_ms: defaults.reap_timeout.as_millis() as u64,
+        registration_grace_ms: defaults.registration_grace.as_millis() as u64,
+        progress_timeout_ms: defaults.progress_timeout.as_millis() as u64,
+    }
 }
 
-/// `livereg_create(name, opts, out)`.
+/// `livereg_options_default_sized(out, size)`: the defaults in the caller's
+/// struct of `size` bytes (the header's `livereg_options_default` passes
+/// its `sizeof`).
 ///
 /// # Safety
 ///
-/// `name` is a NUL-terminated string; `opts` is NULL (defaults) or readable;
-/// `out` is writable.
+/// `out` is NULL (then nothing happens) or writable for `size` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn livereg_create(
+pub unsafe extern "C" fn livereg_options_default_sized(out: *mut livereg_options, size: usize) {
+    // A size no header declared writes nothing; `livereg_last_error` says why.
+    // SAFETY: `out` is NULL or writable for `size` bytes (this function's
+    // `# Safety`), as `write_out` requires.
+    let _ = guard(|| unsafe { write_out(out, size, &default_options()) });
+}
+
+/// `livereg_options_default(out)`, as programs built before sizes travelled
+/// call it: writes the struct as they declared it.
+///
+/// # Safety
+///
+/// `out` is NULL (then nothing happens) or writable for the struct of the
+/// oldest supported header.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_options_default(out: *mut livereg_options) {
+    // SAFETY: this function's `# Safety`, with that struct's size.
+    unsafe { livereg_options_default_sized(out, livereg_options::LEGACY_SIZE) }
+}
+
+/// `livereg_create_sized(name, opts, opts_size, out)`.
+///
+/// # Safety
+///
+/// `name` is a NUL-terminated string; `opts` is NULL (defaults) or readable
+/// for `opts_size` bytes; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_create_sized(
     name: *const c_char,
     opts: *const livereg_options,
+    opts_size: usize,
     out: *mut *mut livereg_table,
 ) -> livereg_result {
     guard(|| {
@@ -63,9 +82,9 @@ pub unsafe extern "C" fn livereg_create(
         let out = unsafe { output(out, "out") }?;
         // SAFETY: the string rule (`text`), this function's `# Safety`.
         let name = unsafe { text(name, "name") }?;
-        // SAFETY: `opts` is NULL (`as_ref` gives `None`) or points to a `livereg_options` readable
-        // for the call (this function's `# Safety`).
-        let options = match unsafe { opts.as_ref() } {
+        // SAFETY: `opts` is NULL or readable for `opts_size` bytes (this
+        // function's `# Safety`), as `read_in` requires.
+        let options = match unsafe { read_in(opts, opts_size) }? {
             Some(o) => TableOptions {
                 capacity: o.capacity,
                 mode: o.mode,
@@ -81,6 +100,22 @@ pub unsafe extern "C" fn livereg_create(
         hand_out(out, livereg_table(Table::create(name, &options)?));
         Ok(())
     })
+}
+
+/// `livereg_create(name, opts, out)`, as programs built before sizes
+/// travelled call it: reads the struct as they declared it.
+///
+/// # Safety
+///
+/// As `livereg_create_sized`, `opts` of the oldest supported header's size.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_create(
+    name: *const c_char,
+    opts: *const livereg_options,
+    out: *mut *mut livereg_table,
+) -> livereg_result {
+    // SAFETY: this function's `# Safety` is `livereg_create_sized`'s.
+    unsafe { livereg_create_sized(name, opts, livereg_options::LEGACY_SIZE, out) }
 }
 
 /// `livereg_open(name, out)`.
@@ -128,27 +163,30 @@ pub unsafe extern "C" fn livereg_unlink(name: *const c_char) -> livereg_result {
     guard(|| Table::unlink(unsafe { text(name, "name") }?))
 }
 
-/// `livereg_get_stats(table, out)`.
+/// `livereg_get_stats_sized(table, out, out_size)`: a snapshot into the
+/// caller's struct of `out_size` bytes.
 ///
 /// # Safety
 ///
-/// `table` is a live handle; `out` is writable.
+/// `table` is a live handle; `out` is writable for `out_size` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn livereg_get_stats(
+pub unsafe extern "C" fn livereg_get_stats_sized(
     table: *const livereg_table,
     out: *mut livereg_stats,
+    out_size: usize,
 ) -> livereg_result {
     guard(|| {
         // SAFETY: the handle rule (`handle`), this function's `# Safety`.
         let table = unsafe { borrow(table) }?;
-        // SAFETY: the output rule (`output`), this function's `# Safety`.
-        let out = unsafe { output(out, "out") }?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
         let status = table.status()?;
         let mut ended_by_reason = [0u64; crate::types::REASON_SLOTS];
         for reason in Reason::ALL {
             ended_by_reason[reason as usize] = status.ended[&reason];
         }
-        *out = livereg_stats {
+        let stats = livereg_stats {
             capacity: status.capacity,
             tracked_instances: status.tracked_instances as u32,
             reaper_alive: u32::from(status.reaper_alive),
@@ -161,8 +199,26 @@ pub unsafe extern "C" fn livereg_get_stats(
             handler_failures: status.handler_failures,
             scans: status.scans,
         };
-        Ok(())
+        // SAFETY: `out` is writable for `out_size` bytes (this function's
+        // `# Safety`), as `write_out` requires.
+        unsafe { write_out(out, out_size, &stats) }
     })
+}
+
+/// `livereg_get_stats(table, out)`, as programs built before sizes
+/// travelled call it: writes the struct as they declared it.
+///
+/// # Safety
+///
+/// `table` is a live handle; `out` is writable for the struct of the oldest
+/// supported header.
+#[no_mangle]
+pub unsafe extern "C" fn livereg_get_stats(
+    table: *const livereg_table,
+    out: *mut livereg_stats,
+) -> livereg_result {
+    // SAFETY: this function's `# Safety` is `livereg_get_stats_sized`'s.
+    unsafe { livereg_get_stats_sized(table, out, livereg_stats::LEGACY_SIZE) }
 }
 
 /// `livereg_clear(table, wait_ms)`.

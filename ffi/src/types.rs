@@ -1,7 +1,9 @@
 //! The types shared with C, `#[repr(C)]`, field for field as in the header.
 
+use crate::sized::SizedStruct;
 use livereg::Reason;
 use std::ffi::{c_char, c_void};
+use std::mem::{offset_of, size_of};
 
 macro_rules! c_results {
     ($(($value:literal, $c:ident, $name:literal, $title:literal, $builtin:literal, $meaning:literal)),* $(,)?) => {
@@ -67,6 +69,15 @@ pub struct livereg_options {
     pub progress_timeout_ms: u64,
 }
 
+// SAFETY: integers only.
+unsafe impl SizedStruct for livereg_options {
+    const NAME: &'static str = "livereg_options";
+    const SIZES: &'static [usize] = &[32];
+    /// Unchanged since the oldest supported release.
+    const LEGACY_SIZE: usize = 32;
+}
+const _: () = assert!(size_of::<livereg_options>() == 32);
+
 /// Entries of `livereg_stats.ended_by_reason`.
 pub const REASON_SLOTS: usize = 16;
 const _: () = assert!(Reason::ALL.len() < REASON_SLOTS);
@@ -101,6 +112,15 @@ pub struct livereg_stats {
     pub scans: u64,
 }
 
+// SAFETY: integers and an array of them only.
+unsafe impl SizedStruct for livereg_stats {
+    const NAME: &'static str = "livereg_stats";
+    const SIZES: &'static [usize] = &[192];
+    /// Unchanged since the oldest supported release.
+    const LEGACY_SIZE: usize = 192;
+}
+const _: () = assert!(size_of::<livereg_stats>() == 192);
+
 /// What `on_drop` receives; valid only during the call.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -127,11 +147,11 @@ pub struct livereg_drop_event {
     pub remote: u32,
 }
 
-/// Callbacks of a reaper; either may be NULL.
+/// Callbacks of a reaper; any may be NULL.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct livereg_callbacks {
-    /// Passed back to both callbacks.
+    /// Passed back to every callback.
     pub userdata: *mut c_void,
     /// Called once per ended registration, on the reaper's thread.
     pub on_drop:
@@ -143,3 +163,20 @@ pub struct livereg_callbacks {
     pub on_dying:
         Option<unsafe extern "C" fn(userdata: *mut c_void, event: *const livereg_drop_event)>,
 }
+
+// SAFETY: a raw pointer and optional function pointers only: all-zero is
+// NULL everywhere.
+unsafe impl SizedStruct for livereg_callbacks {
+    const NAME: &'static str = "livereg_callbacks";
+    /// Before `on_dying` (three words), and with it.
+    const SIZES: &'static [usize] = &[24, 32];
+    /// The three words of the releases before `on_dying`: a program built
+    /// then has whatever follows its struct where `on_dying` now is. (The
+    /// releases that added `on_dying` called the same plain entry points
+    /// with four words; they cannot be told apart, and reading the fourth
+    /// word of a three-word struct calls garbage: the plain entry points
+    /// read three, and tell no program of dying.)
+    const LEGACY_SIZE: usize = offset_of!(livereg_callbacks, on_dying);
+}
+const _: () = assert!(offset_of!(livereg_callbacks, on_dying) == 24);
+const _: () = assert!(size_of::<livereg_callbacks>() == 32);

@@ -64,6 +64,7 @@ fn prefix() -> &'static Path {
         for file in [
             "include/livereg.h",
             "lib/liblivereg.so",
+            "lib/liblivereg.so.1",
             "lib/liblivereg.a",
             "lib/pkgconfig/livereg.pc",
         ] {
@@ -150,6 +151,122 @@ fn c99_program_passes_the_api_checks() {
         "ffi-test-c99",
         &libs,
     ));
+}
+
+/// `ffi/tests/abi/old_header.c` built against the header of an earlier
+/// release (`ffi/tests/abi/<era>/livereg.h`), with `defines`, linked
+/// against today's installed library.
+fn old_header_program(era: &str, defines: &[&str]) -> PathBuf {
+    let include = format!("-I{}", root().join("ffi/tests/abi").join(era).display());
+    let mut flags = vec!["-std=gnu11", include.as_str()];
+    flags.extend_from_slice(defines);
+    let source = root().join("ffi/tests/abi/old_header.c");
+    let libs = pkg_config(&["--libs"]);
+    compile(
+        "cc",
+        &flags,
+        &source,
+        &format!("ffi-test-old-header-{era}"),
+        &libs,
+    )
+}
+
+/// Runs an old-header program on a table of its own; its output. Told to
+/// expect dying, it says when its worker is registered and waits to be
+/// told that the worker's death word is claimed before killing it.
+fn run_old_header(binary: &Path, tag: &str, expect_dying: bool, env: &[(&str, &str)]) -> Output {
+    use std::io::{BufRead, Write};
+    let name = format!("livereg-c-old-header-{tag}-{}", std::process::id());
+    let mut child = client(binary)
+        .args([name.as_str(), if expect_dying { "1" } else { "0" }])
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut printed = String::new();
+    if expect_dying {
+        stdout.read_line(&mut printed).unwrap();
+        if printed == "registered\n" {
+            let table = Table::open(&name).unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !table
+                .status()
+                .unwrap()
+                .registrations
+                .iter()
+                .any(|r| r.death_word)
+            {
+                assert!(std::time::Instant::now() < deadline, "no death word");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        }
+    }
+    std::io::Read::read_to_string(&mut stdout, &mut printed).unwrap();
+    let mut output = child.wait_with_output().unwrap();
+    output.stdout = printed.into_bytes();
+    let _ = Table::unlink(&name);
+    let _ = Table::unlink(&format!("{name}-driven"));
+    output
+}
+
+/// A program built against the header of the release before `on_dying`
+/// (three-word callbacks, each struct it passes ending where its memory
+/// ends) runs unchanged against today's library: a SIGKILLed worker
+/// reaches its on_drop, it is never told of dying, and nothing past any of
+/// its structs is read or written (that would be a SIGSEGV).
+#[test]
+fn a_program_built_before_on_dying_gets_its_drops_and_nothing_past_its_structs_is_read() {
+    let binary = old_header_program("before-dying", &[]);
+    let output = run_old_header(&binary, "before", false, &[]);
+    check(&output, "old_header.c (before-dying)");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("old header: all checks passed"));
+}
+
+/// A program built against the last header before sizes travelled (four
+/// words with on_dying, the plain entry points) runs unchanged too: its
+/// drops arrive; the library cannot tell its struct from the three-word
+/// one, so it is told of dying only where its environment says its struct
+/// has on_dying.
+#[test]
+fn a_program_built_with_on_dying_but_no_sizes_gets_its_drops_and_dying_where_told() {
+    let binary = old_header_program("with-dying", &["-DHEADER_HAS_ON_DYING"]);
+    let output = run_old_header(&binary, "with", false, &[]);
+    check(&output, "old_header.c (with-dying)");
+    let output = run_old_header(
+        &binary,
+        "with-told",
+        true,
+        &[("LIVEREG_LEGACY_CALLBACKS_HAVE_ON_DYING", "1")],
+    );
+    check(&output, "old_header.c (with-dying, told)");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("old header: all checks passed"));
+}
+
+/// And the check can fail: a library that read the fourth word of the
+/// three-word struct would hit the unmapped page. The program built
+/// against the header before on_dying, told its struct has four words,
+/// dies of it.
+#[test]
+fn reading_past_an_old_programs_callbacks_is_caught() {
+    let binary = old_header_program("before-dying", &[]);
+    let output = run_old_header(
+        &binary,
+        "caught",
+        false,
+        &[("LIVEREG_LEGACY_CALLBACKS_HAVE_ON_DYING", "1")],
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        output.status.signal(),
+        Some(libc::SIGSEGV),
+        "{:?}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// The C program that kills workers and times their on_dying, on_drop and

@@ -120,6 +120,54 @@ static void test_defaults_and_names(void) {
     CHECK(strcmp(livereg_result_str((livereg_result)99), "LIVEREG_UNKNOWN_RESULT") == 0);
 }
 
+/* The library says its version, and the header's macros say the one it was
+ * built with: this program's library is the one it was built with. */
+static void test_version(void) {
+    CHECK(strcmp(livereg_version(), LIVEREG_VERSION_STRING) == 0);
+    CHECK(livereg_version_number() == LIVEREG_VERSION_NUMBER);
+    CHECK(LIVEREG_VERSION_NUMBER == ((LIVEREG_VERSION_MAJOR << 16) |
+                                     (LIVEREG_VERSION_MINOR << 8) | LIVEREG_VERSION_PATCH));
+}
+
+/* A struct travels with its size: a newer header's larger struct is taken
+ * while the fields this library does not know are zero, refused
+ * (INCOMPATIBLE) when one is set; a size no header declared is refused; the
+ * defaults of a larger struct leave its unknown fields zero. */
+static void test_sizes_travel_with_structs(void) {
+    struct newer {
+        livereg_callbacks known;
+        void (*field_to_come)(void *userdata);
+    } cb;
+    struct newer_options {
+        livereg_options known;
+        uint64_t field_to_come;
+    } options;
+    livereg_table *table = NULL;
+    livereg_reaper *reaper = NULL;
+    char name[64];
+    snprintf(name, sizeof name, "livereg-ctest-sizes-%d", (int)getpid());
+    memset(&options, 0xA5, sizeof options);
+    livereg_options_default_sized(&options.known, sizeof options);
+    CHECK(options.field_to_come == 0 && options.known.mode == 0600);
+    options.field_to_come = 1;
+    EXPECT(livereg_create_sized(name, &options.known, sizeof options, &table),
+           LIVEREG_INCOMPATIBLE);
+    CHECK(strstr(livereg_last_error(), "livereg_options") != NULL);
+    EXPECT(livereg_create_sized(name, &options.known, sizeof(livereg_options) - 8, &table),
+           LIVEREG_INVALID_ARGUMENT);
+    options.field_to_come = 0;
+    EXPECT(livereg_create_sized(name, &options.known, sizeof options, &table), LIVEREG_OK);
+    memset(&cb, 0, sizeof cb);
+    cb.field_to_come = on_clear;
+    EXPECT(livereg_reaper_acquire_sized(table, &cb.known, sizeof cb, &reaper),
+           LIVEREG_INCOMPATIBLE);
+    cb.field_to_come = NULL;
+    EXPECT(livereg_reaper_acquire_sized(table, &cb.known, sizeof cb, &reaper), LIVEREG_OK);
+    livereg_reaper_stop(reaper);
+    livereg_close(table);
+    EXPECT(livereg_unlink(name), LIVEREG_OK);
+}
+
 static void test_null_arguments(void) {
     livereg_table *table = NULL;
     livereg_worker *worker = NULL;
@@ -821,6 +869,8 @@ static void test_owned_files(void) {
 
 int main(void) {
     test_defaults_and_names();
+    test_version();
+    test_sizes_travel_with_structs();
     test_null_arguments();
     test_registration_rules();
     test_reaper_clear_and_probe();

@@ -142,7 +142,7 @@ impl Table {
                 identity.uid
             )));
         }
-        let hold = self.hold(&groups_for(records, &groups))?;
+        let hold = self.hold(|| groups_for(records, &groups))?;
         let owner = hold.as_ref().expect("held").index;
         let corrupt = |e: std::io::Error| self.records_cut_short(e);
         let files = records.files(owner).map_err(corrupt)?;
@@ -252,8 +252,11 @@ impl Table {
     }
 
     /// This process's owner record, taken if it has none yet (a forked
-    /// child takes its own), recording `groups`.
-    fn hold(&self, groups: &[u32]) -> Result<std::sync::MutexGuard<'_, Option<OwnerHold>>> {
+    /// child takes its own), recording the groups `groups` gives.
+    fn hold(
+        &self,
+        groups: impl FnOnce() -> Vec<u32>,
+    ) -> Result<std::sync::MutexGuard<'_, Option<OwnerHold>>> {
         let mut hold = self.lock_hold();
         let epoch = fork::install();
         if hold.as_ref().is_some_and(|h| h.epoch == epoch) {
@@ -265,6 +268,7 @@ impl Table {
         }
         let records = self.owned_records()?;
         let name = &self.memory.name;
+        let groups = groups();
         let own = LockDescriptor::new(
             lock::reopen(records.file())
                 .map_err(|e| Error::os(name, "open for the owner lock", e))?,
@@ -288,7 +292,7 @@ impl Table {
                 state: HELD,
                 pid: std::process::id(),
                 uid: process::credentials().0,
-                groups: groups.to_vec(),
+                groups: groups.clone(),
             };
             records.write_owner(index, &record).map_err(corrupt)?;
             *hold = Some(OwnerHold {

@@ -558,12 +558,28 @@ fn a_reader_of_the_table_cannot_open_its_records_to_hold_an_owner_s_lock() {
         std::fs::metadata(&records).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
-        .arg(&records)
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "a reader opened the records");
+    let read_as_nobody = |path: &Path| {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/bin/cat",
+            ])
+            .arg(path)
+            .output()
+            .unwrap()
+    };
+    let table = Path::new("/dev/shm").join(&temp.name);
+    assert!(
+        read_as_nobody(&table).status.success(),
+        "the reader reads the table"
+    );
+    let out = read_as_nobody(&records);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "a reader opened the records: {out:?}"
+    );
     let file = ShmFile::new("reader", 8);
     let mut worker = owner(&temp.name, 33, &[&file], &[]);
     let mut reaper = temp.table.reaper().build().unwrap();

@@ -45,15 +45,12 @@ fn create_refuses_an_existing_table_a_bad_name_and_a_short_grace() {
 /// remove it; nothing of the table is left, and the link is untouched.
 #[test]
 fn create_refuses_a_death_words_name_it_may_not_remove_naming_the_file_and_who_may() {
-    use std::os::unix::process::CommandExt;
     let name = unique_name("create-planted-dying");
     let _guard = UnlinkOnDrop(name.clone());
     let dying = std::path::PathBuf::from(format!("/dev/shm/{name}.dying"));
     std::os::unix::fs::symlink("/etc/hostname", &dying).unwrap();
-    let refused = Command::new(env!("CARGO_BIN_EXE_livereg"))
+    let refused = crate::other_user::livereg_as(65534)
         .args(["create", &name])
-        .uid(65534)
-        .gid(65534)
         .output()
         .unwrap();
     let link_kept = std::fs::read_link(&dying).ok();

@@ -5,6 +5,8 @@
 mod common;
 #[path = "../../../tests/common/container.rs"]
 mod container;
+#[path = "../support/other_user.rs"]
+mod other_user;
 
 mod create;
 mod demo;

@@ -176,6 +176,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // needs the file system
     fn a_link_is_named_with_its_target_and_never_followed() {
         let (link, target) = (scratch("link"), scratch("link-target"));
         std::fs::write(&target, [0u8; 16]).unwrap();
@@ -191,6 +192,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore)] // needs the file system
     fn the_mode_and_the_size_are_named_with_what_was_expected() {
         let file = scratch("mode");
         std::fs::write(&file, [0u8; 16]).unwrap();

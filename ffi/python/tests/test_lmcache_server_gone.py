@@ -301,3 +301,49 @@ def test_the_health_route_says_the_cache_server_is_absent_and_since_when_still_2
     finally:
         if watched._watch is not None:
             watched._watch.stop()
+
+
+class Context:
+    """A transfer context as the plugin wraps one: each ``register`` counted."""
+
+    def __init__(self, instance_id: int) -> None:
+        self._instance_id = instance_id
+        self.registers = 0
+
+    def register(self) -> None:
+        self.registers += 1
+
+    def unregister(self) -> None:
+        pass
+
+
+def test_a_new_server_gets_one_registration_whoever_asks_first(
+    make_table: Callable[..., livereg.Table], monkeypatch: Any,
+) -> None:
+    from livereg.lmcache import _engine
+
+    for name in ("register", "unregister"):
+        wrap = _engine._wrap_register if name == "register" else _engine._wrap_end
+        monkeypatch.setattr(Context, name, wrap(Context.__dict__[name]))
+    table = make_table(reap_timeout=1.5, registration_grace=1.5)
+    monkeypatch.setenv("LIVEREG_LMCACHE_TABLE", table.name)
+    reaper = table.start_reaper()
+    context = Context(21)
+    try:
+        context.register()
+        engine = _engine.engine_of(21)
+        assert engine is not None and engine.registered_token == table.probe()
+        assert engine.register_with(table.probe() or 0) and context.registers == 1, "the same server asked again"
+        reaper.stop()
+        reaper = table.start_reaper()
+        token = table.probe()
+        assert token is not None and engine.register_with(token) and context.registers == 2
+        # livereg's own registration again (the beat thread sees the new
+        # token) replays too: answered by the server that has it already.
+        until(lambda: engine.liveness.registrations >= 2, "livereg's registration again", timeout=30.0)
+        time.sleep(1.0)
+        assert context.registers == 2, f"{context.registers} registrations for two servers"
+    finally:
+        context.unregister()
+        _engine._engines.clear()
+        reaper.stop()

@@ -109,11 +109,14 @@ def _clients(adapter: Any) -> List[Any]:
 def _timeout_error(message: str) -> BaseException:
     """LMCache's own timeout error (its callers catch it as the server not
     answering), else the builtin."""
+    import importlib
+
     try:
-        from lmcache.v1.mp_observability.errors import LMCacheTimeoutError
-    except ImportError:
+        kind = getattr(importlib.import_module("lmcache.v1.mp_observability.errors"), "LMCacheTimeoutError")
+        made = kind(message)
+    except Exception:
         return TimeoutError(message)
-    return LMCacheTimeoutError(message)
+    return made if isinstance(made, BaseException) else TimeoutError(message)
 
 
 def fail_pending(adapter: Any, why: str) -> int:
@@ -261,11 +264,12 @@ class Adapters:
         now = time.monotonic()
         self.healthy_after = now - served_at
         self.restored.set()
-        kinds = ", ".join(sorted({_kind(a) for a in adapters})) or "none yet"
+        kinds = sorted({_kind(a) for a in adapters})
         logger.warning(
-            "livereg: a new LMCache server (pid %s) serves: the KV caches are registered with it and %d LMCache "
-            "adapter(s) of this process (%s) are healthy again, %.2f s after it served (%.1f s without the cache)",
-            server.pid, len(adapters), kinds, self.healthy_after, now - (gone_at or served_at),
+            "livereg: a new LMCache server (pid %s) serves: %s%d LMCache adapter(s) of this process (%s) healthy "
+            "again, %.2f s after it served (%.1f s without the cache)",
+            server.pid, "the KV caches registered with it, " if "worker" in kinds else "", len(adapters),
+            ", ".join(kinds) or "none yet", self.healthy_after, now - (gone_at or served_at),
         )
 
 

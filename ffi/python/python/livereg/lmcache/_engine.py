@@ -123,12 +123,12 @@ class _Engine:
 
     def register_with(self, token: int) -> bool:
         """Registers the KV caches with the server of ``token`` unless they
-        are already; True once they are. Raises what the replay raises;
-        False if nothing can be replayed (the context ended)."""
+        are already; True once they are, or once there is nothing to
+        register (the context ended). Raises what the replay raises."""
         with self._replaying:
             replay = self._replay
             if replay is None:
-                return False
+                return True
             if self.registered_token == token:
                 return True
             replay()

@@ -43,7 +43,10 @@ def install() -> None:
     ``livereg.lmcache._steps``): an engine that hangs is let go. What the
     engine's processes make in ``/dev/shm`` (shared-memory segments, named
     semaphores, the CPU offload region) is owned in the table, so the
-    reaper removes it once its maker has ended (``livereg.lmcache._owned``). Marks the
+    reaper removes it once its maker has ended (``livereg.lmcache._owned``).
+    LMCache's vLLM adapters are put in their degraded mode the moment the
+    server is gone and made healthy once a new one holds the KV caches
+    (``livereg.lmcache._adapters``). Marks the
     process tree with an engine key (``$LIVEREG_VLLM_ENGINE``) if it has
     none.
 

@@ -20,7 +20,8 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 from conftest import Server, free_port
-from vllm_engines import Engine, make_model
+from vllm_engine import PROMPT
+from vllm_engines import Engine, Serve, make_model
 
 import livereg
 
@@ -102,9 +103,17 @@ def started(model: Path, table_name: str) -> Iterator[Dict[str, Any]]:
         yield made
     finally:
         if "engine" in made:
-            made["engine"].close()  # ended while the last server's reaper runs
+            close(made["engine"], made["servers"])
         for each in made["servers"]:
             each.kill()
+
+
+def close(engine: Any, servers: List[Server]) -> None:
+    """Ends ``engine`` while the last server's reaper runs; with every
+    server killed, what the engine made is removed here (no reaper will)."""
+    if all(each._ended for each in servers):
+        engine.with_livereg = False
+    engine.close()
 
 
 def test_a_killed_server_costs_the_next_generation_nothing_and_one_restarted_2s_later_gets_the_engine_again(
@@ -161,6 +170,37 @@ def test_a_killed_server_costs_the_next_generation_nothing_and_one_restarted_2s_
     assert said(engine, "is gone: ") == gone, "the engine said the server is gone again"
 
 
+def test_livereg_health_says_the_cache_server_absent_since_its_kill_and_still_200_while_the_engine_completes(
+    model: Path, table_name: str,
+) -> None:
+    port = free_port()
+    servers = [Server(port, table_name, module={"table": table_name, "reap_timeout_seconds": T})]
+    serve: Optional[Serve] = None
+    try:
+        serve = Serve(model, port, table_name, free_port(), env={"VLLM_PLUGINS": "livereg_lmcache,livereg_health"})
+        text = serve.complete(PROMPT)["choices"][0]["text"]
+        status, body = serve.get("/livereg/health")
+        assert status == 200 and body.get("kv_server") == "serving", body
+        killed_wall = time.time()
+        servers[0].kill()
+        deadline = time.monotonic() + NO_WAIT
+        while body.get("kv_server") != "absent":
+            assert time.monotonic() < deadline, f"/livereg/health still says {status} {body}"
+            time.sleep(0.05)
+            status, body = serve.get("/livereg/health")
+        assert status == 200, f"a gone cache server made /livereg/health answer {status}: {body}"
+        assert killed_wall - 1.0 <= body["kv_server_since"] <= killed_wall + 5.0, (killed_wall, body)
+        started = time.monotonic()
+        assert serve.complete(PROMPT)["choices"][0]["text"] == text, "a completion after the kill gave another text"
+        print(f"\n/livereg/health: absent since {body['kv_server_since'] - killed_wall:+.3f}s from the kill; a "
+              f"completion after it took {time.monotonic() - started:.2f}s")
+    finally:
+        if serve is not None:
+            close(serve, servers)
+        for each in servers:
+            each.kill()
+
+
 @pytest.mark.skipif(os.environ.get("LIVEREG_LONG_TESTS") != "1",
                     reason="six minutes: runs with LIVEREG_LONG_TESTS=1")
 def test_the_engine_serves_six_minutes_after_its_servers_sigkill_with_a_generation_in_flight_at_the_kill(
@@ -171,14 +211,17 @@ def test_the_engine_serves_six_minutes_after_its_servers_sigkill_with_a_generati
     tokens = fresh(engine)["tokens"]
     cached_after_store(engine, tokens)
     assert engine.process.stdin is not None
-    engine.process.stdin.write("generate long 200\n")
+    # 400 tokens (the prompt is 560, the model's length 1024): over a
+    # second of decoding here, the kill 0.3 s after it began.
+    engine.process.stdin.write("generate long 400\n")
     engine.process.stdin.flush()
     engine.record(120, "started")
     time.sleep(0.3)
     killed_at = time.monotonic()
     server.kill()
     in_flight = engine.record(NO_WAIT * 4, "tokens")
-    assert len(in_flight["tokens"]) == 200, in_flight
+    assert len(in_flight["tokens"]) == 400, in_flight
+    assert in_flight["ended"] > killed_at, "the generation ended before the kill: it was not in flight"
     in_flight_after = time.monotonic() - killed_at
     # Past vLLM's 300 s executor timeout (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS),
     # generating now and then all along.

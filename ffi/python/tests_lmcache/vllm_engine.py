@@ -7,7 +7,8 @@ in vLLM's three-process layout (this process, ``VLLM::EngineCore``,
 connector reaches LMCache's server at ``tcp://127.0.0.1:PORT``. Prints one
 JSON object per line after ``vllm-engine: `` (vLLM logs to stdout too): ``{"ready": true}`` once it can generate, then for each
 line ``generate`` on stdin ``{"tokens": [...], "cached": N, "seconds": S}``
-(``cached``: the prompt's tokens not computed; or ``{"error": ...}``);
+(``cached``: the prompt's tokens not computed; ``ended``: when, on the
+machine's monotonic clock; or ``{"error": ...}``);
 ``generate fresh`` the same after emptying vLLM's own prefix cache (so
 ``cached`` counts what LMCache gave); ``generate long N`` prints
 ``{"started": true}`` then generates N tokens whatever the end token;
@@ -77,8 +78,9 @@ def main() -> None:
             try:
                 started = time.monotonic()
                 [output] = llm.generate([PROMPT], params, use_tqdm=False)
+                ended = time.monotonic()  # CLOCK_MONOTONIC: the test's clock too
                 say({"tokens": list(output.outputs[0].token_ids), "cached": output.num_cached_tokens or 0,
-                     "seconds": time.monotonic() - started})
+                     "seconds": ended - started, "ended": ended})
             except Exception as error:  # the worker was stopped or killed: said, not raised
                 say({"error": repr(error)})
         elif command == "modules":

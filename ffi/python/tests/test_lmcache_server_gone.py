@@ -16,7 +16,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import livereg
-from livereg.lmcache._adapters import Adapters, Gate, fail_pending
+from livereg.lmcache._adapters import Adapters
+from livereg.lmcache._degraded import Gate, fail_pending
 from livereg.lmcache._health import engine_health
 from livereg.lmcache._server_watch import ServerWatch
 

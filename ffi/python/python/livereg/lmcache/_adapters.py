@@ -70,8 +70,9 @@ class Adapters:
         self.healthy_for: Optional[int] = state.boot_token if state.serving else None
         self._gone_at: Optional[float] = None
         self._gone_pid: Optional[int] = None
-        #: Seconds from the server's end to the adapters degraded, and from
-        #: a new server serving to the adapters healthy again (the last).
+        #: Seconds the last degrade took once the server's end was seen
+        #: (gates closed, requests failed), and from a new server serving to
+        #: the adapters healthy again (the last).
         self.degraded_after: Optional[float] = None
         self.healthy_after: Optional[float] = None
         self.restored = threading.Event()

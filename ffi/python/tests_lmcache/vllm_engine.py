@@ -6,7 +6,12 @@ in vLLM's three-process layout (this process, ``VLLM::EngineCore``,
 ``VLLM::Worker``), loads its general plugins by itself, and with the
 connector reaches LMCache's server at ``tcp://127.0.0.1:PORT``. Prints one
 JSON object per line after ``vllm-engine: `` (vLLM logs to stdout too): ``{"ready": true}`` once it can generate, then for each
-line ``generate`` on stdin ``{"tokens": [...]}`` (or ``{"error": ...}``);
+line ``generate`` on stdin ``{"tokens": [...], "cached": N, "seconds": S}``
+(``cached``: the prompt's tokens not computed; ``ended``: when, on the
+machine's monotonic clock; or ``{"error": ...}``);
+``generate fresh`` the same after emptying vLLM's own prefix cache (so
+``cached`` counts what LMCache gave); ``generate long N`` prints
+``{"started": true}`` then generates N tokens whatever the end token;
 ``modules`` prints the modules of ``lmcache`` and ``livereg`` loaded in this
 process and in each worker (``{"main": [...], "workers": [[...]]}``; needs
 ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``); ``exit`` shuts the engine down
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 #: Over one 256-token chunk, so that the connector stores and retrieves one.
 PROMPT = "The reaper scans the table and ends the registrations that went silent. " * 40
@@ -61,10 +67,20 @@ def main() -> None:
     say({"ready": True})
     for line in sys.stdin:
         command = line.strip()
-        if command == "generate":
+        if command.startswith("generate"):
+            words = command.split()
+            params = greedy
+            if words[1:2] == ["fresh"]:
+                llm.reset_prefix_cache()
+            elif words[1:2] == ["long"]:
+                params = SamplingParams(temperature=0.0, max_tokens=int(words[2]), ignore_eos=True)
+                say({"started": True})
             try:
-                [output] = llm.generate([PROMPT], greedy, use_tqdm=False)
-                say({"tokens": list(output.outputs[0].token_ids)})
+                started = time.monotonic()
+                [output] = llm.generate([PROMPT], params, use_tqdm=False)
+                ended = time.monotonic()  # CLOCK_MONOTONIC: the test's clock too
+                say({"tokens": list(output.outputs[0].token_ids), "cached": output.num_cached_tokens or 0,
+                     "seconds": ended - started, "ended": ended})
             except Exception as error:  # the worker was stopped or killed: said, not raised
                 say({"error": repr(error)})
         elif command == "modules":

@@ -76,6 +76,10 @@ class _Engine:
         #: end before it asks the server: a replay is either answered before
         #: the server is told the end, or never sent.
         self._replaying = threading.Lock()
+        #: The boot token of the server the current context's registration
+        #: was last answered by (read before it was asked), if known: a
+        #: replay for a server that has it already is not sent again.
+        self.registered_token: Optional[int] = None
         # Inside vLLM, the engine's steps are followed (``_steps``): it is
         # judged by its progress, and let go with its EngineCore.
         followed = steps_followed()
@@ -91,6 +95,7 @@ class _Engine:
     def bind(self, context: Any, replay: Callable[[], object]) -> None:
         """``context`` registers now; ``replay`` registers it again."""
         self.context, self._replay = context, replay
+        self.registered_token = None  # told by ``answered`` once it is
 
     def ending(self, context: Any) -> None:
         """``context`` is about to tell the server it ends: no replay of it
@@ -99,12 +104,46 @@ class _Engine:
             if self.context is context:
                 self._replay = None
 
+    def server_token(self) -> Optional[int]:
+        """The serving server's boot token, read now from the table (None
+        over a session, or if none serves)."""
+        table = self.liveness._table if self.liveness.tracked else None
+        if table is None:
+            return None
+        try:
+            state = table.reaper_state
+        except livereg.Error:
+            return None
+        return state.boot_token if state.serving else None
+
+    def answered(self, context: Any, token: Optional[int]) -> None:
+        """``context`` registered with the server of ``token``."""
+        if self.context is context:
+            self.registered_token = token
+
+    def register_with(self, token: int) -> bool:
+        """Registers the KV caches with the server of ``token`` unless they
+        are already; True once they are, or once there is nothing to
+        register (the context ended). Raises what the replay raises."""
+        with self._replaying:
+            replay = self._replay
+            if replay is None:
+                return True
+            if self.registered_token == token:
+                return True
+            replay()
+            self.registered_token = token
+        logger.warning("instance %d: KV caches registered again", self.instance_id)
+        return True
+
     def _registered(self, why: str) -> None:
         """livereg registered the engine (again): after an eviction or a
         server restart, the server's state for it is gone; send it again."""
         replay = self._replay
         if why == "start" or replay is None:
             return
+        if why != "server restarted":
+            self.registered_token = None  # the same server dropped the state: sent again whatever its token
         logger.warning("instance %d: registering its KV caches again (%s)", self.instance_id, why)
         if why == "moved again" and self._replay_once(replay):
             return  # before the step that found the engine let go goes on
@@ -117,13 +156,22 @@ class _Engine:
         try:
             with self._replaying:
                 if self._replay is replay:
-                    replay()
+                    self._replay_for_current(replay)
         except Exception as error:
             logger.warning("instance %d: registering the KV caches again failed (%s); trying on", self.instance_id,
                            error)
             return False
         logger.warning("instance %d: KV caches registered again", self.instance_id)
         return True
+
+    def _replay_for_current(self, replay: Callable[[], object]) -> None:
+        """``replay()`` unless the serving server has the registration
+        already (held: ``_replaying``)."""
+        token = self.server_token()
+        if token is not None and token == self.registered_token:
+            return
+        replay()
+        self.registered_token = token
 
     def _replay_until_done(self, replay: Callable[[], object]) -> None:
         # (The context's request client may be used from this thread:
@@ -134,7 +182,7 @@ class _Engine:
                 with self._replaying:
                     if self._replay is not replay:
                         return  # a newer context registers, or this one ended
-                    replay()
+                    self._replay_for_current(replay)
                 logger.warning("instance %d: KV caches registered again", self.instance_id)
                 return
             except Exception as error:
@@ -230,6 +278,12 @@ def _ending(context: Any) -> None:
         engine.ending(context)
 
 
+def engine_of(instance_id: int) -> Optional[_Engine]:
+    """This process's engine of ``instance_id``, if livereg holds one."""
+    with _lock:
+        return _engines.get(instance_id)
+
+
 def _forget_after_fork() -> None:
     """In a forked child: the parent's engines are not the child's (their
     beat threads did not cross the fork, their registrations hold the
@@ -248,13 +302,18 @@ def _wrap_register(original: Callable[..., Any]) -> Callable[..., Any]:
     def register(self: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(_inside, "depth", 0):
             return original(self, *args, **kwargs)  # a subclass calling its base
+        engine: Optional[_Engine] = None
         try:
             instance_id = getattr(self, "_instance_id", None)
             if isinstance(instance_id, int) and not isinstance(instance_id, bool):
-                _start(instance_id, self, lambda: _call(original, self, args, kwargs))
+                engine = _start(instance_id, self, lambda: _call(original, self, args, kwargs))
         except Exception:
             logger.exception("livereg: could not register the engine; it runs without livereg")
-        return _call(original, self, args, kwargs)
+        token = engine.server_token() if engine is not None else None
+        result = _call(original, self, args, kwargs)
+        if engine is not None:
+            engine.answered(self, token)
+        return result
 
     setattr(register, _WRAPPED, original)
     return register

@@ -14,6 +14,12 @@ path another user made first; or a live process of the engine could make no
 report), it answers 503 too, ``"status": "unknown"`` with the reason: a
 liveness probe that cannot see stalls must not pass as healthy, and the
 reason (in the body and logged once) says what to fix.
+
+Where LMCache's server module serves the engine's table, the body also
+says the cache server's state: ``"kv_server": "serving"`` or ``"absent"``
+(a server that is dying counts as gone) and since when
+(``"kv_server_since"``, Unix seconds), with the serving server's pid. A
+gone server changes no status code: the engine serves without its cache.
 """
 
 from __future__ import annotations
@@ -32,11 +38,36 @@ _lock = threading.Lock()
 _logged: Set[str] = set()
 
 
-def engine_health(key: Optional[str] = None) -> Tuple[int, Dict[str, Any]]:
+def engine_health(key: Optional[str] = None, kv_server: bool = False) -> Tuple[int, Dict[str, Any]]:
     """The route's answer for engine ``key`` (default: this process's):
     ``(200, {...})``, or ``(503, {...})`` with ``"status"`` ``"stalled"``
-    or ``"unknown"``."""
-    key = key or engine_key()
+    or ``"unknown"``; with ``kv_server``, the cache server's state too."""
+    status, body = _stall_health(key or engine_key())
+    if kv_server:
+        body.update(kv_server_state())
+    return status, body
+
+
+def kv_server_state() -> Dict[str, Any]:
+    """``{"kv_server": ..., "kv_server_since": ...}`` (and the serving
+    server's ``"kv_server_pid"``), or ``{}`` where the table is not
+    LMCache's server module's."""
+    try:
+        from livereg.lmcache._server_watch import server_watch
+
+        watch = server_watch()
+    except Exception:
+        return {}
+    if watch is None or not watch.armed:
+        return {}
+    state, since = watch.state, watch.since
+    body: Dict[str, Any] = {"kv_server": "serving" if state.serving else "absent", "kv_server_since": since}
+    if state.serving:
+        body["kv_server_pid"] = state.pid
+    return body
+
+
+def _stall_health(key: str) -> Tuple[int, Dict[str, Any]]:
     try:
         stalled, unreported = read_reports(key)
     except OSError as error:
@@ -80,9 +111,10 @@ class HealthRoute:
         # vLLM's server is FastAPI's: imported from it only here.
         JSONResponse = importlib.import_module("fastapi.responses").JSONResponse
         key = engine_key()
+        kv_server_state()  # the cache server watched from now on: its state has a since
 
         async def livereg_health() -> Any:
-            status, body = engine_health(key)
+            status, body = engine_health(key, kv_server=True)
             return JSONResponse(body, status_code=status)
 
         app.add_api_route(PATH, livereg_health, methods=["GET"], include_in_schema=False)

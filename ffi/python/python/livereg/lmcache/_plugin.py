@@ -20,6 +20,9 @@ TRANSFER_CONTEXTS = "lmcache.v1.multiprocess.transfer_context"
 #: vLLM's modules whose step functions publish progress (``_steps``).
 VLLM_ENGINE_CORE = "vllm.v1.engine.core"
 VLLM_WORKERS = "vllm.v1.worker.worker_base"
+#: LMCache's multiprocess adapters (``_adapters``): degraded while the
+#: server is gone, healthy again once a new one holds the KV caches.
+LMCACHE_ADAPTERS = "lmcache.integration.vllm.vllm_multi_process_adapter"
 #: The variable holding the engine key (``_stacks.ENGINE_ENV``).
 ENGINE_ENV = "LIVEREG_VLLM_ENGINE"
 
@@ -40,7 +43,10 @@ def install() -> None:
     ``livereg.lmcache._steps``): an engine that hangs is let go. What the
     engine's processes make in ``/dev/shm`` (shared-memory segments, named
     semaphores, the CPU offload region) is owned in the table, so the
-    reaper removes it once its maker has ended (``livereg.lmcache._owned``). Marks the
+    reaper removes it once its maker has ended (``livereg.lmcache._owned``).
+    LMCache's vLLM adapters are put in their degraded mode the moment the
+    server is gone and made healthy once a new one holds the KV caches
+    (``livereg.lmcache._adapters``). Marks the
     process tree with an engine key (``$LIVEREG_VLLM_ENGINE``) if it has
     none.
 
@@ -64,6 +70,7 @@ def install() -> None:
         when_imported(TRANSFER_CONTEXTS, _wrap)
         when_imported(VLLM_ENGINE_CORE, _wrap_engine_core)
         when_imported(VLLM_WORKERS, _wrap_workers)
+        when_imported(LMCACHE_ADAPTERS, _wrap_adapters)
     except Exception:
         logging.getLogger("livereg.lmcache").exception("livereg: install() failed; engines run without livereg")
 
@@ -78,6 +85,12 @@ def _wrap_workers(module: ModuleType) -> None:
     from livereg.lmcache._steps import wrap_workers
 
     wrap_workers(module)
+
+
+def _wrap_adapters(module: ModuleType) -> None:
+    from livereg.lmcache._adapters import wrap_adapters
+
+    wrap_adapters(module)
 
 
 def _wrap(package: ModuleType) -> None:

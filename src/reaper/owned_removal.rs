@@ -33,6 +33,10 @@ const STOP_WAIT: Duration = Duration::from_secs(1);
 pub(crate) struct OwnedRemover {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// The fork epoch it was started in: a forked child has no such
+    /// thread, and its copy touches nothing of the parent's (its lock may
+    /// have been held at the fork).
+    epoch: u64,
 }
 
 #[derive(Default)]
@@ -74,6 +78,7 @@ impl OwnedRemover {
         Some(OwnedRemover {
             shared,
             thread: Some(thread),
+            epoch: crate::os::fork::install(),
         })
     }
 
@@ -89,6 +94,10 @@ impl OwnedRemover {
 
 impl Drop for OwnedRemover {
     fn drop(&mut self) {
+        if self.epoch != crate::os::fork::epoch() {
+            std::mem::forget(self.thread.take());
+            return;
+        }
         let mut asked = self.shared.lock();
         asked.stop = true;
         self.shared.changed.notify_all();

@@ -70,6 +70,9 @@ fn reap_exits_1_naming_the_cause_when_its_table_is_truncated() {
         let mut reaper = Background::spawn(&["reap", &name]);
         let mut log = BufReader::new(reaper.0.stderr.take().unwrap()).lines();
         assert!(log.next().unwrap().unwrap().contains("reaping"));
+        // Between two scans (every 500 ms here), not during the first,
+        // which starts as the line is printed.
+        std::thread::sleep(Duration::from_millis(150));
         std::fs::OpenOptions::new()
             .write(true)
             .open(format!("/dev/shm/{name}"))

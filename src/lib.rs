@@ -74,6 +74,8 @@ needs_the_os! {
     mod session;
     mod status;
     mod worker;
+    #[cfg(test)]
+    mod unit_tables;
     pub use clock::{Clock, ManualClock, StampClock, MIN_TIMEOUT_TICKS, STAMP_LAG_TICKS};
     pub use error::{codes, Error, Result, ResultCode, RESULT_CODES};
     pub use os::clock::{coarse_resolution_ns, monotonic_coarse_ns, monotonic_ns};

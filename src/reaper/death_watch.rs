@@ -201,19 +201,12 @@ mod tests {
     use std::sync::atomic::Ordering::SeqCst;
     use std::time::{Duration, Instant};
 
-    /// A shared table removed on drop.
-    struct Named(String);
-
-    impl Drop for Named {
-        fn drop(&mut self) {
-            let _ = Table::unlink(&self.0);
-        }
-    }
+    use crate::unit_tables::Named;
 
     #[test]
     #[cfg_attr(miri, ignore)] // a shared table: Miri's isolation has no /dev/shm
     fn every_word_in_use_is_waited_on_past_the_words_one_wait_takes() {
-        let name = Named(format!("livereg-unit-death-watch-{}", std::process::id()));
+        let name = Named::new("death-watch");
         let options = TableOptions {
             capacity: 2 * WORDS_PER_THREAD + 10,
             ..TableOptions::default()

@@ -97,19 +97,12 @@ mod tests {
     use std::sync::atomic::Ordering::SeqCst;
     use std::time::{Duration, Instant};
 
-    /// A shared table removed on drop.
-    struct Named(String);
-
-    impl Drop for Named {
-        fn drop(&mut self) {
-            let _ = Table::unlink(&self.0);
-        }
-    }
+    use crate::unit_tables::Named;
 
     #[test]
     #[cfg_attr(miri, ignore)] // a shared table: Miri's isolation has no /dev/shm
     fn a_word_marked_during_a_sweep_is_not_given_back_until_the_next() {
-        let name = Named(format!("livereg-unit-dying-{}", std::process::id()));
+        let name = Named::new("dying");
         let table = Table::create(&name.0, &TableOptions::default()).unwrap();
         let _worker = table.register(1, "").unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);

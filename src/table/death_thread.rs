@@ -292,14 +292,7 @@ mod tests {
     use std::sync::atomic::Ordering::SeqCst;
     use std::time::{Duration, Instant};
 
-    /// A shared table removed on drop.
-    struct Named(String);
-
-    impl Drop for Named {
-        fn drop(&mut self) {
-            let _ = Table::unlink(&self.0);
-        }
-    }
+    use crate::unit_tables::Named;
 
     /// Holds `table`'s death thread from claiming (`true`), or lets it go
     /// and wakes it.

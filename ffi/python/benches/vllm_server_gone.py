@@ -27,7 +27,9 @@ Everything the bound cut is printed as ``> N s`` / ``not within N s``.
 Usage (in the environment ``ffi/python/vllm-env`` makes, with this
 package's wheel installed): ``python benches/vllm_server_gone.py [--runs N]
 [--quick]``; default 3 runs of each engine, bounds 60 s; ``--quick``: one
-run of each, bounds 30 s (a few minutes in all). Prints a Markdown table.
+run of each, bounds 30 s (a few minutes in all); ``--no-restart``: no
+server started again (3. not measured; what 1. and 2. are when nothing
+answers on the port). Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ def first_held_at(server: Server) -> float:
         return float(next(c["t"] for c in server.changes if c["ids"]))
 
 
-def one_run(model: Path, with_livereg: bool, bound: float, baseline_runs: int) -> Dict[str, Any]:
+def one_run(model: Path, with_livereg: bool, bound: float, baseline_runs: int, restart_server: bool = True
+            ) -> Dict[str, Any]:
     table = unique("gone")
     port = free_port()
     config = {"table": table, "reap_timeout_seconds": LIVEREG_TIMEOUT}
@@ -128,6 +131,8 @@ def one_run(model: Path, with_livereg: bool, bound: float, baseline_runs: int) -
         restarted: Dict[str, Any] = {}
 
         def restart() -> None:
+            if not restart_server:
+                return
             time.sleep(max(0.0, killed_at + RESTART_AFTER - time.monotonic()))
             restarted["back_said"] = FirstSaid(engine, BACK[with_livereg], bound + 5)
             restarted["started"] = time.monotonic()
@@ -154,10 +159,11 @@ def one_run(model: Path, with_livereg: bool, bound: float, baseline_runs: int) -
             "after_from_kill": None if after is None else after_done,
             "same": None if after is None else after["tokens"] == tokens,
             "after_cached": None if after is None else after["cached"],
-            "ready": restarted["ready"] - restarted["started"],
-            "registered": restarted["held"] - restarted["ready"] if "held" in restarted else None,
-            "back_said": restarted["back_said"].after(restarted["ready"]),
         }
+        if restart_server:
+            result["ready"] = restarted["ready"] - restarted["started"]
+            result["registered"] = restarted["held"] - restarted["ready"] if "held" in restarted else None
+            result["back_said"] = restarted["back_said"].after(restarted["ready"])
         if with_livereg:
             result["lines"] = engine.lines(GONE[True]) + engine.lines(BACK[True])
         else:
@@ -219,10 +225,18 @@ def report(results: Dict[bool, List[Dict[str, Any]]], bound: float) -> None:
     both("next generation / server up", ratio)
     both("next generation: same tokens",
          lambda rs: ", ".join("cut" if r["same"] is None else ("yes" if r["same"] else "NO") for r in rs))
+    if not all("ready" in r for rs in results.values() for r in rs):
+        print("\n(no server restarted: --no-restart)")
+        report_runs(results)
+        return
     both("restarted 2 s after: new server ready after its start", lambda rs: seconds([r["ready"] for r in rs], bound))
     both("… KV caches registered with it after it said ready",
          lambda rs: seconds([r["registered"] for r in rs], bound))
     both("… the engine's log says so after it said ready", lambda rs: seconds([r["back_said"] for r in rs], bound + 5))
+    report_runs(results)
+
+
+def report_runs(results: Dict[bool, List[Dict[str, Any]]]) -> None:
     for with_livereg, rs in sorted(results.items()):
         for i, r in enumerate(rs):
             print(f"\n{'livereg' if with_livereg else 'stock'} run {i + 1}: " + repr(
@@ -235,6 +249,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-restart", action="store_true", help="no server restarted after the kill")
     options = parser.parse_args()
     runs, bound, baseline_runs = (1, 30.0, 3) if options.quick else (options.runs, 60.0, 5)
     results: Dict[bool, List[Dict[str, Any]]] = {True: [], False: []}
@@ -242,7 +257,8 @@ def main() -> None:
         model = make_model(Path(folder))
         for _ in range(runs):
             for with_livereg in (False, True):
-                results[with_livereg].append(one_run(model, with_livereg, bound, baseline_runs))
+                results[with_livereg].append(one_run(model, with_livereg, bound, baseline_runs,
+                                                        restart_server=not options.no_restart))
                 print(f"{'livereg' if with_livereg else 'stock'} run done", file=sys.stderr, flush=True)
     report(results, bound)
 

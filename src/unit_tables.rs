@@ -1,7 +1,7 @@
 //! For unit tests: a shared table with a name no other test uses, removed
 //! on drop.
 
-use crate::table::handle::Table;
+use crate::table::Table;
 
 /// A shared table's name, unlinked (with the files beside it) on drop.
 pub(crate) struct Named(pub String);

@@ -286,7 +286,7 @@ mod tests {
     use crate::event::Reason;
     use crate::table::death_protocol::OWNER_DIED;
     use crate::table::protocol;
-    use crate::table::handle::Table;
+    use crate::Table;
     use crate::table::options::TableOptions;
     use crate::RegistrationState;
     use std::sync::atomic::Ordering::SeqCst;

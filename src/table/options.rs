@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::os::clock::coarse_resolution_ns;
 use crate::table::layout::{MAX_CAPACITY, SCANS_PER_TIMEOUT};
 use crate::table::owned_dirs;
-use crate::table::owned_records::{MAX_DIRS, NAME_MAX};
+use crate::table::removal_rules::{MAX_DIRS, NAME_MAX};
 use std::path::PathBuf;
 use std::time::Duration;
 

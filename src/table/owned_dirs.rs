@@ -12,7 +12,7 @@
 //! and the reason is kept for the messages.
 
 use crate::os::refused_file;
-use crate::table::owned_records::{MAX_DIRS, NAME_MAX};
+use crate::table::removal_rules::{MAX_DIRS, NAME_MAX};
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::{Read, Write};

@@ -25,7 +25,7 @@
 
 use crate::os::fork::{self, LockDescriptor};
 use crate::table::owned_dirs::{self, AllowedDirs};
-use crate::table::removal_rules::RecordsTrust;
+use crate::table::removal_rules::{RecordsTrust, NAME_MAX};
 use crate::table::side_file;
 use std::fs::File;
 use std::io;
@@ -38,11 +38,6 @@ const HEADER: usize = 64;
 pub const PROCESSES: u32 = 256;
 /// How many files one process may own in one table.
 pub const FILES: u32 = 64;
-/// How many directories a table's creator may allow.
-pub const MAX_DIRS: usize = 4;
-/// The longest name of an owned file or an allowed directory, in bytes
-/// (`NAME_MAX`; a directory's whole path).
-pub const NAME_MAX: usize = 255;
 /// How many groups an owner record holds: the declarer's effective group
 /// and its supplementary groups that own an allowed directory.
 pub(crate) const GROUPS: usize = 12;

@@ -32,9 +32,9 @@ use crate::os::refused_file::{self, Expected};
 use crate::table::location;
 use crate::table::owned_records::{
     self, owner_lock, FileRecord, OwnedRecords, OwnerHold, OwnerRecord, DECLARED, FILES, FREE, GROUPS,
-    HELD, NAME_MAX, PROCESSES,
+    HELD, PROCESSES,
 };
-use crate::table::removal_rules::{self, Declared, Declarer};
+use crate::table::removal_rules::{self, Declared, Declarer, NAME_MAX};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;

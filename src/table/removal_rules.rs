@@ -12,7 +12,12 @@
 //! itself.
 
 use crate::os::same_file::{DirFacts, Identity};
-use crate::table::owned_records::NAME_MAX;
+
+/// How many directories a table's creator may allow.
+pub const MAX_DIRS: usize = 4;
+/// The longest name of an owned file or an allowed directory, in bytes
+/// (`NAME_MAX`; a directory's whole path).
+pub const NAME_MAX: usize = 255;
 
 /// Who declared a file, as its owner record says.
 #[derive(Clone, Copy, Debug)]

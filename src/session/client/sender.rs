@@ -151,8 +151,6 @@ impl Nature for SessionLink {
         Ok(())
     }
 
-    /// Tells the sender the worker deregistered (its slot says so) and
-    /// waits, a bounded time, for it to say goodbye.
     /// Serving while connected (with the welcoming reaper's token), absent
     /// from the connection's close until a listener welcomes it again.
     fn reaper_state(&self) -> ReaperState {
@@ -163,6 +161,8 @@ impl Nature for SessionLink {
         self.shared.server.wait(known, wait)
     }
 
+    /// Tells the sender the worker deregistered (its slot says so) and
+    /// waits, a bounded time, for it to say goodbye.
     fn finish(&mut self) {
         self.shared.finishing.store(true, Relaxed);
         eventfd::signal(&self.shared.wake);

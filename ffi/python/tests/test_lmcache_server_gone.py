@@ -188,6 +188,39 @@ def test_a_killed_server_degrades_every_adapter_at_once_fails_its_waiting_reques
         watch.stop()
 
 
+def test_a_request_sent_after_the_degrade_fails_too_until_a_new_server_serves(
+    make_table: Callable[..., livereg.Table],
+) -> None:
+    """The engine-driven store: its prepare failed by the degrade, the step
+    sends the commit; a step that passed the health check just before it
+    closed sends its prepare. Neither may wait out LMCache's mq_timeout."""
+    table = make_table(reap_timeout=30.0, registration_grace=30.0)
+    server = reaper_process(table)
+    watch = ServerWatch(table)
+    successor: Optional["subprocess.Popen[bytes]"] = None
+    try:
+        held = Adapters(watch, register=Registrations())
+        worker = WorkerAdapter(11)
+        held.adopt(worker)
+        queue = worker.req_client._message_queue_client
+        prepare = queue.send("prepare_store")
+        kill(server)
+        until(lambda: prepare.query(), "the waiting prepare failed")
+        time.sleep(0.2)  # well after the degrade's own pass
+        commit = queue.send("commit_store")
+        until(lambda: commit.query(), "the commit sent after the degrade failed")
+        assert isinstance(commit.exception, TimeoutError) and "is gone" in str(commit.exception)
+        successor = reaper_process(table, server="s2")
+        until(lambda: worker.is_healthy, "the adapter healthy again")
+        answered = queue.send("lookup")
+        time.sleep(0.2)
+        assert not answered.query(), "a request to the serving server was failed"
+    finally:
+        watch.stop()
+        if successor is not None:
+            kill(successor)
+
+
 def test_a_new_server_gets_the_kv_caches_once_before_the_adapters_are_healthy_again(
     make_table: Callable[..., livereg.Table],
 ) -> None:

@@ -18,7 +18,10 @@ new server never gets the KV caches. Here, from the table's reaper state
   ``get_finished``); every other request waiting on the server (a
   LOOKUP's acknowledgement, a prefetch status, the engine-driven
   transfers' prepare/commit, a registration) fails at once with LMCache's
-  own timeout error, as if its ``mq_timeout`` had passed.
+  own timeout error, as if its ``mq_timeout`` had passed; and so does
+  every such request sent while no server serves (a store's commit sent
+  after its prepare was failed, a step that passed the health check just
+  before it closed), each within :data:`_SWEEP` of its sending.
 - **serving with a new boot token** (however fast the restart): the same,
   then the engine's KV caches are registered with the new server (the
   plugin's replay of its transfer context's ``register``, once per server
@@ -50,6 +53,8 @@ WORKER = "LMCacheMPWorkerAdapter"
 SCHEDULER = "LMCacheMPSchedulerAdapter"
 #: The pause between attempts to register the KV caches with a new server.
 _REGISTER_PAUSE = 0.5
+#: How often requests sent while no server serves are failed.
+_SWEEP = 0.01
 _WRAPPED = "__livereg_wrapped__"
 
 
@@ -76,6 +81,7 @@ class Adapters:
         self.degraded_after: Optional[float] = None
         self.healthy_after: Optional[float] = None
         self.restored = threading.Event()
+        self._sweeping = False
         watch.listen(self.changed)
 
     def adopt(self, adapter: Any) -> None:
@@ -125,6 +131,7 @@ class Adapters:
                 gate.close()
         pid = self._gone_pid
         failed = sum(fail_pending(adapter, f"the LMCache server (pid {pid}) is gone") for adapter in adapters)
+        self._sweep_while_gone()
         if not first:
             return
         self.degraded_after = time.monotonic() - (self._gone_at or time.monotonic())
@@ -134,6 +141,32 @@ class Adapters:
             "mode (stores skipped, lookups miss, retrieves recomputed), %d request(s) waiting on it failed; the "
             "engine serves without its cache", pid, len(adapters), kinds, failed,
         )
+
+    def _sweep_while_gone(self) -> None:
+        """Starts (once at a time) the thread that fails every request sent
+        while no server serves: a gone server answers none of them, and its
+        caller would wait LMCache's ``mq_timeout`` (300 s by default)."""
+        with self._lock:
+            if self._sweeping:
+                return
+            self._sweeping = True
+        threading.Thread(target=self._sweep, name="livereg-kv-sweep", daemon=True).start()
+
+    def _sweep(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if self.watch.serving_token() is not None:
+                        self._sweeping = False
+                        return
+                    adapters, pid = list(self._adapters), self._gone_pid
+                for adapter in adapters:
+                    fail_pending(adapter, f"the LMCache server (pid {pid}) is gone")
+                time.sleep(_SWEEP)
+        except Exception:
+            with self._lock:
+                self._sweeping = False
+            logger.exception("livereg: requests sent to the gone LMCache server are left to LMCache's mq_timeout")
 
     def _restore(self, server: livereg.ReaperState) -> None:
         token = server.boot_token

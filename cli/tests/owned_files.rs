@@ -306,9 +306,16 @@ fn file_system_type(path: &Path) -> u64 {
     fs.f_type as u64
 }
 
+/// Cargo's temporary directory for tests, on the build's disk, by its real
+/// path: a file is owned only by a path without links, and `target` may
+/// be one (CI keeps the build in a private directory through one).
+fn disk_dir() -> PathBuf {
+    std::fs::canonicalize(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
 #[test]
 fn on_a_disk_a_later_file_given_the_same_inode_number_is_never_removed() {
-    let dir = TestDir::in_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "disk", 0o755);
+    let dir = TestDir::in_dir(&disk_dir(), "disk", 0o755);
     assert_ne!(
         file_system_type(&dir.0),
         libc::TMPFS_MAGIC as u64,
@@ -344,7 +351,7 @@ fn on_a_disk_a_later_file_given_the_same_inode_number_is_never_removed() {
 fn a_file_system_that_keeps_no_birth_time_and_is_no_tmpfs_is_refused_at_declaration() {
     // A ramfs (no birth time, not a tmpfs), mounted in a mount namespace of
     // the declarer's own over an allowed directory.
-    let dir = TestDir::in_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "ramfs", 0o755);
+    let dir = TestDir::in_dir(&disk_dir(), "ramfs", 0o755);
     let options = livereg::TableOptions {
         owned_dirs: vec![dir.0.clone()],
         ..long_options()

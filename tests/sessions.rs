@@ -150,7 +150,11 @@ impl Drop for Isolated {
 /// loop stops after `hanging`, the sender thread lives), `exit` (deregister
 /// after a few pings, `done`), `clear` (a clear, `cleared`, a ping,
 /// `beating`, then, once the test says go, a reset, `reset`, then pings
-/// until evicted), `quiet` (never beats: its sender forwards on).
+/// until evicted), `quiet` (never beats: its sender forwards on), `fork`
+/// (a few pings, then a forked child that exits at once, `forked`, then
+/// pings), `hostile` (writes every byte of the region its listener shared
+/// over and over, forging beats, its death word, another instance's id,
+/// for a few seconds, `forged`, then sleeps).
 #[test]
 #[ignore = "a helper, run by the tests of this file in a container"]
 fn client_helper() {
@@ -185,6 +189,11 @@ fn client_helper() {
     if mode == "quiet" {
         std::thread::sleep(Duration::from_secs(3600));
     }
+    if mode == "hostile" {
+        forge_region();
+        println!("forged");
+        std::thread::sleep(Duration::from_secs(3600));
+    }
     let mut pings = 0u64;
     loop {
         match worker.heartbeat() {
@@ -200,12 +209,93 @@ fn client_helper() {
             println!("hanging");
             std::thread::sleep(Duration::from_secs(3600));
         }
+        if mode == "fork" && pings == 5 {
+            // SAFETY: the child calls only _exit; the parent waits for it.
+            let child = unsafe { libc::fork() };
+            if child == 0 {
+                // SAFETY: _exit is async-signal-safe.
+                unsafe { libc::_exit(0) };
+            }
+            assert!(child > 0, "fork failed");
+            let mut status = 0;
+            // SAFETY: waits for the child just forked.
+            assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+            println!("forked");
+        }
         if mode == "exit" && pings == 5 {
             worker.deregister().unwrap();
             println!("done");
             return;
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What a hostile client does to the region its listener shared: finds
+/// it among its descriptors (a memfd named `livereg-session`), maps it, and
+/// writes every byte of it, pass after pass: zeros, ones, a counting
+/// pattern, every 32-bit word `OWNER_DIED` with another thread's id, every
+/// 64-bit word another instance's id; for three seconds.
+fn forge_region() {
+    let region = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let target = std::fs::read_link(entry.path()).ok()?;
+            target
+                .to_string_lossy()
+                .contains("livereg-session")
+                .then(|| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(entry.path())
+                        .ok()
+                })
+                .flatten()
+        })
+        .next()
+        .expect("a region among the client's descriptors");
+    let size = region.metadata().unwrap().len() as usize;
+    // SAFETY: a shared map of a file we opened, of its size.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&region),
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    let bytes = base.cast::<u8>();
+    let started = Instant::now();
+    let mut pass = 0u64;
+    while started.elapsed() < Duration::from_secs(3) {
+        for offset in (0..size).step_by(4) {
+            let word: u32 = match pass % 5 {
+                0 => 0,
+                1 => u32::MAX,
+                2 => (offset as u32)
+                    .wrapping_mul(2_654_435_761)
+                    .wrapping_add(pass as u32),
+                // OWNER_DIED, and the id of a thread of another process.
+                3 => 0x4000_0000 | 1,
+                // Another instance's id, as 64-bit words.
+                _ => {
+                    if offset % 8 == 0 {
+                        99
+                    } else {
+                        0
+                    }
+                }
+            };
+            // SAFETY: `offset + 4 <= size`, within the map; volatile, as
+            // another process reads it.
+            unsafe { std::ptr::write_volatile(bytes.add(offset).cast::<u32>(), word) };
+        }
+        pass += 1;
     }
 }
 
@@ -1020,5 +1110,161 @@ fn a_client_stopped_before_its_first_beat_times_out_with_its_silence_since_regis
         "{event:?}, handled {:?} after the spawn",
         handled - spawned
     );
+    reaper.stop().unwrap();
+}
+
+/// A reaper listening at `address` that sends every dying and drop event,
+/// tagged, on one channel.
+fn with_dying_and_drops(
+    table: &livereg::Table,
+    address: &str,
+) -> (
+    livereg::ReaperThread,
+    mpsc::Receiver<(&'static str, DropEvent, Instant)>,
+) {
+    let (sender, events) = mpsc::channel();
+    let dying = sender.clone();
+    let reaper = table
+        .reaper()
+        .on_dying(move |event| Ok(dying.send(("dying", event.clone(), Instant::now()))?))
+        .on_drop(move |event| Ok(sender.send(("drop", event.clone(), Instant::now()))?))
+        .listen(Address::parse(address).unwrap(), None)
+        .spawn()
+        .unwrap();
+    (reaper, events)
+}
+
+#[test]
+fn an_isolated_unix_client_killed_is_dying_before_its_socket_closes_and_a_tcp_one_is_not() {
+    let temp = TempTable::new("session-dying", &long_options());
+    let socket = SocketPath::new("session-dying");
+    let tcp = tcp_address();
+    let (reaper, events) = with_dying_and_drops(&temp.table, &socket.address());
+    reaper
+        .listen(Address::parse(&tcp).unwrap(), Some(b"s3cret".to_vec()))
+        .unwrap();
+    for (instance, address, token) in [(1, socket.address(), None), (2, tcp, Some("s3cret"))] {
+        let mut client = Isolated::spawn(&address, instance, "ping", token);
+        client.line("registered");
+        // Time for its death thread to claim the region's word.
+        std::thread::sleep(Duration::from_millis(500));
+        let killed = Instant::now();
+        client.signal(libc::SIGKILL);
+        let (kind, event, _) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(event.instance_id, instance);
+        if instance == 1 {
+            assert_eq!(kind, "dying", "{event:?}");
+            assert_eq!(event.reason, Reason::ProcessExited);
+            let (kind, event, handled) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert_eq!((kind, event.instance_id), ("drop", instance));
+            assert_eq!(event.reason, Reason::Disconnected);
+            assert!(
+                handled - killed < Duration::from_secs(2),
+                "{:?}",
+                handled - killed
+            );
+        } else {
+            // Over tcp: nothing is shared; the close says it.
+            assert_eq!((kind, event.reason), ("drop", Reason::Disconnected));
+        }
+    }
+    reaper.stop().unwrap();
+    assert!(events.try_recv().is_err(), "more events than the kills");
+}
+
+#[test]
+fn an_isolated_unix_client_whose_forked_child_exits_is_not_dying() {
+    let temp = TempTable::new("session-fork", &long_options());
+    let socket = SocketPath::new("session-fork");
+    let (reaper, events) = with_dying_and_drops(&temp.table, &socket.address());
+    let mut client = Isolated::spawn(&socket.address(), 3, "fork", None);
+    client.line("registered");
+    client.line("forked");
+    if let Ok((kind, event, _)) = events.recv_timeout(Duration::from_secs(2)) {
+        panic!("a {kind} event after a forked child exited: {event:?}");
+    }
+    assert!(temp
+        .table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == 3));
+    // Its own death is seen: the word was there to mark.
+    client.signal(libc::SIGKILL);
+    let (kind, event, _) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!((kind, event.instance_id), ("dying", 3));
+    let (kind, _, _) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(kind, "drop");
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn a_client_writing_every_byte_of_its_region_changes_nothing_but_its_own_registration() {
+    let temp = TempTable::new("session-hostile", &long_options());
+    let socket = SocketPath::new("session-hostile");
+    let (reaper, events) = with_dying_and_drops(&temp.table, &socket.address());
+    let local = temp.table.register(40, "local").unwrap();
+    let mut honest = Isolated::spawn(&socket.address(), 41, "ping", None);
+    honest.line("registered");
+    let mut hostile = Isolated::spawn(&socket.address(), 42, "hostile", None);
+    hostile.line("registered");
+    // While it forges: the listener serves new sessions, the others live.
+    let started = Instant::now();
+    let mut served = 0;
+    while started.elapsed() < Duration::from_secs(2) {
+        let worker = connect(
+            &socket.address(),
+            50 + served,
+            "probe",
+            &ConnectOptions::default(),
+        )
+        .expect("the listener serves while a client forges its region");
+        worker.heartbeat().unwrap();
+        worker.deregister().unwrap();
+        served += 1;
+        local.heartbeat().unwrap();
+    }
+    hostile.line("forged");
+    assert!(served > 0);
+    let mut seen = Vec::new();
+    while let Ok((kind, event, _)) = events.recv_timeout(Duration::from_secs(1)) {
+        seen.push((kind, event.instance_id, event.reason));
+    }
+    for (kind, instance, reason) in &seen {
+        assert!(
+            *instance == 42
+                || (*kind == "drop" && *instance >= 50 && *reason == Reason::Deregistered),
+            "an event of another registration: {seen:?}"
+        );
+    }
+    let status = temp.table.status().unwrap();
+    for live in [40, 41] {
+        assert!(
+            status
+                .registrations
+                .iter()
+                .any(|r| r.instance_id == live && r.state == livereg::RegistrationState::Live),
+            "instance {live} not live: {status:?}"
+        );
+    }
+    // The forger's registration is its own: it ends when it goes.
+    drop(hostile);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while temp
+        .table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == 42)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the forger's registration never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    local.deregister().unwrap();
     reaper.stop().unwrap();
 }

@@ -83,7 +83,7 @@ impl Reaper {
 
 /// The event a dying registration's handlers get: the one its drop will
 /// carry (reason `ProcessExited`), its last heartbeat as the slot says now.
-fn dying_event(slot: &Slot, index: u32, generation: u32) -> DropEvent {
+pub(super) fn dying_event(slot: &Slot, index: u32, generation: u32) -> DropEvent {
     let beat = protocol::decode_beat(slot.beat.load(Acquire));
     drop_event(slot, index, generation, Reason::ProcessExited, 0, beat)
 }

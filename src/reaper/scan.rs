@@ -2,6 +2,7 @@
 //! the sweep over every slot, the drops handed to their handlers, the
 //! scan's figures.
 
+use super::dying::dying_event;
 use super::observe::Verdict;
 use super::owned_removal::OwnedRemover;
 use super::role::{Dispatch, Reaper, ScanReport};
@@ -128,8 +129,14 @@ impl Reaper {
                     continue;
                 }
             }
-            if let Some(event) = self.newly_dying(index, slot, generation, now_ns, &mut held_words)
-            {
+            let remote = slot.flags.load(Relaxed) & FLAG_REMOTE != 0;
+            let dying = self
+                .newly_dying(index, slot, generation, now_ns, &mut held_words)
+                .or_else(|| {
+                    (remote && self.sessions.newly_dying(index, generation))
+                        .then(|| dying_event(slot, index, generation))
+                });
+            if let Some(event) = dying {
                 log::info!(
                     "table '{}': instance {} (pid {}, slot {}) dying: its process began to exit",
                     inner.name,
@@ -146,6 +153,9 @@ impl Reaper {
                     let last_beat = protocol::final_beat(slot);
                     let event = drop_event(slot, index, generation, reason, silent_ns, last_beat);
                     log_ended(&inner.name, &event);
+                    if remote {
+                        self.sessions.ended(index, generation);
+                    }
                     if reason.is_eviction() {
                         metrics::observe_eviction(inner.header(), silent_ns);
                     }

@@ -26,7 +26,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"LRDY");
-const HEADER: usize = 128;
+/// The bytes before the process words.
+pub(crate) const HEADER: usize = 128;
 
 /// One registering process's word.
 #[repr(C, align(16))]
@@ -163,6 +164,26 @@ impl DeathWords {
         made.then_some(words)
     }
 
+    /// One process word and one slot record at `offset` (page aligned) of
+    /// a session's region (`table/region.rs`): the words of the one table
+    /// its client's registrations are in, made the same way.
+    pub(crate) fn in_region(file: File, offset: u64) -> std::io::Result<DeathWords> {
+        let map = MmapOptions::new()
+            .offset(offset)
+            .len(size(1))
+            .map_raw(&file)?;
+        let words = DeathWords {
+            map,
+            file,
+            capacity: 1,
+        };
+        words.header(1).store(1, crate::sync::Ordering::Relaxed);
+        words
+            .header(0)
+            .store(MAGIC, crate::sync::Ordering::Release);
+        Ok(words)
+    }
+
     fn map(file: File, capacity: u32) -> std::io::Result<DeathWords> {
         let map = MmapOptions::new().len(size(capacity)).map_raw(&file)?;
         Ok(DeathWords {
@@ -254,7 +275,7 @@ impl DeathWords {
 }
 
 /// The file's size for `capacity` slots.
-fn size(capacity: u32) -> usize {
+pub(crate) fn size(capacity: u32) -> usize {
     HEADER + capacity as usize * 32
 }
 

@@ -68,6 +68,10 @@ impl Drop for RegionWatch {
 fn watch(table: &Table, held: &Held, stop: &AtomicU32) {
     // Regions (by registration) whose mark was told: told once.
     let mut told: HashSet<(u32, u32)> = HashSet::new();
+    // Whether the last wait ended before its time (woken, or a word had
+    // changed): a round that then finds nothing new rests first, so a
+    // client waking or flipping its word cannot make this thread spin.
+    let mut cut_short = false;
     while stop.load(Acquire) == 0 {
         let changed = held.regions_changed.load(Acquire);
         let regions = held.regions();
@@ -109,20 +113,20 @@ fn watch(table: &Table, held: &Held, stop: &AtomicU32) {
         }
         if marked {
             table.memory.wake_reaper();
-        }
-        if marked || unsettled {
-            std::thread::sleep(LOOK_AGAIN_AFTER);
             continue;
+        }
+        if unsettled || cut_short {
+            std::thread::sleep(LOOK_AGAIN_AFTER);
+            if unsettled {
+                continue;
+            }
         }
         // A word not yet claimed is looked at again soon: a client's
         // death thread claims it just after its welcome.
-        let wait = if unclaimed {
-            UNCLAIMED_LOOK
-        } else {
-            LOOK_EVERY
-        };
+        let wait = if unclaimed { UNCLAIMED_LOOK } else { LOOK_EVERY };
+        let waiting = std::time::Instant::now();
         match robust::wait_any(&waited, wait) {
-            Ok(_) => std::thread::sleep(LOOK_AGAIN_AFTER),
+            Ok(_) => cut_short = waiting.elapsed() < wait,
             // No futex_waitv (before Linux 5.16): look at a slower pace.
             Err(_) => std::thread::sleep(UNCLAIMED_LOOK),
         }

@@ -39,6 +39,27 @@ impl Reaper {
             .then(|| dying_event(slot, index, generation))
     }
 
+    /// The event of remote slot `index`'s registration of `generation` if
+    /// its client began to die (the death word in the region it beats in
+    /// is marked) and this reaper did not report it yet; recorded in the
+    /// table's death words too, so that any status reader sees it dying.
+    pub(super) fn newly_dying_session(
+        &self,
+        index: u32,
+        slot: &Slot,
+        generation: u32,
+        now_ns: u64,
+        remote: bool,
+    ) -> Option<DropEvent> {
+        if !remote || !self.sessions.newly_dying(index, generation) {
+            return None;
+        }
+        if let Some(words) = self.death_words() {
+            words.record_session_dying(index, generation, now_ns);
+        }
+        Some(dying_event(slot, index, generation))
+    }
+
     /// The table's death words, if this scan found them whole.
     fn death_words(&self) -> Option<&DeathWords> {
         self.table
@@ -83,7 +104,7 @@ impl Reaper {
 
 /// The event a dying registration's handlers get: the one its drop will
 /// carry (reason `ProcessExited`), its last heartbeat as the slot says now.
-pub(super) fn dying_event(slot: &Slot, index: u32, generation: u32) -> DropEvent {
+fn dying_event(slot: &Slot, index: u32, generation: u32) -> DropEvent {
     let beat = protocol::decode_beat(slot.beat.load(Acquire));
     drop_event(slot, index, generation, Reason::ProcessExited, 0, beat)
 }

@@ -2,7 +2,6 @@
 //! the sweep over every slot, the drops handed to their handlers, the
 //! scan's figures.
 
-use super::dying::dying_event;
 use super::observe::Verdict;
 use super::owned_removal::OwnedRemover;
 use super::role::{Dispatch, Reaper, ScanReport};
@@ -132,10 +131,7 @@ impl Reaper {
             let remote = slot.flags.load(Relaxed) & FLAG_REMOTE != 0;
             let dying = self
                 .newly_dying(index, slot, generation, now_ns, &mut held_words)
-                .or_else(|| {
-                    (remote && self.sessions.newly_dying(index, generation))
-                        .then(|| dying_event(slot, index, generation))
-                });
+                .or_else(|| self.newly_dying_session(index, slot, generation, now_ns, remote));
             if let Some(event) = dying {
                 log::info!(
                     "table '{}': instance {} (pid {}, slot {}) dying: its process began to exit",

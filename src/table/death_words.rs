@@ -267,10 +267,34 @@ impl DeathWords {
 
 impl DeathWords {
     /// Whether slot `index`'s registration of `generation` is dying: the
-    /// kernel marked its process's word.
+    /// kernel marked its process's word, or (a session's) its reaper
+    /// recorded it dying.
     pub(crate) fn is_dying(&self, index: u32, generation: u32) -> bool {
         self.owner_of(index, generation)
             .is_some_and(|process| death_protocol::is_marked(&process.word))
+            || self.session_dying(index, generation)
+    }
+
+    /// Records slot `index`'s session registration of `generation` dying,
+    /// as its reaper saw it in the region its client beats in (the word is
+    /// there, not here): its record names no process word (`owner` is the
+    /// generation alone) and says when.
+    pub(crate) fn record_session_dying(&self, index: u32, generation: u32, now_ns: u64) {
+        let record = self.slot(index);
+        record
+            .dying_seen_ns
+            .store(now_ns.max(1), crate::sync::Ordering::Release);
+        record
+            .owner
+            .store(u64::from(generation), crate::sync::Ordering::Release);
+    }
+
+    /// Whether [`DeathWords::record_session_dying`] recorded slot
+    /// `index`'s registration of `generation`.
+    fn session_dying(&self, index: u32, generation: u32) -> bool {
+        let record = self.slot(index);
+        record.owner.load(crate::sync::Ordering::Acquire) == u64::from(generation)
+            && record.dying_seen_ns.load(crate::sync::Ordering::Acquire) != 0
     }
 }
 

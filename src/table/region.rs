@@ -10,11 +10,13 @@
 //! | offset | bytes | what |
 //! |---|---|---|
 //! | 0 | [`table_size`]`(1)`, rounded up to a page | a table of capacity 1 (header, slot 0, info area, observations) |
-//! | [`Layout::death_offset`] | 168, rounded up to a page | its death words (a 128-byte header, process word 0, slot record 0), then the sender's pulse (8 bytes) |
+//! | [`Layout::death_offset`] | 176, rounded up to a page | its death words (a 128-byte header, process word 0, slot record 0), then the sender's pulse and the listener's (8 bytes each) |
 //!
-//! The pulse is a count the client's sender thread bumps every `T/16`
-//! while its process runs: the region's sign of a live client, as a
-//! frame's arrival is a socket's.
+//! The sender's pulse is a count the client's sender thread bumps every
+//! `T/16` while its process runs: the region's sign of a live client, as a
+//! frame's arrival is a socket's. The listener's pulse is one the listener
+//! bumps at every read of the region (every `T/16`): its sign to the
+//! client that it hears it, in place of `Heard` frames.
 //!
 //! The client writes what it likes there; the listener reads only slot 0's
 //! beat counter, busy bit and step count, process word 0 and the pulse, at the
@@ -35,6 +37,9 @@ use std::fs::File;
 /// words.
 const PULSE_OFFSET: usize = death_words::HEADER + 32;
 
+/// Where the listener's pulse is: after the sender's.
+const LISTENER_PULSE_OFFSET: usize = PULSE_OFFSET + 8;
+
 /// Where a region's parts are, for this host's page size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
@@ -50,7 +55,7 @@ impl Layout {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
         let table = (table_size(1) as u64).div_ceil(page) * page;
-        let words = (PULSE_OFFSET as u64 + 8).div_ceil(page) * page;
+        let words = (LISTENER_PULSE_OFFSET as u64 + 8).div_ceil(page) * page;
         Layout {
             death_offset: table,
             size: table + words,
@@ -192,9 +197,17 @@ impl SharedRegion {
         // - it lives as long as `self`.
         unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU64>() }
     }
+
+    /// The listener's pulse: bumped at every read of the region.
+    pub(crate) fn listener_pulse(&self) -> &AtomicU64 {
+        let offset = self.layout.death_offset as usize + LISTENER_PULSE_OFFSET;
+        // SAFETY: as for `pulse`, 8 bytes further (the second part holds
+        // LISTENER_PULSE_OFFSET + 8 bytes at least).
+        unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU64>() }
+    }
 }
 
-/// The client's hold on its region's pulse, for its sender thread.
+/// The client's hold on its region's pulses, for its sender thread.
 pub(crate) struct Pulse {
     map: MmapRaw,
 }
@@ -213,19 +226,33 @@ impl Pulse {
         let layout = Layout::here();
         let map = MmapOptions::new()
             .offset(layout.death_offset)
-            .len(PULSE_OFFSET + 8)
+            .len(LISTENER_PULSE_OFFSET + 8)
             .map_raw(region)?;
         Ok(Pulse { map })
     }
 
     /// One more pulse: the sender runs.
     pub(crate) fn bump(&self) {
+        self.at(PULSE_OFFSET)
+            .fetch_add(1, crate::sync::Ordering::Relaxed);
+    }
+
+    /// The listener's pulse now: a change since the last look is the
+    /// listener heard.
+    pub(crate) fn listener(&self) -> u64 {
+        self.at(LISTENER_PULSE_OFFSET)
+            .load(crate::sync::Ordering::Relaxed)
+    }
+
+    fn at(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset == PULSE_OFFSET || offset == LISTENER_PULSE_OFFSET);
         // SAFETY:
-        // - the map is PULSE_OFFSET + 8 bytes, page aligned, so the 8-byte
-        //   atomic at PULSE_OFFSET (a multiple of 8) is inside it, aligned;
-        // - an atomic: shared access (the listener reads it) is race free.
-        let pulse = unsafe { &*self.map.as_ptr().add(PULSE_OFFSET).cast::<AtomicU64>() };
-        pulse.fetch_add(1, crate::sync::Ordering::Relaxed);
+        // - the map is LISTENER_PULSE_OFFSET + 8 bytes, page aligned, so the
+        //   8-byte atomics at PULSE_OFFSET and LISTENER_PULSE_OFFSET
+        //   (multiples of 8) are inside it, aligned;
+        // - atomics: shared access (the listener's process too) is race free;
+        // - the map lives as long as `self`.
+        unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU64>() }
     }
 }
 

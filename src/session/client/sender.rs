@@ -87,6 +87,7 @@ impl SessionLink {
             generation: worker.local_generation(),
             region: dialed.region.as_ref().and_then(identity),
             pulse: dialed.region.as_ref().and_then(|r| Pulse::of(r).ok()),
+            listener_pulse: 0,
             dialed,
             heard: Instant::now(),
         };
@@ -199,6 +200,9 @@ struct Sender {
     region: Option<(u64, u64)>,
     /// The sender's pulse in that region.
     pulse: Option<Pulse>,
+    /// The listener's pulse there as last seen: a change is the listener
+    /// heard (it sends no `Heard` while it reads the region).
+    listener_pulse: u64,
 }
 
 /// A region's identity: its device and inode.
@@ -287,7 +291,14 @@ impl Sender {
                     return outcome;
                 }
                 match &self.pulse {
-                    Some(pulse) if self.listener_reads_slot() => pulse.bump(),
+                    Some(pulse) if self.listener_reads_slot() => {
+                        pulse.bump();
+                        let listener = pulse.listener();
+                        if listener != self.listener_pulse {
+                            self.listener_pulse = listener;
+                            self.heard = Instant::now();
+                        }
+                    }
                     _ => {
                         if self.forward().is_err() {
                             return ConnectionEnd::Broken;

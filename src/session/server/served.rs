@@ -372,6 +372,8 @@ impl Connection {
             reading.pulse = pulse;
             holding.heard.at(now_ns);
         }
+        // The client hears its listener by this (no `Heard` frame).
+        reading.held.region.listener_pulse().fetch_add(1, Relaxed);
         self.beat(gate, heartbeats, since_ping_us, busy, steps)
     }
 
@@ -393,9 +395,11 @@ impl Connection {
     }
 
     /// Sends `Heard` if the client was told nothing for `every` (a client
-    /// of protocol 1 knows no `Heard`: it is sent none).
+    /// of protocol 1 knows no `Heard`: it is sent none; a client that
+    /// beats in a region hears the listener's pulse there instead).
     pub(crate) fn keep_told(&mut self, every: Duration) -> Next {
-        if self.version < HEARD_SINCE || self.told.elapsed() < every {
+        let in_region = self.holding.as_ref().is_some_and(|h| h.region.is_some());
+        if in_region || self.version < HEARD_SINCE || self.told.elapsed() < every {
             return Next::KeepOpen;
         }
         self.told = Instant::now();

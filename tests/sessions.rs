@@ -1268,3 +1268,165 @@ fn a_client_writing_every_byte_of_its_region_changes_nothing_but_its_own_registr
     local.deregister().unwrap();
     reaper.stop().unwrap();
 }
+
+/// Reads what a listener sent on `socket` with `recvmsg`, keeping the
+/// descriptor that came with it (a region's memfd).
+fn receive_with_fd(
+    socket: &std::os::unix::net::UnixStream,
+    buf: &mut [u8],
+) -> (usize, Option<std::os::fd::OwnedFd>) {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 16];
+    // SAFETY: an all-zero msghdr is a valid empty one.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: `message` names `buf` and `control`, live for the call.
+    let read = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, 0) };
+    assert!(read > 0, "recvmsg: {}", std::io::Error::last_os_error());
+    // SAFETY: the kernel filled the control bytes; an SCM_RIGHTS header's
+    // data holds a descriptor now open in this process.
+    let fd = unsafe {
+        let header = libc::CMSG_FIRSTHDR(&message);
+        (!header.is_null() && (*header).cmsg_type == libc::SCM_RIGHTS).then(|| {
+            std::os::fd::OwnedFd::from_raw_fd(std::ptr::read_unaligned(
+                libc::CMSG_DATA(header).cast::<libc::c_int>(),
+            ))
+        })
+    };
+    (read as usize, fd)
+}
+
+#[test]
+fn a_unix_client_beating_in_its_region_sends_no_frame_and_is_sent_none() {
+    use livereg::wire::{Frame, VERSION};
+    use std::io::Read;
+    let temp = TempTable::new("session-region-raw", &one_second());
+    let socket = SocketPath::new("session-region-raw");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(Address::parse(&socket.address()).unwrap(), None)
+        .spawn()
+        .unwrap();
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket.0).unwrap();
+    let hello = Frame::Hello {
+        version: VERSION,
+        instance_id: 70,
+        pid: std::process::id(),
+        token: Vec::new(),
+        label: "raw".into(),
+        host: "here".into(),
+        reclaim: None,
+    };
+    std::io::Write::write_all(&mut stream, &hello.encode()).unwrap();
+    // The welcome, and the region's memfd with it.
+    let mut bytes = vec![0u8; 8192];
+    let (mut have, mut region) = (0, None);
+    let region_bytes = loop {
+        let (n, fd) = receive_with_fd(&stream, &mut bytes[have..]);
+        have += n;
+        region = region.or(fd);
+        match Frame::decode(&bytes[..have]).unwrap() {
+            Some((Frame::Welcome { region_bytes, .. }, _)) => break region_bytes,
+            Some((Frame::Info { .. }, used)) => {
+                bytes.drain(..used);
+                have -= used;
+            }
+            Some((other, _)) => panic!("expected a welcome, found {other:?}"),
+            None => {}
+        }
+    };
+    let region = std::fs::File::from(region.expect("a memfd with the welcome"));
+    assert_eq!(region.metadata().unwrap().len(), region_bytes);
+    // The layout docs/sessions.md gives: a table of one slot (its slot at
+    // HEADER_SIZE, the beat count 16 bytes in), then, a page further, the
+    // death words (128 + 16 + 16 bytes) and the sender's pulse.
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let death_offset = livereg::table_size(1).div_ceil(page) * page;
+    // SAFETY: a shared map of the region, of its size.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            region_bytes as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&region),
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    // SAFETY: both words are inside the map, 8-byte aligned; atomics, as
+    // the listener reads them.
+    let (beats, pulse) = unsafe {
+        (
+            &*base
+                .cast::<u8>()
+                .add(livereg::HEADER_SIZE + 16)
+                .cast::<std::sync::atomic::AtomicU64>(),
+            &*base
+                .cast::<u8>()
+                .add(death_offset + 160)
+                .cast::<std::sync::atomic::AtomicU64>(),
+        )
+    };
+    // Three reap timeouts of beats as stores: no frame sent, none heard.
+    stream.set_nonblocking(true).unwrap();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        beats.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        pulse.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(20));
+        match stream.read(&mut bytes) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("the listener sent something: {other:?}"),
+        }
+    }
+    let status = temp.table.status().unwrap();
+    let row = status
+        .registrations
+        .iter()
+        .find(|r| r.instance_id == 70)
+        .expect("alive after three timeouts of beats without frames");
+    assert!(row.heartbeats > 0, "{row:?}");
+    assert_eq!(row.state, livereg::RegistrationState::Live);
+    // Its beats stop: it times out, as a local registration would.
+    let stopped = Instant::now();
+    let ended = loop {
+        let mut byte = [0u8; 64];
+        match stream.read(&mut byte) {
+            Ok(n) if n > 0 => break Frame::decode(&byte[..n]).unwrap(),
+            Ok(_) => panic!("closed without a word"),
+            Err(_) => {}
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(10), "never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        matches!(
+            ended,
+            Some((
+                Frame::Ended {
+                    reason: Reason::Timeout
+                },
+                _
+            ))
+        ),
+        "{ended:?}"
+    );
+    assert!(
+        stopped.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        stopped.elapsed()
+    );
+    // SAFETY: the map made above, unmapped once.
+    unsafe { libc::munmap(base, region_bytes as usize) };
+    reaper.stop().unwrap();
+}

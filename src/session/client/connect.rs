@@ -51,8 +51,11 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Registers `instance_id` through the listener at `address` (`unix:PATH` or
 /// `tcp://HOST:PORT`) and returns its worker handle: `heartbeat`,
 /// `set_busy`, `progress` and `deregister` work as for a registration in a
-/// mapped table, and cost the same. A sender thread forwards them to the
-/// reaper several times per reap timeout; if the connection breaks, it
+/// mapped table, and cost the same. Over `unix:` with a listener of
+/// protocol 4, they land in a region the listener shared, which it reads
+/// itself, and this process's death is seen as it begins (the reaper's
+/// `on_dying`); otherwise a sender thread forwards them to the reaper
+/// several times per reap timeout. If the connection breaks, the sender
 /// reconnects with backoff and takes the same registration back (the
 /// heartbeats go on meanwhile); if it cannot within the reap timeout, the
 /// next heartbeat returns `Evicted` (reason `disconnected`).
@@ -131,7 +134,10 @@ pub fn connect(
                 Err(e) => {
                     // Beats go as frames instead; the listener stops
                     // reading the region at the first.
-                    log::warn!("session {}: cannot use the shared region ({e}): beating with frames", dialer.address);
+                    log::warn!(
+                        "session {}: cannot use the shared region ({e}): beating with frames",
+                        dialer.address
+                    );
                     dialed.region = None;
                     worker
                 }

@@ -3,19 +3,15 @@
 //! or taken back, or a question answered, a clear asked for; refusals are
 //! told and counted.
 
-use super::held::LastHeard;
+use super::held::{HeldRegion, LastHeard};
 use super::printable::printable;
 use super::records::Record;
 use super::refusals::SessionRefusals;
-use super::held::HeldRegion;
 use super::served::{Connection, Gate, Holding, Next, RegionReading, Requested};
-use crate::session::stream::Stream;
-use crate::table::region::SharedRegion;
-use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::session::server::limited_log::limited_log;
-use crate::session::stream::send_for;
+use crate::session::stream::{send_for, Stream};
 use crate::session::wire::{
     is_served, Frame, Reclaim, ANSWER_MAX, HOST_MAX, MESSAGE_MAX, OLDEST_SERVED, REGION_SINCE,
     VERSION,
@@ -24,7 +20,9 @@ use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::layout::FLAG_REMOTE;
 use crate::table::layout::LABEL_MAX;
 use crate::table::protocol::{self, Gone, LIVE};
+use crate::table::region::SharedRegion;
 use crate::text::prefix_within;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 impl Connection {

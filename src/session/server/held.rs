@@ -7,9 +7,8 @@ use super::records::Records;
 use crate::absence::Absence;
 use crate::table::handle::Table;
 use crate::table::region::SharedRegion;
-use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -35,8 +34,8 @@ pub(crate) struct Held {
     /// connection closed: its death word says whether it died first), for
     /// the client's reclaim and the reaper's dying.
     regions: Mutex<HashMap<(u32, u32), Arc<HeldRegion>>>,
-    /// Bumped (and woken, a private futex) when a region is added or
-    /// dropped: the region watch looks again.
+    /// Bumped (and woken) when a region is added or dropped: the region
+    /// watch looks again.
     pub(crate) regions_changed: AtomicU32,
 }
 
@@ -46,6 +45,9 @@ pub(crate) struct Held {
 pub(crate) struct HeldRegion {
     pub region: SharedRegion,
     pub dying_reported: AtomicBool,
+    /// When it was shared: its client's death thread claims its word just
+    /// after, and the region watch looks for that claim often until then.
+    pub shared_at: std::time::Instant,
 }
 
 /// When a held registration's client was last heard (a frame), on the
@@ -146,6 +148,7 @@ impl Held {
         let held = Arc::new(HeldRegion {
             region,
             dying_reported: AtomicBool::new(false),
+            shared_at: std::time::Instant::now(),
         });
         {
             let mut regions = self.regions_lock();

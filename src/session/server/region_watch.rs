@@ -24,8 +24,14 @@ use std::time::Duration;
 /// How long the thread sleeps at most between looks.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
-/// How soon a word no death thread holds yet is looked at again.
+/// How soon a word no death thread holds yet is looked at again, while
+/// its region is new.
 const UNCLAIMED_LOOK: Duration = Duration::from_millis(20);
+
+/// How long after a region was shared its word is looked at often: its
+/// client's death thread claims it just after the welcome (a word not
+/// claimed by then is looked at every [`LOOK_EVERY`]).
+const CLAIM_EXPECTED_WITHIN: Duration = Duration::from_secs(2);
 
 /// The least time between two looks that did not wait (a word that
 /// changed under the look, perhaps a client flipping it).
@@ -99,7 +105,9 @@ fn watch(table: &Table, held: &Held, stop: &AtomicU32) {
                 continue;
             }
             if word.load(Acquire) & death_protocol::TID_MASK == 0 {
-                unclaimed = true; // no death thread holds it (yet)
+                // No death thread holds it yet (looked at often while one
+                // may be about to), or none will (turned off, refused).
+                unclaimed |= region.shared_at.elapsed() < CLAIM_EXPECTED_WITHIN;
                 continue;
             }
             match death_protocol::wait_on(word) {

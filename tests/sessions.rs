@@ -235,7 +235,8 @@ fn client_helper() {
 /// it among its descriptors (a memfd named `livereg-session`), maps it, and
 /// writes every byte of it, pass after pass: zeros, ones, a counting
 /// pattern, every 32-bit word `OWNER_DIED` with another thread's id, every
-/// 64-bit word another instance's id; for three seconds.
+/// 64-bit word another instance's id; for three seconds; then leaves its
+/// death word marked.
 fn forge_region() {
     let region = std::fs::read_dir("/proc/self/fd")
         .unwrap()
@@ -297,6 +298,13 @@ fn forge_region() {
         }
         pass += 1;
     }
+    // Last, its death word forged marked (`OWNER_DIED` and a thread id not
+    // its own), at the offset docs/sessions.md gives.
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let death_word = livereg::table_size(1).div_ceil(page) * page + 128;
+    // SAFETY: within the map, 4-byte aligned.
+    unsafe { std::ptr::write_volatile(bytes.add(death_word).cast::<u32>(), 0x4000_0001) };
 }
 
 fn next_event(
@@ -1238,7 +1246,22 @@ fn a_client_writing_every_byte_of_its_region_changes_nothing_but_its_own_registr
             "an event of another registration: {seen:?}"
         );
     }
+    // Its forged death word says its own registration is dying, once, and
+    // nothing of another's.
+    let dying: Vec<_> = seen
+        .iter()
+        .filter(|(kind, _, _)| *kind == "dying")
+        .collect();
+    assert_eq!(dying.len(), 1, "{seen:?}");
+    assert_eq!(dying[0].1, 42, "{seen:?}");
     let status = temp.table.status().unwrap();
+    assert!(
+        status
+            .registrations
+            .iter()
+            .any(|r| r.instance_id == 42 && r.state == livereg::RegistrationState::Dying),
+        "{status:?}"
+    );
     for live in [40, 41] {
         assert!(
             status

@@ -216,3 +216,24 @@ impl Held {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
+
+#[cfg(all(test, not(miri)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_bounded_by_the_most_given_and_a_forgotten_one_frees_room() {
+        let held = Held::default();
+        let region = || SharedRegion::create().unwrap();
+        assert!(held.share_region(0, 1, 2, region()).is_some());
+        assert!(held.share_region(1, 1, 2, region()).is_some());
+        assert!(held.share_region(2, 1, 2, region()).is_none(), "past the bound");
+        assert!(held.region(2, 1).is_none());
+        let changed = held.regions_changed.load(Relaxed);
+        held.forget_region(0, 1);
+        assert_ne!(held.regions_changed.load(Relaxed), changed, "the watch is told");
+        assert!(held.region(0, 1).is_none());
+        assert!(held.share_region(2, 1, 2, region()).is_some());
+        assert_eq!(held.regions().len(), 2);
+    }
+}

@@ -88,9 +88,11 @@ impl SessionLink {
             region: dialed.region.as_ref().and_then(identity),
             pulse: dialed.region.as_ref().and_then(|r| Pulse::of(r).ok()),
             listener_pulse: 0,
+            reads_slot: false,
             dialed,
             heard: Instant::now(),
         };
+        sender.reads_slot = sender.listener_reads_slot();
         let thread = std::thread::Builder::new()
             .name("livereg-session".into())
             .spawn(move || sender.run())
@@ -203,6 +205,9 @@ struct Sender {
     /// The listener's pulse there as last seen: a change is the listener
     /// heard (it sends no `Heard` while it reads the region).
     listener_pulse: u64,
+    /// Whether the current connection's listener reads the worker's slot
+    /// in that region (set with each connection).
+    reads_slot: bool,
 }
 
 /// A region's identity: its device and inode.
@@ -235,6 +240,12 @@ impl Sender {
             && self.dialed.region.as_ref().and_then(identity) == self.region
     }
 
+    /// Goes on over a new connection.
+    fn connected(&mut self, dialed: Dialed) {
+        self.dialed = dialed;
+        self.reads_slot = self.listener_reads_slot();
+    }
+
     fn run(&mut self) {
         loop {
             match self.run_connection() {
@@ -259,7 +270,7 @@ impl Sender {
     /// How often it forwards (or, while its listener reads the region,
     /// pulses there).
     fn interval(&self) -> Duration {
-        match self.listener_reads_slot() {
+        match self.reads_slot {
             true => pulse_interval(self.dialed.reap_timeout),
             false => forward_interval(self.dialed.reap_timeout),
         }
@@ -291,7 +302,7 @@ impl Sender {
                     return outcome;
                 }
                 match &self.pulse {
-                    Some(pulse) if self.listener_reads_slot() => {
+                    Some(pulse) if self.reads_slot => {
                         pulse.bump();
                         let listener = pulse.listener();
                         if listener != self.listener_pulse {
@@ -437,7 +448,7 @@ impl Sender {
                 if let Some(info) = &dialed.info {
                     *self.shared.info.lock().unwrap_or_else(|p| p.into_inner()) = info.clone();
                 }
-                self.dialed = dialed;
+                self.connected(dialed);
                 self.heard = Instant::now();
                 None
             }
@@ -469,7 +480,7 @@ impl Sender {
     /// The worker deregistered: forwards its last beats, then says bye.
     fn goodbye(&mut self) -> ConnectionEnd {
         if self.ended_here() == Some(Reason::Deregistered) {
-            if !self.listener_reads_slot() {
+            if !self.reads_slot {
                 let _ = self.forward();
             }
             let _ = send(&mut self.dialed.stream, &Frame::Bye {});
@@ -526,7 +537,7 @@ impl Sender {
                     if let Some(info) = &dialed.info {
                         *self.shared.info.lock().unwrap_or_else(|p| p.into_inner()) = info.clone();
                     }
-                    self.dialed = dialed;
+                    self.connected(dialed);
                     return true;
                 }
                 Err(Error::Io { .. } | Error::Timeout(_) | Error::Busy { .. }) => {

@@ -19,9 +19,11 @@
 //! client that it hears it, in place of `Heard` frames.
 //!
 //! The client writes what it likes there; the listener reads only slot 0's
-//! beat counter, busy bit and step count, process word 0 and the pulse, at the
-//! offsets above, as numbers it bounds before using them: never the
-//! header's sizes, never a pointer or an index (see `docs/sessions.md`).
+//! beat counter, busy bit and step count, process word 0 and the sender's
+//! pulse, at the offsets above, as numbers it bounds before using them:
+//! never the header's sizes, never a pointer or an index (see
+//! `docs/sessions.md`). It writes only its own pulse and the `WAITERS` bit
+//! of process word 0 (so that the kernel wakes it when it marks the word).
 
 use crate::error::{Error, Result};
 use crate::sync::{AtomicU32, AtomicU64};

@@ -439,14 +439,18 @@ void livereg_reaper_stop(livereg_reaper *reaper);
  * against the CA in opts, never falling back to plaintext). The handle livereg_connect gives is an
  * ordinary livereg_worker: livereg_ping, livereg_set_busy, livereg_progress
  * and livereg_deregister work unchanged and cost the same (they write memory
- * this process owns; no system call). A library thread forwards them to the
- * reaper eight times per reap timeout and delivers the reaper's notices: when
+ * this process maps; no system call). Over unix: with a listener of session
+ * protocol 4, that memory is a region the listener shared (a sealed memfd),
+ * which it reads itself; otherwise a library thread forwards them to the
+ * reaper eight times per reap timeout. The thread delivers the reaper's
+ * notices either way: when
  * the registration ends (evicted, reset, ...), the next ping returns
  * EVICTED. If the connection breaks, the thread reconnects with backoff and
  * takes the same registration back; if no listener takes it back within the
  * reap timeout, the next ping returns EVICTED: register again. The process
  * dying (or its connection being cut) ends the registration
- * LIVEREG_REASON_DISCONNECTED at once. */
+ * LIVEREG_REASON_DISCONNECTED at once; over a shared region, the reaper's
+ * on_dying hears it first, as the process begins to exit. */
 
 typedef struct livereg_connect_options {
     const char *token;              /* the listener's token; required by tcp:// listeners; NULL: none */

@@ -150,7 +150,12 @@ impl Drop for Isolated {
 /// loop stops after `hanging`, the sender thread lives), `exit` (deregister
 /// after a few pings, `done`), `clear` (a clear, `cleared`, a ping,
 /// `beating`, then, once the test says go, a reset, `reset`, then pings
-/// until evicted), `quiet` (never beats: its sender forwards on).
+/// until evicted), `quiet` (never beats: its sender forwards on), `fork`
+/// (a few pings, then a forked child that exits at once, `forked`, then
+/// pings), `hostile` (forges its region's death word marked, `marked`,
+/// then, once the test says go, writes every byte of the region over and
+/// over, forging beats, its death word, another instance's id, for a few
+/// seconds, `forged`, then sleeps).
 #[test]
 #[ignore = "a helper, run by the tests of this file in a container"]
 fn client_helper() {
@@ -185,6 +190,22 @@ fn client_helper() {
     if mode == "quiet" {
         std::thread::sleep(Duration::from_secs(3600));
     }
+    if mode == "hostile" {
+        let region = map_region();
+        // Its death word forged marked (`OWNER_DIED` and a thread id not
+        // its own), at the offset docs/sessions.md gives.
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let death_word = livereg::table_size(1).div_ceil(page) * page + 128;
+        // SAFETY: within the map, 4-byte aligned; volatile, as another
+        // process reads it.
+        unsafe { std::ptr::write_volatile(region.0.add(death_word).cast::<u32>(), 0x4000_0001) };
+        println!("marked");
+        std::io::stdin().read_line(&mut String::new()).unwrap();
+        forge_region(region);
+        println!("forged");
+        std::thread::sleep(Duration::from_secs(3600));
+    }
     let mut pings = 0u64;
     loop {
         match worker.heartbeat() {
@@ -200,12 +221,92 @@ fn client_helper() {
             println!("hanging");
             std::thread::sleep(Duration::from_secs(3600));
         }
+        if mode == "fork" && pings == 5 {
+            // SAFETY: the child calls only _exit; the parent waits for it.
+            let child = unsafe { libc::fork() };
+            if child == 0 {
+                // SAFETY: _exit is async-signal-safe.
+                unsafe { libc::_exit(0) };
+            }
+            assert!(child > 0, "fork failed");
+            let mut status = 0;
+            // SAFETY: waits for the child just forked.
+            assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+            println!("forked");
+        }
         if mode == "exit" && pings == 5 {
             worker.deregister().unwrap();
             println!("done");
             return;
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The region its listener shared with this client, found among its
+/// descriptors (a memfd named `livereg-session`) and mapped: its bytes and
+/// its size.
+fn map_region() -> (*mut u8, usize) {
+    let region = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let target = std::fs::read_link(entry.path()).ok()?;
+            target
+                .to_string_lossy()
+                .contains("livereg-session")
+                .then(|| {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(entry.path())
+                        .ok()
+                })
+                .flatten()
+        })
+        .next()
+        .expect("a region among the client's descriptors");
+    let size = region.metadata().unwrap().len() as usize;
+    // SAFETY: a shared map of a file we opened, of its size.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&region),
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    (base.cast(), size)
+}
+
+/// What a hostile client does to its region: writes every byte of it,
+/// pass after pass: zeros, ones, a counting pattern, every 32-bit word
+/// `OWNER_DIED` with another thread's id, every 64-bit word another
+/// instance's id; for three seconds.
+fn forge_region((bytes, size): (*mut u8, usize)) {
+    let started = Instant::now();
+    let mut pass = 0u64;
+    while started.elapsed() < Duration::from_secs(3) {
+        for offset in (0..size).step_by(4) {
+            let word: u32 = match pass % 5 {
+                0 => 0,
+                1 => u32::MAX,
+                2 => (offset as u32)
+                    .wrapping_mul(2_654_435_761)
+                    .wrapping_add(pass as u32),
+                // OWNER_DIED, and the id of a thread of another process.
+                3 => 0x4000_0000 | 1,
+                // Another instance's id, as 64-bit words.
+                _ => u32::from(offset % 8 == 0) * 99,
+            };
+            // SAFETY: `offset + 4 <= size`, within the map; volatile, as
+            // another process reads it.
+            unsafe { std::ptr::write_volatile(bytes.add(offset).cast::<u32>(), word) };
+        }
+        pass += 1;
     }
 }
 
@@ -1020,5 +1121,342 @@ fn a_client_stopped_before_its_first_beat_times_out_with_its_silence_since_regis
         "{event:?}, handled {:?} after the spawn",
         handled - spawned
     );
+    reaper.stop().unwrap();
+}
+
+/// A reaper listening at `address` that sends every dying and drop event,
+/// tagged, on one channel.
+fn with_dying_and_drops(
+    table: &livereg::Table,
+    address: &str,
+) -> (
+    livereg::ReaperThread,
+    mpsc::Receiver<(&'static str, DropEvent, Instant)>,
+) {
+    let (sender, events) = mpsc::channel();
+    let dying = sender.clone();
+    let reaper = table
+        .reaper()
+        .on_dying(move |event| Ok(dying.send(("dying", event.clone(), Instant::now()))?))
+        .on_drop(move |event| Ok(sender.send(("drop", event.clone(), Instant::now()))?))
+        .listen(Address::parse(address).unwrap(), None)
+        .spawn()
+        .unwrap();
+    (reaper, events)
+}
+
+#[test]
+fn an_isolated_unix_client_killed_is_dying_before_its_socket_closes_and_a_tcp_one_is_not() {
+    let temp = TempTable::new("session-dying", &long_options());
+    let socket = SocketPath::new("session-dying");
+    let tcp = tcp_address();
+    let (reaper, events) = with_dying_and_drops(&temp.table, &socket.address());
+    reaper
+        .listen(Address::parse(&tcp).unwrap(), Some(b"s3cret".to_vec()))
+        .unwrap();
+    for (instance, address, token) in [(1, socket.address(), None), (2, tcp, Some("s3cret"))] {
+        let mut client = Isolated::spawn(&address, instance, "ping", token);
+        client.line("registered");
+        // Time for its death thread to claim the region's word.
+        std::thread::sleep(Duration::from_millis(500));
+        let killed = Instant::now();
+        client.signal(libc::SIGKILL);
+        let (kind, event, _) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(event.instance_id, instance);
+        if instance == 1 {
+            assert_eq!(kind, "dying", "{event:?}");
+            assert_eq!(event.reason, Reason::ProcessExited);
+            let (kind, event, handled) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert_eq!((kind, event.instance_id), ("drop", instance));
+            assert_eq!(event.reason, Reason::Disconnected);
+            assert!(
+                handled - killed < Duration::from_secs(2),
+                "{:?}",
+                handled - killed
+            );
+        } else {
+            // Over tcp: nothing is shared; the close says it.
+            assert_eq!((kind, event.reason), ("drop", Reason::Disconnected));
+        }
+    }
+    reaper.stop().unwrap();
+    assert!(events.try_recv().is_err(), "more events than the kills");
+}
+
+#[test]
+fn an_isolated_unix_client_whose_forked_child_exits_is_not_dying() {
+    let temp = TempTable::new("session-fork", &long_options());
+    let socket = SocketPath::new("session-fork");
+    let (reaper, events) = with_dying_and_drops(&temp.table, &socket.address());
+    let mut client = Isolated::spawn(&socket.address(), 3, "fork", None);
+    client.line("registered");
+    client.line("forked");
+    if let Ok((kind, event, _)) = events.recv_timeout(Duration::from_secs(2)) {
+        panic!("a {kind} event after a forked child exited: {event:?}");
+    }
+    assert!(temp
+        .table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == 3));
+    // Its own death is seen: the word was there to mark.
+    client.signal(libc::SIGKILL);
+    let (kind, event, _) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!((kind, event.instance_id), ("dying", 3));
+    let (kind, _, _) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(kind, "drop");
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn a_client_writing_every_byte_of_its_region_changes_nothing_but_its_own_registration() {
+    let temp = TempTable::new("session-hostile", &long_options());
+    let socket = SocketPath::new("session-hostile");
+    let (reaper, events) = with_dying_and_drops(&temp.table, &socket.address());
+    let local = temp.table.register(40, "local").unwrap();
+    let mut honest = Isolated::spawn(&socket.address(), 41, "ping", None);
+    honest.line("registered");
+    let mut hostile = Isolated::spawn(&socket.address(), 42, "hostile", None);
+    hostile.line("registered");
+    // Its forged death word: its own registration is reported dying, and
+    // status says so, while it runs; nothing of another's.
+    hostile.line("marked");
+    let (kind, event, _) = events.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!((kind, event.instance_id), ("dying", 42), "{event:?}");
+    let status = temp.table.status().unwrap();
+    assert!(
+        status
+            .registrations
+            .iter()
+            .any(|r| r.instance_id == 42 && r.state == livereg::RegistrationState::Dying),
+        "{status:?}"
+    );
+    hostile.go();
+    // While it forges: the listener serves new sessions, the others live.
+    let started = Instant::now();
+    let mut served = 0;
+    while started.elapsed() < Duration::from_secs(2) {
+        let worker = connect(
+            &socket.address(),
+            50 + served,
+            "probe",
+            &ConnectOptions::default(),
+        )
+        .expect("the listener serves while a client forges its region");
+        worker.heartbeat().unwrap();
+        worker.deregister().unwrap();
+        served += 1;
+        local.heartbeat().unwrap();
+    }
+    hostile.line("forged");
+    assert!(served > 0);
+    let mut seen = Vec::new();
+    while let Ok((kind, event, _)) = events.recv_timeout(Duration::from_secs(1)) {
+        seen.push((kind, event.instance_id, event.reason));
+    }
+    for (kind, instance, reason) in &seen {
+        assert!(
+            *instance == 42
+                || (*kind == "drop" && *instance >= 50 && *reason == Reason::Deregistered),
+            "an event of another registration: {seen:?}"
+        );
+    }
+    // Reported dying once, whatever its word said since.
+    assert!(
+        !seen.iter().any(|(kind, _, _)| *kind == "dying"),
+        "{seen:?}"
+    );
+    let status = temp.table.status().unwrap();
+    for live in [40, 41] {
+        assert!(
+            status
+                .registrations
+                .iter()
+                .any(|r| r.instance_id == live && r.state == livereg::RegistrationState::Live),
+            "instance {live} not live: {status:?}"
+        );
+    }
+    // The forger's registration is its own: it ends when it goes.
+    drop(hostile);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while temp
+        .table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == 42)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the forger's registration never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    local.deregister().unwrap();
+    reaper.stop().unwrap();
+}
+
+/// Reads what a listener sent on `socket` with `recvmsg`, keeping the
+/// descriptor that came with it (a region's memfd).
+fn receive_with_fd(
+    socket: &std::os::unix::net::UnixStream,
+    buf: &mut [u8],
+) -> (usize, Option<std::os::fd::OwnedFd>) {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 16];
+    // SAFETY: an all-zero msghdr is a valid empty one.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: `message` names `buf` and `control`, live for the call.
+    let read = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, 0) };
+    assert!(read > 0, "recvmsg: {}", std::io::Error::last_os_error());
+    // SAFETY: the kernel filled the control bytes; an SCM_RIGHTS header's
+    // data holds a descriptor now open in this process.
+    let fd = unsafe {
+        let header = libc::CMSG_FIRSTHDR(&message);
+        (!header.is_null() && (*header).cmsg_type == libc::SCM_RIGHTS).then(|| {
+            std::os::fd::OwnedFd::from_raw_fd(std::ptr::read_unaligned(
+                libc::CMSG_DATA(header).cast::<libc::c_int>(),
+            ))
+        })
+    };
+    (read as usize, fd)
+}
+
+#[test]
+fn a_unix_client_beating_in_its_region_sends_no_frame_and_is_sent_none() {
+    use livereg::wire::{Frame, VERSION};
+    use std::io::Read;
+    let temp = TempTable::new("session-region-raw", &one_second());
+    let socket = SocketPath::new("session-region-raw");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(Address::parse(&socket.address()).unwrap(), None)
+        .spawn()
+        .unwrap();
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket.0).unwrap();
+    let hello = Frame::Hello {
+        version: VERSION,
+        instance_id: 70,
+        pid: std::process::id(),
+        token: Vec::new(),
+        label: "raw".into(),
+        host: "here".into(),
+        reclaim: None,
+    };
+    std::io::Write::write_all(&mut stream, &hello.encode()).unwrap();
+    // The welcome, and the region's memfd with it.
+    let mut bytes = vec![0u8; 8192];
+    let (mut have, mut region) = (0, None);
+    let region_bytes = loop {
+        let (n, fd) = receive_with_fd(&stream, &mut bytes[have..]);
+        have += n;
+        region = region.or(fd);
+        match Frame::decode(&bytes[..have]).unwrap() {
+            Some((Frame::Welcome { region_bytes, .. }, _)) => break region_bytes,
+            Some((Frame::Info { .. }, used)) => {
+                bytes.drain(..used);
+                have -= used;
+            }
+            Some((other, _)) => panic!("expected a welcome, found {other:?}"),
+            None => {}
+        }
+    };
+    let region = std::fs::File::from(region.expect("a memfd with the welcome"));
+    assert_eq!(region.metadata().unwrap().len(), region_bytes);
+    // The layout docs/sessions.md gives: a table of one slot (its slot at
+    // HEADER_SIZE, the beat count 16 bytes in), then, a page further, the
+    // death words (128 + 16 + 16 bytes) and the sender's pulse.
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let death_offset = livereg::table_size(1).div_ceil(page) * page;
+    // SAFETY: a shared map of the region, of its size.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            region_bytes as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&region),
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    // SAFETY: both words are inside the map, 8-byte aligned; atomics, as
+    // the listener reads them.
+    let (beats, pulse) = unsafe {
+        (
+            &*base
+                .cast::<u8>()
+                .add(livereg::HEADER_SIZE + 16)
+                .cast::<std::sync::atomic::AtomicU64>(),
+            &*base
+                .cast::<u8>()
+                .add(death_offset + 160)
+                .cast::<std::sync::atomic::AtomicU64>(),
+        )
+    };
+    // Three reap timeouts of beats as stores: no frame sent, none heard.
+    stream.set_nonblocking(true).unwrap();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        beats.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        pulse.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(20));
+        match stream.read(&mut bytes) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("the listener sent something: {other:?}"),
+        }
+    }
+    let status = temp.table.status().unwrap();
+    let row = status
+        .registrations
+        .iter()
+        .find(|r| r.instance_id == 70)
+        .expect("alive after three timeouts of beats without frames");
+    assert!(row.heartbeats > 0, "{row:?}");
+    assert_eq!(row.state, livereg::RegistrationState::Live);
+    // Its beats stop: it times out, as a local registration would.
+    let stopped = Instant::now();
+    let ended = loop {
+        let mut byte = [0u8; 64];
+        match stream.read(&mut byte) {
+            Ok(n) if n > 0 => break Frame::decode(&byte[..n]).unwrap(),
+            Ok(_) => panic!("closed without a word"),
+            Err(_) => {}
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(10), "never ended");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        matches!(
+            ended,
+            Some((
+                Frame::Ended {
+                    reason: Reason::Timeout
+                },
+                _
+            ))
+        ),
+        "{ended:?}"
+    );
+    assert!(
+        stopped.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        stopped.elapsed()
+    );
+    // SAFETY: the map made above, unmapped once.
+    unsafe { libc::munmap(base, region_bytes as usize) };
     reaper.stop().unwrap();
 }

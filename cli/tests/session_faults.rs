@@ -634,9 +634,10 @@ fn refusal_frame_len(message: &str) -> usize {
     4 + 1 + 1 + 2 + message.len()
 }
 
-/// A listener two protocol versions away refuses today's hello and the
-/// previous one: the client fails in one line naming both versions and what
-/// to upgrade (`INCOMPATIBLE`), having tried each once.
+/// A listener that speaks no version of ours refuses today's hello and
+/// each earlier one down to the oldest: the client fails in one line naming
+/// the versions and what to upgrade (`INCOMPATIBLE`), having tried each
+/// once, newest first.
 #[test]
 fn a_listener_that_speaks_no_version_of_ours_fails_in_one_line_naming_both() {
     use livereg::wire::{Frame, OLDEST_SERVED, VERSION};
@@ -644,7 +645,7 @@ fn a_listener_that_speaks_no_version_of_ours_fails_in_one_line_naming_both() {
     let address = format!("tcp://{}", listener.local_addr().unwrap());
     let serving = std::thread::spawn(move || {
         let mut versions = Vec::new();
-        for _ in 0..2 {
+        for _ in OLDEST_SERVED..=VERSION {
             let (mut conn, _) = listener.accept().unwrap();
             let mut bytes = vec![0u8; 1024];
             let n = conn.read(&mut bytes).unwrap();
@@ -673,8 +674,8 @@ fn a_listener_that_speaks_no_version_of_ours_fails_in_one_line_naming_both() {
     );
     assert_eq!(
         serving.join().unwrap(),
-        vec![VERSION, OLDEST_SERVED],
-        "today's version, then the previous"
+        (OLDEST_SERVED..=VERSION).rev().collect::<Vec<_>>(),
+        "today's version, then each earlier one"
     );
 }
 

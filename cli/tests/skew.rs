@@ -1,5 +1,5 @@
 //! Version skew against the real previous build: the `livereg` command of
-//! the last commit that spoke session protocol 2 (`.ci/previous-build`,
+//! the last commit that spoke session protocol 3 (`.ci/previous-build`,
 //! named by `LIVEREG_PREVIOUS_BIN`), beside today's. Its client registers
 //! with today's reaper and today's client with its reaper, each beats, is
 //! ended on SIGKILL as a client of the reaper's own version is, and
@@ -79,10 +79,13 @@ fn port_of_its_own() -> u16 {
     }
 }
 
-/// A table with a `tcp://` listener's address and token file.
+/// A table with a `tcp://` listener's address and token file, and a
+/// `unix:` listener's address (where a client of protocol 4 beats in a
+/// region its listener of protocol 4 shares, and with frames otherwise).
 struct Setup {
     name: String,
     address: String,
+    unix: String,
     token_file: PathBuf,
     _table: UnlinkOnDrop,
 }
@@ -90,6 +93,7 @@ struct Setup {
 impl Drop for Setup {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.token_file);
+        let _ = std::fs::remove_file(self.unix.trim_start_matches("unix:"));
     }
 }
 
@@ -115,6 +119,10 @@ impl Setup {
         .unwrap();
         Setup {
             address: format!("tcp://127.0.0.1:{port}"),
+            unix: format!(
+                "unix:{}",
+                std::env::temp_dir().join(format!("{name}.sock")).display()
+            ),
             token_file,
             _table: UnlinkOnDrop(name.clone()),
             name,
@@ -130,6 +138,8 @@ impl Setup {
                 &self.name,
                 "--listen",
                 &self.address,
+                "--listen",
+                &self.unix,
                 "--token-file",
                 token,
             ],
@@ -140,19 +150,26 @@ impl Setup {
         self.wait_until("the reaper to listen", || {
             self.status()["reaper_pid"] == pid
                 && std::net::TcpStream::connect(self.address.trim_start_matches("tcp://")).is_ok()
+                && std::os::unix::net::UnixStream::connect(self.unix.trim_start_matches("unix:"))
+                    .is_ok()
         });
         reaper
     }
 
-    /// `livereg run` registered through the listener.
+    /// `livereg run` registered through the `tcp://` listener.
     fn session(&self, bin: &PathBuf, instance: u64) -> Running {
+        self.session_at(&self.address, bin, instance)
+    }
+
+    /// `livereg run` registered through the listener at `address`.
+    fn session_at(&self, address: &str, bin: &PathBuf, instance: u64) -> Running {
         let token = self.token_file.to_str().unwrap();
         let id = instance.to_string();
         let client = Running::start(
             bin,
             &[
                 "run",
-                &self.address,
+                address,
                 "--instance",
                 &id,
                 "--token-file",
@@ -237,13 +254,21 @@ impl Setup {
     }
 }
 
-/// `client_bin`'s session against `reaper_bin`'s listener: registers,
-/// beats for 3 T, survives the reaper restarting (same build), and is ended
-/// on SIGKILL; returns the reason.
-fn session_lifetime(reaper_bin: &PathBuf, client_bin: &PathBuf) -> String {
+/// `client_bin`'s sessions against `reaper_bin`'s listeners, over `tcp://`
+/// and over `unix:`: each registers, beats for 3 T, survives the reaper
+/// restarting (same build), and is ended on SIGKILL; returns the reasons.
+fn session_lifetime(reaper_bin: &PathBuf, client_bin: &PathBuf) -> Vec<String> {
+    [false, true]
+        .into_iter()
+        .map(|unix| session_lifetime_over(reaper_bin, client_bin, unix))
+        .collect()
+}
+
+fn session_lifetime_over(reaper_bin: &PathBuf, client_bin: &PathBuf, unix: bool) -> String {
     let setup = Setup::new("skew");
     let mut reaper = setup.reaper(reaper_bin);
-    let mut client = setup.session(client_bin, 7);
+    let address = if unix { &setup.unix } else { &setup.address };
+    let mut client = setup.session_at(address, client_bin, 7);
     std::thread::sleep(3 * T);
     assert_eq!(
         setup.ended_total(),
@@ -307,6 +332,8 @@ fn a_reaper_upgraded_or_downgraded_under_live_registrations_keeps_every_one() {
         setup.local(&today(), 2),
         setup.session(&previous(), 3),
         setup.session(&today(), 4),
+        setup.session_at(&setup.unix, &previous(), 5),
+        setup.session_at(&setup.unix, &today(), 6),
     ];
     reaper.signal(libc::SIGTERM);
     let mut reaper = setup.reaper(&today());
@@ -317,7 +344,7 @@ fn a_reaper_upgraded_or_downgraded_under_live_registrations_keeps_every_one() {
         "ended across the upgrade: {}",
         setup.status()
     );
-    assert_eq!(setup.status()["tracked_instances"], 4);
+    assert_eq!(setup.status()["tracked_instances"], 6);
 
     reaper.signal(libc::SIGTERM);
     let _reaper = setup.reaper(&previous());
@@ -328,5 +355,5 @@ fn a_reaper_upgraded_or_downgraded_under_live_registrations_keeps_every_one() {
         "ended across the downgrade: {}",
         setup.status()
     );
-    assert_eq!(setup.status()["tracked_instances"], 4);
+    assert_eq!(setup.status()["tracked_instances"], 6);
 }

@@ -279,13 +279,17 @@ fn dying_program() -> PathBuf {
 
 /// A C server through `livereg.h` alone hears a SIGKILLed worker dying
 /// before its drop (both `PROCESS_EXITED`; the program checks the order
-/// and reasons), in this PID namespace and from another sharing the table.
+/// and reasons), in this PID namespace and from another sharing the table;
+/// and a SIGKILLed client in a container of its own registered through the
+/// server's `unix:` listener dying, then dropped `DISCONNECTED` at its
+/// socket's close, never dying before the kill (not even after a forked
+/// child of it exited).
 /// The bound is generous (a loaded machine): the figures are in
 /// BENCHMARKS.md (`cargo bench -p livereg-ffi --bench dying`).
 #[test]
 fn a_c_server_hears_a_killed_worker_dying_before_its_drop() {
     let binary = dying_program();
-    for namespace in ["own", "pidns"] {
+    for namespace in ["own", "pidns", "session", "session-fork"] {
         let name = format!("livereg-c-dying-{}-{namespace}", std::process::id());
         let output = client(&binary)
             .args([&name, "256", "3", namespace])

@@ -9,6 +9,7 @@ pub(crate) mod futex;
 pub(crate) mod hostname;
 pub(crate) mod inotify;
 pub(crate) mod lock;
+pub(crate) mod memfd;
 pub(crate) mod pidfd;
 pub(crate) mod poll;
 pub(crate) mod private_file;

@@ -1,5 +1,5 @@
-//! What `std` does not say about sockets: a Unix peer's credentials and a
-//! listening socket's backlog.
+//! What `std` does not say about sockets: a Unix peer's credentials, a
+//! listening socket's backlog, and descriptors passed over a Unix socket.
 
 use super::raw::check;
 use std::io;
@@ -38,4 +38,106 @@ pub(crate) fn widen_backlog(listener: &impl AsRawFd) -> io::Result<()> {
     // asked for at the host's limit.
     let rc = unsafe { libc::listen(listener.as_raw_fd(), libc::c_int::MAX) };
     check(rc.into()).map(drop)
+}
+
+/// `sendmsg(socket, bytes, SCM_RIGHTS [fd])`: sends `bytes` on a Unix
+/// stream socket with a copy of the descriptor `fd` attached (the peer
+/// receives it with the first of these bytes it reads with
+/// [`receive_with_fd`]). Returns how many bytes were sent (the rest,
+/// if any, is the caller's to write; the descriptor went with the first).
+///
+/// # Errors
+///
+/// What `sendmsg` returned (`EAGAIN` on a full non-blocking socket, with
+/// nothing sent).
+pub(crate) fn send_with_fd(
+    socket: &impl AsRawFd,
+    bytes: &[u8],
+    fd: &impl AsRawFd,
+) -> io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // Room for one descriptor, aligned as a cmsghdr.
+    let mut control = [0u64; 8];
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
+    assert!(space <= std::mem::size_of_val(&control), "one descriptor's control");
+    // SAFETY: an all-zero msghdr is a valid empty one.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = space as _;
+    // SAFETY:
+    // - `message.msg_control` points at `space` writable, aligned bytes, so
+    //   CMSG_FIRSTHDR returns a header inside them;
+    // - CMSG_DATA of that header has room for one c_int (CMSG_LEN below).
+    unsafe {
+        let header = libc::CMSG_FIRSTHDR(&message);
+        (*header).cmsg_level = libc::SOL_SOCKET;
+        (*header).cmsg_type = libc::SCM_RIGHTS;
+        (*header).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<libc::c_int>(), fd.as_raw_fd());
+    }
+    // SAFETY: `message` names `bytes` (read only) and the control above,
+    // both live for the call.
+    let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL) };
+    check(sent as libc::c_long).map(|n| n as usize)
+}
+
+/// `recvmsg(socket, buf, MSG_CMSG_CLOEXEC)` on a Unix stream socket: the
+/// bytes read, and the first descriptor that came with them if any (further
+/// ones, which no livereg peer sends, are closed).
+///
+/// # Errors
+///
+/// What `recvmsg` returned.
+pub(crate) fn receive_with_fd(
+    socket: &impl AsRawFd,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<std::os::fd::OwnedFd>)> {
+    use std::os::fd::FromRawFd;
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 16];
+    // SAFETY: an all-zero msghdr is a valid empty one.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: `message` names `buf` and `control`, writable for their
+    // lengths and live for the call.
+    let read = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, libc::MSG_CMSG_CLOEXEC) };
+    let read = check(read as libc::c_long)? as usize;
+    let mut first = None;
+    // SAFETY:
+    // - the kernel filled `msg_controllen` bytes of `control` with cmsg
+    //   headers, which CMSG_FIRSTHDR/CMSG_NXTHDR walk within those bytes;
+    // - an SCM_RIGHTS header's data holds (len - CMSG_LEN(0)) / 4
+    //   descriptors, each now open in this process and owned by no one
+    //   else: each becomes an OwnedFd exactly once.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS
+            {
+                let data = libc::CMSG_DATA(header).cast::<libc::c_int>();
+                let count = ((*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<libc::c_int>();
+                for i in 0..count {
+                    let fd = std::os::fd::OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                    if first.is_none() {
+                        first = Some(fd);
+                    }
+                }
+            }
+            header = libc::CMSG_NXTHDR(&message, header);
+        }
+    }
+    Ok((read, first))
 }

@@ -11,9 +11,10 @@
 //! reaper ends). The pidfd and lock exit watch stays: it says when the
 //! process has ended, and it is all there is where a process has no death
 //! word (a table made before them, a kernel or seccomp profile without
-//! `set_robust_list`, a session). Where `futex_waitv` is refused (Linux
-//! before 5.16), or a thread cannot start, scans still find marked words
-//! at their own pace.
+//! `set_robust_list`, a session over `tcp://`; a `unix:` session's word is
+//! in its region, watched by `session/server/region_watch.rs`). Where
+//! `futex_waitv` is refused (Linux before 5.16), or a thread cannot start,
+//! scans still find marked words at their own pace.
 
 use crate::os::robust::{self, Waited, WAITV_MAX};
 use crate::sync::Ordering::{Acquire, Relaxed, Release};

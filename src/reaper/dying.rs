@@ -39,6 +39,27 @@ impl Reaper {
             .then(|| dying_event(slot, index, generation))
     }
 
+    /// The event of remote slot `index`'s registration of `generation` if
+    /// its client began to die (the death word in the region it beats in
+    /// is marked) and this reaper did not report it yet; recorded in the
+    /// table's death words too, so that any status reader sees it dying.
+    pub(super) fn newly_dying_session(
+        &self,
+        index: u32,
+        slot: &Slot,
+        generation: u32,
+        now_ns: u64,
+        remote: bool,
+    ) -> Option<DropEvent> {
+        if !remote || !self.sessions.newly_dying(index, generation) {
+            return None;
+        }
+        if let Some(words) = self.death_words() {
+            words.record_session_dying(index, generation, now_ns);
+        }
+        Some(dying_event(slot, index, generation))
+    }
+
     /// The table's death words, if this scan found them whole.
     fn death_words(&self) -> Option<&DeathWords> {
         self.table

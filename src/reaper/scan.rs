@@ -128,8 +128,11 @@ impl Reaper {
                     continue;
                 }
             }
-            if let Some(event) = self.newly_dying(index, slot, generation, now_ns, &mut held_words)
-            {
+            let remote = slot.flags.load(Relaxed) & FLAG_REMOTE != 0;
+            let dying = self
+                .newly_dying(index, slot, generation, now_ns, &mut held_words)
+                .or_else(|| self.newly_dying_session(index, slot, generation, now_ns, remote));
+            if let Some(event) = dying {
                 log::info!(
                     "table '{}': instance {} (pid {}, slot {}) dying: its process began to exit",
                     inner.name,
@@ -146,6 +149,9 @@ impl Reaper {
                     let last_beat = protocol::final_beat(slot);
                     let event = drop_event(slot, index, generation, reason, silent_ns, last_beat);
                     log_ended(&inner.name, &event);
+                    if remote {
+                        self.sessions.ended(index, generation);
+                    }
                     if reason.is_eviction() {
                         metrics::observe_eviction(inner.header(), silent_ns);
                     }

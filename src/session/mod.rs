@@ -1,10 +1,14 @@
 //! Sessions: workers that cannot map the table (containers sharing no
 //! `/dev/shm`, IPC or PID namespace with the reaper) register through a
 //! reaper's listener over a socket, and the socket's closing is their death
-//! signal.
+//! signal. Over `unix:` (protocol 4), the listener also shares a region
+//! with each client (`table/region.rs`: one slot and a death word, in the
+//! table's formats), where the client beats and where its death is seen as
+//! it begins.
 //!
 //! Two sides and what they share: `client/` (connect, the handshake as a
-//! client makes it, the sender thread that forwards a worker's beats),
+//! client makes it, the sender thread that forwards a worker's beats or
+//! pulses in its region),
 //! `server/` (the reaper's listeners, each connection served, the sessions
 //! held, their records), and between them the address, the frames
 //! (`wire`), a socket with its framing (`stream`), TLS and the schedules

@@ -26,7 +26,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 const MAGIC: u32 = u32::from_le_bytes(*b"LRDY");
-const HEADER: usize = 128;
+/// The bytes before the process words.
+pub(crate) const HEADER: usize = 128;
 
 /// One registering process's word.
 #[repr(C, align(16))]
@@ -163,6 +164,26 @@ impl DeathWords {
         made.then_some(words)
     }
 
+    /// One process word and one slot record at `offset` (page aligned) of
+    /// a session's region (`table/region.rs`): the words of the one table
+    /// its client's registrations are in, made the same way.
+    pub(crate) fn in_region(file: File, offset: u64) -> std::io::Result<DeathWords> {
+        let map = MmapOptions::new()
+            .offset(offset)
+            .len(size(1))
+            .map_raw(&file)?;
+        let words = DeathWords {
+            map,
+            file,
+            capacity: 1,
+        };
+        words.header(1).store(1, crate::sync::Ordering::Relaxed);
+        words
+            .header(0)
+            .store(MAGIC, crate::sync::Ordering::Release);
+        Ok(words)
+    }
+
     fn map(file: File, capacity: u32) -> std::io::Result<DeathWords> {
         let map = MmapOptions::new().len(size(capacity)).map_raw(&file)?;
         Ok(DeathWords {
@@ -246,15 +267,39 @@ impl DeathWords {
 
 impl DeathWords {
     /// Whether slot `index`'s registration of `generation` is dying: the
-    /// kernel marked its process's word.
+    /// kernel marked its process's word, or (a session's) its reaper
+    /// recorded it dying.
     pub(crate) fn is_dying(&self, index: u32, generation: u32) -> bool {
         self.owner_of(index, generation)
             .is_some_and(|process| death_protocol::is_marked(&process.word))
+            || self.session_dying(index, generation)
+    }
+
+    /// Records slot `index`'s session registration of `generation` dying,
+    /// as its reaper saw it in the region its client beats in (the word is
+    /// there, not here): its record names no process word (`owner` is the
+    /// generation alone) and says when.
+    pub(crate) fn record_session_dying(&self, index: u32, generation: u32, now_ns: u64) {
+        let record = self.slot(index);
+        record
+            .dying_seen_ns
+            .store(now_ns.max(1), crate::sync::Ordering::Release);
+        record
+            .owner
+            .store(u64::from(generation), crate::sync::Ordering::Release);
+    }
+
+    /// Whether [`DeathWords::record_session_dying`] recorded slot
+    /// `index`'s registration of `generation`.
+    fn session_dying(&self, index: u32, generation: u32) -> bool {
+        let record = self.slot(index);
+        record.owner.load(crate::sync::Ordering::Acquire) == u64::from(generation)
+            && record.dying_seen_ns.load(crate::sync::Ordering::Acquire) != 0
     }
 }
 
 /// The file's size for `capacity` slots.
-fn size(capacity: u32) -> usize {
+pub(crate) fn size(capacity: u32) -> usize {
     HEADER + capacity as usize * 32
 }
 

@@ -163,7 +163,7 @@ impl Table {
         Ok(table)
     }
 
-    fn from_memory(
+    pub(crate) fn from_memory(
         name: &str,
         capacity: u32,
         minor: u32,
@@ -192,7 +192,7 @@ impl Table {
         }
     }
 
-    fn write_header(&self, options: &TableOptions) {
+    pub(crate) fn write_header(&self, options: &TableOptions) {
         let header = self.memory.header();
         header.magic.store(MAGIC, Relaxed);
         header.version_major.store(VERSION_MAJOR, Relaxed);

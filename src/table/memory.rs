@@ -49,6 +49,9 @@ pub(crate) struct TableMemory {
 pub(crate) enum Backing {
     /// A shared object or file, mapped.
     Mapped { file: File, map: MmapRaw },
+    /// A session's region (`table/region.rs`): a sealed memfd its listener
+    /// made, mapped; no file to lock (its size cannot change).
+    Region { map: MmapRaw },
     /// Process-private memory, for tests (and Miri) that need no OS objects.
     Heap {
         base: NonNull<u8>,
@@ -84,7 +87,7 @@ impl TableMemory {
     #[inline]
     fn base(&self) -> *const u8 {
         match &self.backing {
-            Backing::Mapped { map, .. } => map.as_ptr(),
+            Backing::Mapped { map, .. } | Backing::Region { map } => map.as_ptr(),
             Backing::Heap { base, .. } => base.as_ptr(),
         }
     }
@@ -202,7 +205,7 @@ impl TableMemory {
     pub fn file(&self) -> Option<&File> {
         match &self.backing {
             Backing::Mapped { file, .. } => Some(file),
-            Backing::Heap { .. } => None,
+            Backing::Region { .. } | Backing::Heap { .. } => None,
         }
     }
 
@@ -211,7 +214,7 @@ impl TableMemory {
     pub fn heap_reaper_flag(&self) -> Option<&AtomicBool> {
         match &self.backing {
             Backing::Heap { reaper_taken, .. } => Some(reaper_taken),
-            Backing::Mapped { .. } => None,
+            Backing::Mapped { .. } | Backing::Region { .. } => None,
         }
     }
 

@@ -24,6 +24,8 @@
 //! - `locks.rs`: the reaper role and the registration lock;
 //! - `reaper_life.rs`: the reaper's state (serving, dying, absent) as any
 //!   process reads it and waits on it;
+//! - `region.rs`: a session's region (one slot and its death word in a
+//!   memfd a `unix:` listener shares with its client);
 //! - `side_file.rs`: the files beside a shared table, made and opened;
 //! - `requests.rs`: what any process asks of the reaper (clear, reset);
 //! - `inside_handlers.rs`: such asks refused from the reaper's own handlers;
@@ -50,6 +52,7 @@ needs_the_os! {
     pub(crate) mod owned_sweep;
     pub(crate) mod owning;
     pub(crate) mod reaper_life;
+    pub(crate) mod region;
     pub(crate) mod removal_rules;
     pub(crate) mod requests;
     pub(crate) mod side_file;

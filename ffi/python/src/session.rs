@@ -38,7 +38,9 @@ const CONNECT_TIMEOUT: f64 = 2.0;
 
 /// Registers `instance_id` through the reaper listening at `address`
 /// (`"unix:/PATH"` or `"tcp://HOST:PORT"`) and returns a `Worker` that pings
-/// as fast as a local one (its sender thread forwards the pings). `token`
+/// as fast as a local one (over `unix:`, into memory the listener shares
+/// and reads itself, so its death is seen as it begins; elsewhere its
+/// sender thread forwards the pings). `token`
 /// (str or bytes) is required by `tcp://` listeners; `timeout` bounds the
 /// connection and the answer, in seconds (`connect_timeout=`, its name in
 /// builds between releases, still works and warns). For `tls://HOST:PORT`, `tls_ca`

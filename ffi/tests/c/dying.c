@@ -5,12 +5,18 @@
  * CLOCK_MONOTONIC, when its on_dying and its on_drop ran and when the
  * kernel's pidfd said the process had ended.
  *
- *   dying TABLE MIB RUNS [pidns]
+ *   dying TABLE MIB RUNS [own|pidns|session|session-fork]
+ *
+ * With `session`, the worker is in a container of its own (new PID, mount
+ * and IPC namespaces, a private tmpfs on /dev/shm) and registers through
+ * the server's `unix:` listener (livereg_connect); with `session-fork`, it
+ * also forks a child that exits at once before it says it is registered.
  *
  * Prints one line per run, "run N dying_us D drop_us P pidfd_us F", then
  * "median dying_us D drop_us P pidfd_us F". Exits 1 when an order or a
- * reason is wrong (on_dying after on_drop, a reason other than
- * PROCESS_EXITED, a callback missing).
+ * reason is wrong (on_dying before the kill or after on_drop, a reason
+ * other than PROCESS_EXITED, or DISCONNECTED for a session's drop, a
+ * callback missing).
  */
 #define _GNU_SOURCE
 #include <livereg.h>
@@ -25,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -67,8 +74,14 @@ static void on_drop(void *userdata, const livereg_drop_event *event) {
     pthread_mutex_unlock(&seen->lock);
 }
 
+/* How the worker registers. */
+enum mode { OWN, PIDNS, SESSION, SESSION_FORK };
+
+/* The listener's address, for the session modes. */
+static char address[128];
+
 /* The worker: hold the memory, register, say so, beat until killed. */
-static void worker(const char *name, size_t mib, int ready) {
+static void worker(const char *name, size_t mib, enum mode mode, int ready) {
     size_t bytes = mib << 20;
     char *held = NULL;
     if (bytes) {
@@ -79,11 +92,25 @@ static void worker(const char *name, size_t mib, int ready) {
     }
     livereg_table *table = NULL;
     livereg_worker *me = NULL;
-    if (livereg_open(name, &table) != LIVEREG_OK) _exit(3);
-    if (livereg_register(table, 1, "dying-c", &me) != LIVEREG_OK) _exit(4);
+    if (mode >= SESSION) {
+        if (livereg_connect(address, NULL, 1, "dying-c", &me) != LIVEREG_OK) _exit(3);
+    } else {
+        if (livereg_open(name, &table) != LIVEREG_OK) _exit(3);
+        if (livereg_register(table, 1, "dying-c", &me) != LIVEREG_OK) _exit(4);
+    }
     /* The death thread claims the process's word just after the first
      * registration (it does not hold the registration up): let it run. */
     usleep(200000);
+    if (mode == SESSION_FORK) {
+        /* A child that exits at once, its parent's word claimed: never its
+         * parent's death (the server checks no on_dying came before its
+         * kill). */
+        pid_t child = fork();
+        if (child == 0) _exit(0);
+        int status;
+        if (child < 0 || waitpid(child, &status, 0) != child) _exit(7);
+        usleep(200000);
+    }
     if (write(ready, "r", 1) != 1) _exit(5);
     for (;;) {
         livereg_ping(me);
@@ -91,15 +118,20 @@ static void worker(const char *name, size_t mib, int ready) {
     }
 }
 
-/* Forks the worker, in a new PID namespace (as its pid 1) with `pidns`.
- * Returns the pid to kill, in this namespace. */
-static pid_t start_worker(const char *name, size_t mib, int pidns, int ready) {
+/* Forks the worker, in a new PID namespace (as its pid 1) unless `own`,
+ * in a container of its own (new mount and IPC namespaces too, a private
+ * /dev/shm) for a session. Returns the pid to kill, in this namespace. */
+static pid_t start_worker(const char *name, size_t mib, enum mode mode, int ready) {
     pid_t pid = fork();
     if (pid != 0) return pid;
-    if (!pidns) worker(name, mib, ready);
-    if (unshare(CLONE_NEWPID) != 0) _exit(6);
+    if (mode == OWN) worker(name, mib, mode, ready);
+    int flags = CLONE_NEWPID | (mode >= SESSION ? CLONE_NEWNS | CLONE_NEWIPC : 0);
+    if (unshare(flags) != 0) _exit(6);
+    if (mode >= SESSION && (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+                            mount("contained", "/dev/shm", "tmpfs", 0, NULL) != 0))
+        _exit(8);
     pid_t init = fork();
-    if (init == 0) worker(name, mib, ready);
+    if (init == 0) worker(name, mib, mode, ready);
     /* Dies with its init (the worker), as a container's runtime would. */
     int status;
     waitpid(init, &status, 0);
@@ -108,8 +140,8 @@ static pid_t start_worker(const char *name, size_t mib, int pidns, int ready) {
 
 /* The process to kill in a namespace run: the intermediate parent's only
  * child, the worker. */
-static pid_t victim(pid_t started, int pidns) {
-    if (!pidns) return started;
+static pid_t victim(pid_t started, enum mode mode) {
+    if (mode == OWN) return started;
     char path[64], line[256];
     snprintf(path, sizeof path, "/proc/%d/task/%d/children", started, started);
     FILE *file = fopen(path, "r");
@@ -127,13 +159,21 @@ static int compare(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: dying TABLE MIB RUNS [pidns]\n");
+        fprintf(stderr, "usage: dying TABLE MIB RUNS [own|pidns|session|session-fork]\n");
         return 2;
     }
     const char *name = argv[1];
     size_t mib = (size_t)strtoull(argv[2], NULL, 10);
     int runs = atoi(argv[3]);
-    int pidns = argc > 4 && strcmp(argv[4], "pidns") == 0;
+    const char *named = argc > 4 ? argv[4] : "own";
+    enum mode mode = strcmp(named, "pidns") == 0          ? PIDNS
+                     : strcmp(named, "session") == 0      ? SESSION
+                     : strcmp(named, "session-fork") == 0 ? SESSION_FORK
+                                                          : OWN;
+    snprintf(address, sizeof address, "unix:/tmp/%s.sock", name);
+    /* A session is dropped at its socket's close, a table's registration at
+     * its process's end. */
+    int drop_reason = mode >= SESSION ? LIVEREG_REASON_DISCONNECTED : LIVEREG_REASON_PROCESS_EXITED;
     livereg_options options;
     livereg_options_default(&options);
     options.capacity = 8;
@@ -160,9 +200,13 @@ int main(int argc, char **argv) {
             fprintf(stderr, "reaper: %s\n", livereg_last_error());
             return 2;
         }
+        if (mode >= SESSION && livereg_reaper_listen(reaper, address, NULL) != LIVEREG_OK) {
+            fprintf(stderr, "listen: %s\n", livereg_last_error());
+            return 2;
+        }
         int pipe_fds[2];
         if (pipe(pipe_fds) != 0) return 2;
-        pid_t started = start_worker(name, mib, pidns, pipe_fds[1]);
+        pid_t started = start_worker(name, mib, mode, pipe_fds[1]);
         char byte;
         if (read(pipe_fds[0], &byte, 1) != 1) {
             fprintf(stderr, "the worker never registered\n");
@@ -170,7 +214,7 @@ int main(int argc, char **argv) {
         }
         close(pipe_fds[0]);
         close(pipe_fds[1]);
-        pid_t target = victim(started, pidns);
+        pid_t target = victim(started, mode);
         int pidfd = (int)syscall(SYS_pidfd_open, target, 0);
         usleep(100000); /* the reaper has seen it registered */
         uint64_t killed = now_ns();
@@ -189,13 +233,16 @@ int main(int argc, char **argv) {
             fprintf(stderr, "run %d: on_dying %s, on_drop %s\n", run, seen.dying_ns ? "ran" : "missing",
                     seen.drop_ns ? "ran" : "missing");
             failed = 1;
+        } else if (seen.dying_ns < killed) {
+            fprintf(stderr, "run %d: on_dying ran before the kill\n", run);
+            failed = 1;
         } else if (seen.dying_ns > seen.drop_ns) {
             fprintf(stderr, "run %d: on_dying ran after on_drop\n", run);
             failed = 1;
         } else if (seen.dying_reason != LIVEREG_REASON_PROCESS_EXITED ||
-                   seen.drop_reason != LIVEREG_REASON_PROCESS_EXITED) {
-            fprintf(stderr, "run %d: reasons %d, %d, expected %d\n", run, seen.dying_reason,
-                    seen.drop_reason, (int)LIVEREG_REASON_PROCESS_EXITED);
+                   seen.drop_reason != drop_reason) {
+            fprintf(stderr, "run %d: reasons %d, %d, expected %d, %d\n", run, seen.dying_reason,
+                    seen.drop_reason, (int)LIVEREG_REASON_PROCESS_EXITED, drop_reason);
             failed = 1;
         }
         dying[run] = seen.dying_ns - killed;

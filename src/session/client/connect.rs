@@ -1,9 +1,11 @@
 //! The client of a session: `connect` registers through a reaper's listener
 //! and returns an ordinary [`Worker`]. Its heartbeats, busy marks and
-//! progress go to a slot in this process's own memory (the same code as a
-//! local registration: no system call, no lock); a sender thread forwards
-//! what changed and hears the reaper's eviction notice, which it writes
-//! into that slot, so the next heartbeat returns `Evicted` with the reason.
+//! progress go to a slot (the same code as a local registration: no system
+//! call, no lock): over `unix:` with a listener of protocol 4, in the region
+//! the listener shared, which it reads itself; otherwise in this process's
+//! own memory, and a sender thread forwards what changed. The sender hears
+//! the reaper's eviction notice either way, and writes it into that slot,
+//! so the next heartbeat returns `Evicted` with the reason.
 
 use super::dial::{exchange, request_clear, tls_for, unexpected, Dialer};
 use super::sender::SessionLink;
@@ -49,8 +51,11 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Registers `instance_id` through the listener at `address` (`unix:PATH` or
 /// `tcp://HOST:PORT`) and returns its worker handle: `heartbeat`,
 /// `set_busy`, `progress` and `deregister` work as for a registration in a
-/// mapped table, and cost the same. A sender thread forwards them to the
-/// reaper several times per reap timeout; if the connection breaks, it
+/// mapped table, and cost the same. Over `unix:` with a listener of
+/// protocol 4, they land in a region the listener shared, which it reads
+/// itself, and this process's death is seen as it begins (the reaper's
+/// `on_dying`); otherwise a sender thread forwards them to the reaper
+/// several times per reap timeout. If the connection breaks, the sender
 /// reconnects with backoff and takes the same registration back (the
 /// heartbeats go on meanwhile); if it cannot within the reap timeout, the
 /// next heartbeat returns `Evicted` (reason `disconnected`).
@@ -105,7 +110,40 @@ pub fn connect(
         token: options.token.clone().unwrap_or_default(),
         timeout,
     };
-    let dialed = dialer.dial(None)?;
+    let mut dialed = dialer.dial(None)?;
+    // A region shared (protocol 4 over `unix:`): the worker beats there
+    // rather than in private memory, and its process's death word is there.
+    let worker = match dialed.region.as_ref().map(std::fs::File::try_clone) {
+        None => worker,
+        Some(region) => {
+            let in_region = region
+                .map_err(|e| crate::error::Error::os("(session region)", "keep the region", e))
+                .and_then(|region| Table::in_region(region, &TableOptions::default()))
+                .and_then(|table| {
+                    table
+                        .registration(instance_id)
+                        .label(label)
+                        .wait(Duration::ZERO)
+                        .register()
+                });
+            match in_region {
+                Ok(in_region) => {
+                    drop(worker.deregister());
+                    in_region
+                }
+                Err(e) => {
+                    // Beats go as frames instead; the listener stops
+                    // reading the region at the first.
+                    log::warn!(
+                        "session {}: cannot use the shared region ({e}): beating with frames",
+                        dialer.address
+                    );
+                    dialed.region = None;
+                    worker
+                }
+            }
+        }
+    };
     let link = SessionLink::start(dialer, dialed, &worker)?;
     Ok(worker.with_session(Box::new(link)))
 }

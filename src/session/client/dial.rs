@@ -11,7 +11,7 @@ use crate::session::address::Address;
 use crate::session::stream::{send, Inbox, Received, Stream};
 use crate::session::tls::{self, TlsClient};
 use crate::session::wire::{
-    Frame, Reclaim, HOST_MAX, OLDEST_SERVED, REFUSED_REASON_SINCE, VERSION,
+    Frame, Reclaim, HOST_MAX, OLDEST_SERVED, REFUSED_REASON_SINCE, REGION_SINCE, VERSION,
 };
 use crate::text::prefix_within;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -28,6 +28,9 @@ pub(crate) struct Dialed {
     pub version: u16,
     /// The boot token of the reaper whose listener welcomed it.
     pub boot_token: u64,
+    /// The region the listener shared (protocol 4 over `unix:`): the memfd
+    /// that came with the welcome, if the welcome said it has one.
+    pub region: Option<std::fs::File>,
 }
 
 /// How to reach a listener and what to say to it: everything needed to say
@@ -64,29 +67,28 @@ impl Dialer {
     }
 
     /// [`Dialer::dial`], giving up after `timeout` rather than the
-    /// client's connect timeout. A listener of the previous protocol
-    /// refuses today's version as incompatible: the client then says hello
-    /// again in the previous one; a listener that refuses both fails in one
-    /// line naming the versions.
+    /// client's connect timeout. A listener of an earlier protocol refuses
+    /// today's version as incompatible: the client then says hello again in
+    /// the version before, down to [`OLDEST_SERVED`]; a listener that
+    /// refuses them all fails in one line naming the versions.
     pub(crate) fn dial_within(
         &self,
         reclaim: Option<Reclaim>,
         timeout: Duration,
     ) -> Result<Dialed> {
         let deadline = deadline_after(timeout);
-        match self.dial_in(VERSION, reclaim, timeout) {
-            Err(Error::Incompatible(refusal)) => {
-                let left = time_left(deadline);
-                self.dial_in(OLDEST_SERVED, reclaim, left).map_err(|e| match e {
-                    Error::Incompatible(again) => Error::Incompatible(format!(
-                        "session {}: this client speaks session protocol {OLDEST_SERVED} to {VERSION}, and the listener refused both ({refusal}; {again}): upgrade the older side",
-                        self.address
-                    )),
-                    other => other,
-                })
+        let mut refusals = Vec::new();
+        for version in (OLDEST_SERVED..=VERSION).rev() {
+            match self.dial_in(version, reclaim, time_left(deadline)) {
+                Err(Error::Incompatible(refusal)) => refusals.push(refusal),
+                other => return other,
             }
-            other => other,
         }
+        Err(Error::Incompatible(format!(
+            "session {}: this client speaks session protocol {OLDEST_SERVED} to {VERSION}, and the listener refused every one ({}): upgrade the older side",
+            self.address,
+            refusals.join("; ")
+        )))
     }
 
     /// One hello in protocol `version`, and its answer.
@@ -140,6 +142,9 @@ impl Dialer {
         })?;
         let mut inbox = Inbox::default();
         let mut info = None;
+        // Over `unix:` in protocol 4, the welcome may bring a region's
+        // memfd: every read of the answer takes the descriptors that come.
+        let mut caught = None;
         loop {
             let left = time_left(deadline);
             if left.is_zero() {
@@ -151,7 +156,16 @@ impl Dialer {
             stream
                 .set_read_timeout(Some(left))
                 .map_err(|e| io("set a read timeout", e))?;
-            let (frames, closed) = match inbox.receive(&mut stream) {
+            let received = match &stream {
+                Stream::Unix(socket) if version >= REGION_SINCE => {
+                    inbox.receive(&mut FdCatcher {
+                        socket,
+                        caught: &mut caught,
+                    })
+                }
+                _ => inbox.receive(&mut stream),
+            };
+            let (frames, closed) = match received {
                 Ok(Received::Frames(frames)) => (frames, false),
                 Ok(Received::Closed(frames)) => (frames, true),
                 Err(e) if is_frame_error(&e) => {
@@ -195,7 +209,9 @@ impl Dialer {
                         secret,
                         reap_timeout_ms,
                         boot_token,
+                        region_bytes,
                     } => {
+                        let region = self.region(region_bytes, caught.take())?;
                         return Ok(Dialed {
                             stream,
                             inbox,
@@ -208,6 +224,7 @@ impl Dialer {
                             info,
                             version,
                             boot_token,
+                            region,
                         });
                     }
                     Frame::Refused {
@@ -240,6 +257,48 @@ impl Dialer {
                 ));
             }
         }
+    }
+}
+
+impl Dialer {
+    /// The region a welcome said it brought (`region_bytes` not 0), as the
+    /// descriptor that came with it; none if it said none (a descriptor
+    /// that came anyway is closed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Incompatible`]: the welcome said it brought a region and
+    /// no descriptor came (the client cannot beat where its listener reads).
+    fn region(
+        &self,
+        region_bytes: u64,
+        caught: Option<std::os::fd::OwnedFd>,
+    ) -> Result<Option<std::fs::File>> {
+        match (region_bytes, caught) {
+            (0, _) => Ok(None),
+            (_, Some(fd)) => Ok(Some(std::fs::File::from(fd))),
+            (bytes, None) => Err(Error::Incompatible(format!(
+                "session {}: the welcome announced a region of {bytes} bytes, and no descriptor came with it",
+                self.address
+            ))),
+        }
+    }
+}
+
+/// A Unix socket read with `recvmsg`, keeping the first descriptor that
+/// comes (a region's memfd, with the welcome).
+struct FdCatcher<'a> {
+    socket: &'a std::os::unix::net::UnixStream,
+    caught: &'a mut Option<std::os::fd::OwnedFd>,
+}
+
+impl std::io::Read for FdCatcher<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let (read, fd) = crate::os::socket::receive_with_fd(self.socket, buf)?;
+        if self.caught.is_none() {
+            *self.caught = fd;
+        }
+        Ok(read)
     }
 }
 
@@ -376,7 +435,8 @@ pub(crate) fn exchange(
 ) -> Result<Frame> {
     let deadline = deadline_after(timeout.saturating_add(longer));
     match exchange_once(address, tls, timeout, frame, deadline) {
-        // A listener of the previous protocol: asked again in its version.
+        // A listener of an earlier protocol: asked again in the oldest
+        // version served, which every listener since version 2 takes.
         Err(Error::Incompatible(refusal)) => {
             let previous = match frame.clone() {
                 Frame::Ask {

@@ -1,6 +1,7 @@
 //! The sender thread of a session's client: forwards what the worker's own
 //! slot says (heartbeats, busy, progress) to the listener several times per
-//! reap timeout, delivers the listener's notices (an ending, the info area)
+//! reap timeout (unless the listener reads that slot itself, in the region
+//! it shared), delivers the listener's notices (an ending, the info area)
 //! and reconnects after a break.
 
 use super::dial::{Dialed, Dialer};
@@ -12,7 +13,8 @@ use crate::event::Reason;
 use crate::os::{eventfd, poll};
 use crate::absence::absence_threshold;
 use crate::session::stream::{send, Received};
-use crate::session::timing::{forward_interval, SILENT_TIMEOUTS_MAX};
+use crate::session::timing::{forward_interval, pulse_interval, SILENT_TIMEOUTS_MAX};
+use crate::table::region::Pulse;
 use crate::session::wire::{Frame, HEARD_SINCE};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::handle::Table;
@@ -83,9 +85,14 @@ impl SessionLink {
             table: worker.pinged_table().clone(),
             index: worker.local_slot(),
             generation: worker.local_generation(),
+            region: dialed.region.as_ref().and_then(identity),
+            pulse: dialed.region.as_ref().and_then(|r| Pulse::of(r).ok()),
+            listener_pulse: 0,
+            reads_slot: false,
             dialed,
             heard: Instant::now(),
         };
+        sender.reads_slot = sender.listener_reads_slot();
         let thread = std::thread::Builder::new()
             .name("livereg-session".into())
             .spawn(move || sender.run())
@@ -189,6 +196,24 @@ struct Sender {
     dialed: Dialed,
     /// When the listener was last heard from (any frame, or the welcome).
     heard: Instant,
+    /// The region the worker beats in, if its listener shared one (its
+    /// device and inode): while a connection's listener reads that very
+    /// region, nothing is forwarded.
+    region: Option<(u64, u64)>,
+    /// The sender's pulse in that region.
+    pulse: Option<Pulse>,
+    /// The listener's pulse there as last seen: a change is the listener
+    /// heard (it sends no `Heard` while it reads the region).
+    listener_pulse: u64,
+    /// Whether the current connection's listener reads the worker's slot
+    /// in that region (set with each connection).
+    reads_slot: bool,
+}
+
+/// A region's identity: its device and inode.
+fn identity(region: &std::fs::File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    region.metadata().ok().map(|meta| (meta.dev(), meta.ino()))
 }
 
 /// Why a connection's service ended.
@@ -202,6 +227,23 @@ enum ConnectionEnd {
 impl Sender {
     fn slot(&self) -> &Slot {
         self.table.memory.slot(self.index)
+    }
+
+    /// Whether the listener of this connection reads the worker's slot in
+    /// the region it shared: then its beats are not forwarded. (A listener
+    /// that shares another, after a reaper's restart, or none, gets beats
+    /// as frames, and a listener that reads a region stops reading it at
+    /// the first beat frame.)
+    fn listener_reads_slot(&self) -> bool {
+        self.region.is_some()
+            && self.pulse.is_some()
+            && self.dialed.region.as_ref().and_then(identity) == self.region
+    }
+
+    /// Goes on over a new connection.
+    fn connected(&mut self, dialed: Dialed) {
+        self.dialed = dialed;
+        self.reads_slot = self.listener_reads_slot();
     }
 
     fn run(&mut self) {
@@ -225,8 +267,13 @@ impl Sender {
         }
     }
 
+    /// How often it forwards (or, while its listener reads the region,
+    /// pulses there).
     fn interval(&self) -> Duration {
-        forward_interval(self.dialed.reap_timeout)
+        match self.reads_slot {
+            true => pulse_interval(self.dialed.reap_timeout),
+            false => forward_interval(self.dialed.reap_timeout),
+        }
     }
 
     /// Runs the current connection until it breaks or the session is over.
@@ -254,8 +301,20 @@ impl Sender {
                 if let Some(outcome) = self.receive() {
                     return outcome;
                 }
-                if self.forward().is_err() {
-                    return ConnectionEnd::Broken;
+                match &self.pulse {
+                    Some(pulse) if self.reads_slot => {
+                        pulse.bump();
+                        let listener = pulse.listener();
+                        if listener != self.listener_pulse {
+                            self.listener_pulse = listener;
+                            self.heard = Instant::now();
+                        }
+                    }
+                    _ => {
+                        if self.forward().is_err() {
+                            return ConnectionEnd::Broken;
+                        }
+                    }
                 }
                 if let Some(outcome) = self.unheard() {
                     return outcome;
@@ -389,7 +448,7 @@ impl Sender {
                 if let Some(info) = &dialed.info {
                     *self.shared.info.lock().unwrap_or_else(|p| p.into_inner()) = info.clone();
                 }
-                self.dialed = dialed;
+                self.connected(dialed);
                 self.heard = Instant::now();
                 None
             }
@@ -421,7 +480,9 @@ impl Sender {
     /// The worker deregistered: forwards its last beats, then says bye.
     fn goodbye(&mut self) -> ConnectionEnd {
         if self.ended_here() == Some(Reason::Deregistered) {
-            let _ = self.forward();
+            if !self.reads_slot {
+                let _ = self.forward();
+            }
             let _ = send(&mut self.dialed.stream, &Frame::Bye {});
         }
         self.dialed.stream.shutdown();
@@ -476,7 +537,7 @@ impl Sender {
                     if let Some(info) = &dialed.info {
                         *self.shared.info.lock().unwrap_or_else(|p| p.into_inner()) = info.clone();
                     }
-                    self.dialed = dialed;
+                    self.connected(dialed);
                     return true;
                 }
                 Err(Error::Io { .. } | Error::Timeout(_) | Error::Busy { .. }) => {

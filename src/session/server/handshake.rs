@@ -3,23 +3,26 @@
 //! or taken back, or a question answered, a clear asked for; refusals are
 //! told and counted.
 
-use super::held::LastHeard;
+use super::held::{HeldRegion, LastHeard};
 use super::printable::printable;
 use super::records::Record;
 use super::refusals::SessionRefusals;
-use super::served::{Connection, Gate, Holding, Next, Requested};
+use super::served::{Connection, Gate, Holding, Next, RegionReading, Requested};
 use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::session::server::limited_log::limited_log;
-use crate::session::stream::send_for;
+use crate::session::stream::{send_for, Stream};
 use crate::session::wire::{
-    is_served, Frame, Reclaim, ANSWER_MAX, HOST_MAX, MESSAGE_MAX, OLDEST_SERVED, VERSION,
+    is_served, Frame, Reclaim, ANSWER_MAX, HOST_MAX, MESSAGE_MAX, OLDEST_SERVED, REGION_SINCE,
+    VERSION,
 };
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::layout::FLAG_REMOTE;
 use crate::table::layout::LABEL_MAX;
 use crate::table::protocol::{self, Gone, LIVE};
+use crate::table::region::SharedRegion;
 use crate::text::prefix_within;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 impl Connection {
@@ -42,13 +45,21 @@ impl Connection {
         if let Err(refusal) = self.admit(gate, version, &token) {
             return self.refuse(&gate.refusals, &refusal);
         }
+        let reclaiming = reclaim.is_some();
         let outcome = match reclaim {
             Some(reclaim) => self.reclaim(gate, instance_id, reclaim),
             None => self.register(gate, instance_id, pid, &label, &host),
         };
         match outcome {
-            Ok((holding, secret)) => {
+            Ok((mut holding, secret)) => {
                 let (slot, generation) = (holding.index, holding.generation);
+                let region = self.region_for(gate, slot, generation, reclaiming);
+                holding.region = region.clone().map(|held| RegionReading {
+                    beats: held.region.slot().beats.load(Relaxed),
+                    changed_ns: gate.table.clock.now_ns(),
+                    pulse: held.region.pulse().load(Relaxed),
+                    held,
+                });
                 self.holding = Some(holding);
                 // The info first: a client that reads its welcome has it.
                 if self.send_info(&gate.table) != Next::KeepOpen {
@@ -61,8 +72,9 @@ impl Connection {
                     secret,
                     reap_timeout_ms: gate.table.reap_timeout().as_millis() as u64,
                     boot_token: gate.table.memory.header().boot_token.load(Acquire),
+                    region_bytes: region.as_ref().map_or(0, |held| held.region.size()),
                 };
-                if send_for(&mut self.stream, &welcome, self.version).is_err() {
+                if self.send_welcome(&welcome, region.as_deref()).is_err() {
                     return Next::Close(Some(Reason::Disconnected));
                 }
                 self.told = Instant::now();
@@ -75,6 +87,50 @@ impl Connection {
             Err(refusal @ Error::Busy { .. }) => self.tell_refused(&refusal),
             Err(refusal) => self.refuse(&gate.refusals, &refusal),
         }
+    }
+
+    /// The region registration `(slot, generation)` beats in, for a client
+    /// of protocol 4 over `unix:`: a new one for a new registration (none
+    /// when the listener's regions are as many as the table's slots, or
+    /// none can be made: then the session beats with frames), the one it
+    /// had for a registration taken back (none if this reaper made none:
+    /// it was another's).
+    fn region_for(
+        &self,
+        gate: &Gate,
+        slot: u32,
+        generation: u32,
+        reclaiming: bool,
+    ) -> Option<Arc<HeldRegion>> {
+        if self.version < REGION_SINCE || !matches!(self.stream, Stream::Unix(_)) {
+            return None;
+        }
+        if reclaiming {
+            return gate.held.region(slot, generation);
+        }
+        let most = gate.table.capacity() as usize;
+        match SharedRegion::create() {
+            Ok(region) => gate.held.share_region(slot, generation, most, region),
+            Err(e) => {
+                limited_log!(
+                    log::Level::Warn,
+                    "table '{}': cannot make a session's region ({e}): it beats with frames",
+                    gate.table.name()
+                );
+                None
+            }
+        }
+    }
+
+    /// Sends the welcome, with the region's memfd attached if it has one.
+    fn send_welcome(&mut self, welcome: &Frame, region: Option<&HeldRegion>) -> std::io::Result<()> {
+        let (Some(held), Stream::Unix(socket)) = (region, &self.stream) else {
+            return send_for(&mut self.stream, welcome, self.version);
+        };
+        let bytes = welcome.encode_for(self.version);
+        let sent = crate::os::socket::send_with_fd(socket, &bytes, held.region.file())?;
+        let mut socket: &std::os::unix::net::UnixStream = socket;
+        std::io::Write::write_all(&mut socket, &bytes[sent..])
     }
 
     /// Answers a question with the table's status (the registrations of
@@ -333,6 +389,7 @@ impl Holding {
             heartbeats: 0,
             steps: Some(0),
             busy: false,
+            region: None,
         }
     }
 

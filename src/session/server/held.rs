@@ -6,8 +6,9 @@
 use super::records::Records;
 use crate::absence::Absence;
 use crate::table::handle::Table;
+use crate::table::region::SharedRegion;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -27,6 +28,26 @@ pub(crate) struct Held {
     /// Up to when the listeners have applied what their clients sent (the
     /// latest of them): a held session's progress is judged up to there.
     caught_up_ns: AtomicU64,
+    /// The regions shared with `unix:` clients of protocol 4, by the
+    /// registration `(slot, generation)` they beat for: kept from the
+    /// welcome until the reaper has seen the registration end (after its
+    /// connection closed: its death word says whether it died first), for
+    /// the client's reclaim and the reaper's dying.
+    regions: Mutex<HashMap<(u32, u32), Arc<HeldRegion>>>,
+    /// Bumped (and woken) when a region is added or dropped: the region
+    /// watch looks again.
+    pub(crate) regions_changed: AtomicU32,
+}
+
+/// A region shared with a session's client, and whether the reaper has
+/// reported its registration dying (kept here, never in the region, which
+/// is the client's to write).
+pub(crate) struct HeldRegion {
+    pub region: SharedRegion,
+    pub dying_reported: AtomicBool,
+    /// When it was shared: its client's death thread claims its word just
+    /// after, and the region watch looks for that claim often until then.
+    pub shared_at: std::time::Instant,
 }
 
 /// When a held registration's client was last heard (a frame), on the
@@ -113,6 +134,64 @@ impl Held {
         self.listener_ran_ns.load(Relaxed)
     }
 
+    /// Shares `region` for registration `(index, generation)`; `None` (the
+    /// session beats with frames) when regions are as many as `most`: a
+    /// listener's regions are bounded by the table's capacity, one per
+    /// registration.
+    pub(crate) fn share_region(
+        &self,
+        index: u32,
+        generation: u32,
+        most: usize,
+        region: SharedRegion,
+    ) -> Option<Arc<HeldRegion>> {
+        let held = Arc::new(HeldRegion {
+            region,
+            dying_reported: AtomicBool::new(false),
+            shared_at: std::time::Instant::now(),
+        });
+        {
+            let mut regions = self.regions_lock();
+            if regions.len() >= most && !regions.contains_key(&(index, generation)) {
+                return None;
+            }
+            regions.insert((index, generation), held.clone());
+        }
+        self.note_regions_changed();
+        Some(held)
+    }
+
+    /// The region shared for registration `(index, generation)`, if any.
+    pub(crate) fn region(&self, index: u32, generation: u32) -> Option<Arc<HeldRegion>> {
+        self.regions_lock().get(&(index, generation)).cloned()
+    }
+
+    /// Every region shared now, with its registration.
+    pub(crate) fn regions(&self) -> Vec<((u32, u32), Arc<HeldRegion>)> {
+        self.regions_lock()
+            .iter()
+            .map(|(key, region)| (*key, region.clone()))
+            .collect()
+    }
+
+    /// Drops the region of registration `(index, generation)`: it ended.
+    pub(crate) fn forget_region(&self, index: u32, generation: u32) {
+        if self.regions_lock().remove(&(index, generation)).is_some() {
+            self.note_regions_changed();
+        }
+    }
+
+    fn note_regions_changed(&self) {
+        self.regions_changed.fetch_add(1, Relaxed);
+        crate::os::futex::wake_all(&self.regions_changed);
+    }
+
+    fn regions_lock(&self) -> MutexGuard<'_, HashMap<(u32, u32), Arc<HeldRegion>>> {
+        self.regions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// How many registrations connections hold.
     pub(crate) fn count(&self) -> usize {
         self.lock().len()
@@ -135,5 +214,26 @@ impl Held {
         self.holding
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(all(test, not(miri)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_bounded_by_the_most_given_and_a_forgotten_one_frees_room() {
+        let held = Held::default();
+        let region = || SharedRegion::create().unwrap();
+        assert!(held.share_region(0, 1, 2, region()).is_some());
+        assert!(held.share_region(1, 1, 2, region()).is_some());
+        assert!(held.share_region(2, 1, 2, region()).is_none(), "past the bound");
+        assert!(held.region(2, 1).is_none());
+        let changed = held.regions_changed.load(Relaxed);
+        held.forget_region(0, 1);
+        assert_ne!(held.regions_changed.load(Relaxed), changed, "the watch is told");
+        assert!(held.region(0, 1).is_none());
+        assert!(held.share_region(2, 1, 2, region()).is_some());
+        assert_eq!(held.regions().len(), 2);
     }
 }

@@ -438,8 +438,8 @@ impl ListenLoop {
                 }
             } else {
                 let gate = &self.gate;
-                let mut next = Next::KeepOpen;
-                if served.seems_unheard(gate) {
+                let mut next = served.read_region(gate);
+                if next == Next::KeepOpen && served.seems_unheard(gate) {
                     next = served.on_readable(gate);
                 }
                 if next == Next::KeepOpen {

@@ -3,7 +3,8 @@
 //! `acceptor.rs`, what it accepts and when in `admission.rs`), each connection
 //! served (`served.rs`), the registrations they hold (`held.rs`) and their
 //! records beside the table (`records.rs`); who is held back after failed
-//! handshakes (`penalties.rs`), what was refused (`refusals.rs`), what a
+//! handshakes (`penalties.rs`), the death words of the regions shared with
+//! `unix:` clients waited on (`region_watch.rs`), what was refused (`refusals.rs`), what a
 //! peer reports made printable (`printable.rs`) and what it causes logged
 //! at a bounded rate (`limited_log.rs`).
 
@@ -17,6 +18,7 @@ mod penalties;
 mod printable;
 mod records;
 mod refusals;
+mod region_watch;
 mod served;
 mod sessions;
 

@@ -6,6 +6,7 @@
 use super::held::Held;
 use super::listener::{ListenConfig, Listener};
 use super::refusals::SessionRefusals;
+use super::region_watch::RegionWatch;
 use crate::clock::duration_ns;
 use crate::error::Result;
 use crate::event::Reason;
@@ -33,6 +34,8 @@ pub(crate) struct Sessions {
     /// (one is not enough: after the process was stopped, the reaper may
     /// scan before the listener has run).
     stale_scans: AtomicU32,
+    /// Waits on the death words of the regions shared with clients.
+    region_watch: Mutex<Option<RegionWatch>>,
 }
 
 /// A remote registration's silence as its slot tells it: its last signal
@@ -68,6 +71,7 @@ impl Sessions {
             refusals: SessionRefusals::default(),
             started_ns: table.clock.now_ns(),
             stale_scans: AtomicU32::new(0),
+            region_watch: Mutex::new(None),
         });
         for config in configs {
             sessions.listen(config)?;
@@ -81,6 +85,15 @@ impl Sessions {
     ///
     /// As [`Listener::start`].
     pub(crate) fn listen(&self, config: ListenConfig) -> Result<()> {
+        if matches!(config.address, crate::session::address::Address::Unix(_)) {
+            let mut watch = self
+                .region_watch
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if watch.is_none() {
+                *watch = RegionWatch::start(self.table.clone(), self.held.clone());
+            }
+        }
         let listener = Listener::start(
             self.table.clone(),
             config,
@@ -118,6 +131,28 @@ impl Sessions {
     /// for their clients to reclaim from the next reaper.
     pub(crate) fn stop(&self) {
         self.listeners().clear();
+        drop(
+            self.region_watch
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take(),
+        );
+    }
+
+    /// Whether remote registration `(index, generation)`'s client began to
+    /// die (the kernel marked the death word in the region it beats in)
+    /// and this is the first time it is asked: reported once.
+    pub(crate) fn newly_dying(&self, index: u32, generation: u32) -> bool {
+        self.held.region(index, generation).is_some_and(|held| {
+            crate::table::death_protocol::is_marked(held.region.death_word())
+                && !held.dying_reported.swap(true, Relaxed)
+        })
+    }
+
+    /// Remote registration `(index, generation)` ended: the region its
+    /// client beat in is let go.
+    pub(crate) fn ended(&self, index: u32, generation: u32) {
+        self.held.forget_region(index, generation);
     }
 
     /// At the start of each scan: whether the listeners run.

@@ -34,14 +34,20 @@ use fields::{
 };
 
 /// The protocol version a `Hello` and a `Welcome` carry.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 
-/// The oldest version a listener serves (and a client falls back to): the
-/// previous one. What version 3 added, a version-2 peer does without: a
-/// listener writes its `Refused` without the reason code (its message still
-/// names it), and a client of a version-2 listener reads an eviction it
-/// refused as `disconnected`.
-pub const OLDEST_SERVED: u16 = VERSION - 1;
+/// The oldest version a listener serves (and the last a client falls back
+/// to, one version at a time): 2. What version 3 added, a version-2 peer
+/// does without: a listener writes its `Refused` without the reason code
+/// (its message still names it), and a client of a version-2 listener
+/// reads an eviction it refused as `disconnected`. What version 4 added
+/// (a `unix:` session's shared region), a peer of 2 or 3 does without: its
+/// beats travel as frames, and its death is seen when its socket closes.
+pub const OLDEST_SERVED: u16 = 2;
+
+/// The version that added a `unix:` session's shared region (`region_bytes`
+/// of a `Welcome`, its memfd passed with it).
+pub const REGION_SINCE: u16 = 4;
 
 /// The version that added `Heard` (every peer served today has it).
 pub const HEARD_SINCE: u16 = 2;
@@ -161,6 +167,10 @@ frames! {
         reap_timeout_ms: u64 = U64,
         /// The reaper's boot token.
         boot_token: u64 = U64,
+        /// The size of the region whose memfd came with this frame (over
+        /// `unix:` only, `SCM_RIGHTS`): the client beats there, and its
+        /// death word is there; 0: no region, beats travel as frames.
+        region_bytes: u64 = U64 [since REGION_SINCE],
     }
     /// What the client asked for was refused: a result code, why, and for
     /// an ended registration the reason it ended.
@@ -302,6 +312,7 @@ mod tests {
                 secret: 1,
                 reap_timeout_ms: 10_000,
                 boot_token: 2,
+                region_bytes: 8192,
             },
             Frame::Refused {
                 code: 3,
@@ -384,6 +395,23 @@ mod tests {
         );
         let (back, _) = Frame::decode(&refused.encode()).unwrap().unwrap();
         assert_eq!(back, refused);
+    }
+
+    #[test]
+    fn a_welcome_to_a_peer_before_regions_has_none() {
+        let welcome = Frame::Welcome {
+            version: REGION_SINCE - 1,
+            slot: 1,
+            generation: 2,
+            secret: 3,
+            reap_timeout_ms: 4,
+            boot_token: 5,
+            region_bytes: 8192,
+        };
+        let old = welcome.encode_for(REGION_SINCE - 1);
+        assert_eq!(old.len() + 8, welcome.encode().len());
+        let (back, _) = Frame::decode(&old).unwrap().unwrap();
+        assert!(matches!(back, Frame::Welcome { region_bytes: 0, .. }));
     }
 
     #[test]

@@ -175,8 +175,9 @@ fn every_livereg_command_line_in_deploy_parses() {
             parsed.push(format!("{}: livereg {line}", path.display()));
         }
     }
-    // The reaper's create and reap, the engine's probe, the image's
-    // default command and its build's version check at least.
+    // The reaper's create and reap (on the node's unix: socket and over
+    // TLS), the engine's probe on that socket, the image's default command
+    // and its build's version check at least.
     assert!(
         parsed.len() >= 5,
         "only these command lines were found (is the reader still reading deploy/?):\n{}",
@@ -185,7 +186,9 @@ fn every_livereg_command_line_in_deploy_parses() {
     for needed in [
         "livereg create kv",
         "livereg reap kv",
-        "livereg probe tls://",
+        "--listen unix:/run/livereg/kv.sock --socket-mode 660",
+        "--listen tls://0.0.0.0:7071",
+        "livereg probe unix:/run/livereg/kv.sock",
     ] {
         assert!(
             parsed.iter().any(|line| line.contains(needed)),

@@ -126,6 +126,12 @@ fn the_engine_dials_the_unix_socket_the_reaper_listens_on_in_the_directory_both_
             .any(|line| line.contains(&format!("chown 65532:65532 {DIR}"))),
         "the reaper (65532) cannot bind in the directory kubelet made root's"
     );
+    assert!(
+        reaper
+            .iter()
+            .any(|line| line.starts_with(r#"add: ["CHOWN", "FOWNER"]"#)),
+        "the init container cannot chmod the directory once it is 65532's (its second run)"
+    );
     assert_eq!(
         after(&engine, "name: LIVEREG_ADDRESS"),
         [format!("value: unix:{SOCKET}")],

@@ -42,6 +42,9 @@ pub fn _stop_reapers_at_exit(py: Python<'_>) {
                 let _ = thread.stop();
             }
         }
+        STARTED.store(true, Ordering::Release);
+        // A record the log thread began delivering before it could see the
+        // flag ends before the interpreter does.
+        crate::logging::wait_for_delivery();
     });
-    STARTED.store(true, Ordering::Release);
 }

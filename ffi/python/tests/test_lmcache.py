@@ -384,15 +384,22 @@ def test_a_table_held_by_another_live_reaper_with_other_settings_is_refused_nami
             management(Ctx(), Mirror(), timeout=5.0)
 
 
-def test_a_server_restart_makes_workers_register_again(table_name: str) -> None:
+def test_a_server_restart_tells_workers_and_keeps_their_registration(table_name: str) -> None:
+    """Told, never deregistered: an ended registration would have the new
+    server free the worker's state, perhaps after the worker (or its
+    adapters) registered it with that server already."""
     why: List[str] = []
     first = management(Ctx(), Mirror())
     with WorkerLiveness(table_name, 4, on_register=why.append) as worker:
         first.close()
-        with management(Ctx(), Mirror()) as second:  # same settings: opens the table
-            wait_until("re-registered", lambda: "server restarted" in why)
-            assert worker.registrations == 2
+        mirror = Mirror()
+        with management(Ctx(), mirror) as second:  # same settings: opens the table
+            wait_until("told", lambda: "server restarted" in why)
+            assert worker.registrations == 1, "the registration was ended and taken again"
             assert second.report_status()["worker_liveness"]["livereg_tracked_instances"] == 1
+            time.sleep(1.0)  # a scan and its handlers: nothing ended, nothing freed
+            assert why == ["start", "server restarted"], why
+            assert mirror.drops_of(4) == 0, "the new server dropped a live worker's state"
 
 
 def test_logging_goes_to_the_livereg_logger(table_name: str, caplog: pytest.LogCaptureFixture) -> None:

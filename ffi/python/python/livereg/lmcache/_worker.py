@@ -35,13 +35,14 @@ class WorkerLiveness:
     ``tls_ca=`` (and a token or ``tls_cert``/``tls_key``), from a container
     that cannot map the table): beats
     from a daemon thread at a third of the table's timeout, registers again
-    when evicted or when the server's reaper changes (a restart: its boot
-    token changes), and deregisters on ``close()``. ``on_register(why)`` is
-    called after every registration (``"start"``, ``"evicted"``, ``"server
-    restarted"``): the server dropped this worker's state, so send it again
-    there. A server restart is seen by the reaper's boot token changing (a
-    table) or by the server id in its info area changing (a session). A ``on_register`` that raises is logged and called again at
-    each beat until it returns.
+    when evicted, and deregisters on ``close()``. ``on_register(why)`` is
+    called after every registration (``"start"``, ``"evicted"``) and when the
+    server restarted (``"server restarted"``: the registration holds, a new
+    reaper takes the table over as it finds it): the server dropped this
+    worker's state, so send it again there. A server restart is seen by the
+    reaper's boot token changing (a table) or by the server id in its info
+    area changing (a session). An ``on_register`` that raises is logged and
+    called again at each beat until it returns.
 
     An id livereg cannot hold (0, the reference's untracked prober, a
     negative one, one past 64 bits) registers nothing: it is logged once and
@@ -328,13 +329,14 @@ class WorkerLiveness:
         if self._table is not None:
             token = self._table.probe()
             if token is not None and token != self._token:
-                if self._token is not None:
-                    try:
-                        self._worker.deregister()
-                    except livereg.EvictedError:
-                        pass
-                    self._worker = self._register("server restarted")
+                restarted = self._token is not None
                 self._token = token
+                if restarted:
+                    # The registration holds (the new reaper took the table
+                    # over as it found it): told, never ended. Ending it
+                    # would have the new server free the engine's state,
+                    # perhaps after what it registered with it already.
+                    self._told("server restarted")
         if self._table is not None:
             return  # a table's restarts are seen by the reaper's boot token
         server = read_info(self._worker.info()).get("server")

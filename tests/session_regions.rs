@@ -288,3 +288,91 @@ fn a_descriptor_whose_close_blocks_sent_to_the_listener_never_freezes_it() {
     );
     reaper.stop().unwrap();
 }
+
+/// The welcome of a raw session on `stream`, and the region's memfd.
+fn welcome_with_region(stream: &UnixStream) -> std::fs::File {
+    let mut bytes = vec![0u8; 8192];
+    let (mut have, mut region) = (0, None);
+    loop {
+        let mut iov = libc::iovec {
+            iov_base: bytes[have..].as_mut_ptr().cast(),
+            iov_len: bytes.len() - have,
+        };
+        let mut control = [0u64; 16];
+        // SAFETY: an all-zero msghdr is a valid empty one.
+        let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+        message.msg_iov = &mut iov;
+        message.msg_iovlen = 1;
+        message.msg_control = control.as_mut_ptr().cast();
+        message.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: `message` names `bytes` and `control`, live for the call.
+        let read = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut message, 0) };
+        assert!(read > 0, "recvmsg: {}", std::io::Error::last_os_error());
+        have += read as usize;
+        // SAFETY: the kernel filled the control bytes; an SCM_RIGHTS
+        // header's data holds a descriptor now open in this process.
+        unsafe {
+            let header = libc::CMSG_FIRSTHDR(&message);
+            if !header.is_null() && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let fd = std::ptr::read_unaligned(libc::CMSG_DATA(header).cast::<libc::c_int>());
+                region = Some(<std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd));
+            }
+        }
+        match Frame::decode(&bytes[..have]).unwrap() {
+            Some((Frame::Welcome { .. }, _)) => return region.expect("a memfd with the welcome"),
+            Some((Frame::Info { .. }, used)) => {
+                bytes.copy_within(used..have, 0);
+                have -= used;
+            }
+            Some((other, _)) => panic!("expected a welcome, found {other:?}"),
+            None => {}
+        }
+    }
+}
+
+#[test]
+fn a_client_can_neither_resize_nor_reseal_its_region_and_punching_it_harms_nobody() {
+    let temp = TempTable::new("regions-seals", &short_timeout());
+    let socket = SocketPath::new("regions-seals");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    let stream = UnixStream::connect(&socket.0).unwrap();
+    std::io::Write::write_all(&mut &stream, &hello(4000)).unwrap();
+    let region = welcome_with_region(&stream);
+    let size = region.metadata().unwrap().len();
+    assert!(region.set_len(0).is_err(), "shrunk");
+    assert!(region.set_len(size * 2).is_err(), "grown");
+    // SAFETY: fcntl on a descriptor this test owns; no memory is passed.
+    let resealed =
+        unsafe { libc::fcntl(region.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_WRITE) };
+    assert_eq!(resealed, -1, "a seal added");
+    // Its pages given back under the listener's map, over and over: the
+    // listener reads zeros (no fault), and serves on.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(500) {
+        // SAFETY: fallocate on a descriptor this test owns.
+        let rc = unsafe {
+            libc::fallocate(
+                region.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                size as i64,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    }
+    assert_eq!(region.metadata().unwrap().len(), size);
+    assert!(welcome_takes(&socket, 4001) < Duration::from_secs(10));
+    assert!(temp
+        .table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == 4000));
+    reaper.stop().unwrap();
+}

@@ -332,6 +332,7 @@ fn welcome_with_region(stream: &UnixStream) -> std::fs::File {
 
 #[test]
 fn a_client_can_neither_resize_nor_reseal_its_region_and_punching_it_harms_nobody() {
+    let _counting = counting();
     let temp = TempTable::new("regions-seals", &short_timeout());
     let socket = SocketPath::new("regions-seals");
     let reaper = temp

@@ -494,6 +494,136 @@ fn sessions_opened_and_dropped_in_a_loop_do_not_flood_the_log() {
     );
 }
 
+/// A session's welcome over `unix:` and the region's memfd with it
+/// (`recvmsg`), read from `stream`; `None` if none came.
+fn welcome_with_region(stream: &std::os::unix::net::UnixStream) -> Option<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut bytes = vec![0u8; 8192];
+    let (mut have, mut region) = (0, None);
+    loop {
+        let mut iov = libc::iovec {
+            iov_base: bytes[have..].as_mut_ptr().cast(),
+            iov_len: bytes.len() - have,
+        };
+        let mut control = [0u64; 16];
+        // SAFETY: an all-zero msghdr is a valid empty one.
+        let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+        message.msg_iov = &mut iov;
+        message.msg_iovlen = 1;
+        message.msg_control = control.as_mut_ptr().cast();
+        message.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: `message` names `bytes` and `control`, live for the call.
+        let read = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut message, 0) };
+        if read <= 0 {
+            return None;
+        }
+        have += read as usize;
+        // SAFETY: the kernel filled the control bytes; an SCM_RIGHTS
+        // header's data holds a descriptor now open in this process.
+        unsafe {
+            let header = libc::CMSG_FIRSTHDR(&message);
+            if !header.is_null() && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let fd = std::ptr::read_unaligned(libc::CMSG_DATA(header).cast::<libc::c_int>());
+                region = Some(std::fs::File::from_raw_fd(fd));
+            }
+        }
+        match Frame::decode(&bytes[..have]) {
+            Ok(Some((Frame::Welcome { .. }, _))) => return region,
+            Ok(Some((Frame::Info { .. }, used))) => {
+                bytes.copy_within(used..have, 0);
+                have -= used;
+            }
+            Ok(None) => {}
+            _ => return None,
+        }
+    }
+}
+
+/// Its region's death word forged marked (`OWNER_DIED`, a thread id), at
+/// the offset docs/sessions.md gives.
+fn forge_dying(region: &std::fs::File) {
+    use std::os::unix::fs::FileExt;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let word = livereg::table_size(1).div_ceil(page) * page + 128;
+    region
+        .write_all_at(&0x4000_0001u32.to_ne_bytes(), word as u64)
+        .unwrap();
+}
+
+fn dying(table: &livereg::Table, instance: u64) -> bool {
+    table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == instance && r.state == livereg::RegistrationState::Dying)
+}
+
+/// A client that opens a `unix:` session, forges its death word marked
+/// and goes, in a loop: each is reported dying (its hook runs), but the
+/// daemon logs a burst of dying lines a second, then counts the others.
+#[test]
+fn sessions_forging_their_death_in_a_loop_do_not_flood_the_log() {
+    let temp = table("forged-dying", 64);
+    let (address, socket) = unix_address("forged-dying");
+    let daemon = Daemon::start(BIN, &temp.name, &[&address]);
+    let (mut forged, mut seen_dying) = (0u64, 0u64);
+    let started = Instant::now();
+    while forged < 300 && started.elapsed() < Duration::from_secs(20) {
+        let Ok(stream) = std::os::unix::net::UnixStream::connect(&socket.0) else {
+            continue;
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let hello = Frame::Hello {
+            version: VERSION,
+            instance_id: 3000 + forged,
+            pid: 1,
+            token: TOKEN.as_bytes().to_vec(),
+            label: String::new(),
+            host: String::new(),
+            reclaim: None,
+        };
+        std::io::Write::write_all(&mut &stream, &hello.encode()).unwrap();
+        let Some(region) = welcome_with_region(&stream) else {
+            continue;
+        };
+        forge_dying(&region);
+        // Its death seen before its close: the region watch, then a scan.
+        let seen = Instant::now();
+        while !dying(&temp.table, 3000 + forged) && seen.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        seen_dying += u64::from(dying(&temp.table, 3000 + forged));
+        forged += 1;
+    }
+    let took = started.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (daemon.drops().len() as u64) < forged && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(forged, 300, "only {forged} sessions in {took:?}");
+    assert_eq!(seen_dying, forged, "every forger is reported dying");
+    assert_eq!(
+        daemon.drops().len() as u64,
+        forged,
+        "every session's hook ran"
+    );
+    let logged = daemon
+        .log()
+        .lines()
+        .filter(|l| l.contains(") dying: "))
+        .count();
+    let seconds = started.elapsed().as_secs() + 2;
+    assert!(logged > 0, "no dying line at all");
+    assert!(
+        (logged as u64) <= 32 * seconds + 1 && (logged as u64) < forged,
+        "{logged} dying lines for {forged} sessions in {seconds} s"
+    );
+}
+
 /// Guessers sharing an engine's address (a node, a NAT) lock out nobody:
 /// the right token is checked at once whatever its source did; only wrong
 /// answers are slowed.

@@ -40,6 +40,39 @@ pub(crate) fn widen_backlog(listener: &impl AsRawFd) -> io::Result<()> {
     check(rc.into()).map(drop)
 }
 
+/// `SO_PASSRIGHTS` (Linux 6.16): its value in `asm-generic/socket.h`, or
+/// SPARC's own.
+#[cfg(not(target_arch = "sparc64"))]
+const SO_PASSRIGHTS: libc::c_int = 83;
+#[cfg(target_arch = "sparc64")]
+const SO_PASSRIGHTS: libc::c_int = 0x5c;
+
+/// `setsockopt(socket, SOL_SOCKET, SO_PASSRIGHTS, 0)`: a peer's `sendmsg`
+/// with descriptors (`SCM_RIGHTS`) to this Unix socket, or to one it
+/// accepts (they inherit it), fails with `EPERM`. The descriptors a peer
+/// sends are otherwise this process's to close as it reads or closes the
+/// socket, and closing one can block for as long as its sender chose (a
+/// TCP socket lingering behind a full window): no peer of a listener may
+/// hand it one.
+///
+/// # Errors
+///
+/// What `setsockopt` returned (`ENOPROTOOPT` before Linux 6.16).
+pub(crate) fn refuse_passed_descriptors(socket: &impl AsRawFd) -> io::Result<()> {
+    let off: libc::c_int = 0;
+    // SAFETY: `off` is a readable c_int for the length given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PASSRIGHTS,
+            (&off as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    check(rc.into()).map(drop)
+}
+
 /// `sendmsg(socket, bytes, SCM_RIGHTS [fd])`: sends `bytes` on a Unix
 /// stream socket with a copy of the descriptor `fd` attached (the peer
 /// receives it with the first of these bytes it reads with

@@ -133,13 +133,7 @@ impl Reaper {
                 .newly_dying(index, slot, generation, now_ns, &mut held_words)
                 .or_else(|| self.newly_dying_session(index, slot, generation, now_ns, remote));
             if let Some(event) = dying {
-                log::info!(
-                    "table '{}': instance {} (pid {}, slot {}) dying: its process began to exit",
-                    inner.name,
-                    event.instance_id,
-                    event.pid,
-                    event.slot
-                );
+                log_dying(&inner.name, &event);
                 report.dying.push(event);
             }
             match self.judge(index, slot, generation, now_ns, report.reset) {
@@ -280,6 +274,23 @@ fn log_ended(table: &str, event: &DropEvent) {
 
 /// Lines a second about sessions' endings, past which they are counted.
 const REMOTE_ENDINGS_LOGGED: u64 = 32;
+
+fn log_dying(table: &str, event: &DropEvent) {
+    let line = format_args!(
+        "table '{table}': instance {} (pid {}, slot {}) dying: its process began to exit",
+        event.instance_id, event.pid, event.slot
+    );
+    if event.remote {
+        // A session's client may forge its death word, in a loop of
+        // sessions: a burst of lines a second, then a count, as endings.
+        limited_log!(per_second: REMOTE_DYINGS_LOGGED, log::Level::Info, "{line}");
+    } else {
+        log::info!("{line}");
+    }
+}
+
+/// Lines a second about sessions' dying, past which they are counted.
+const REMOTE_DYINGS_LOGGED: u64 = 32;
 
 /// The event of slot `index`'s registration of `generation`, ending for
 /// `reason` after `silent_ns`, whose last beat word said `last_beat`.

@@ -35,7 +35,13 @@ impl Acceptor {
         let acceptor = match address {
             Address::Unix(path) => {
                 remove_stale_socket(address, path)?;
-                Acceptor::Unix(bind_with_mode(path, socket_mode).map_err(|e| io("bind", e))?)
+                let listener = bind_with_mode(path, socket_mode).map_err(|e| io("bind", e))?;
+                // Before Linux 6.16 a client may still send descriptors:
+                // the listener drops them unread (`docs/sessions.md`).
+                if let Err(e) = socket::refuse_passed_descriptors(&listener) {
+                    log::debug!("listener {address}: descriptors from clients not refused: {e}");
+                }
+                Acceptor::Unix(listener)
             }
             Address::Tcp(endpoint) | Address::Tls(endpoint) => {
                 let listener = TcpListener::bind(endpoint).map_err(|e| io("bind", e))?;

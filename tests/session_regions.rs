@@ -1,0 +1,379 @@
+//! A `unix:` listener's regions and descriptors under a hostile local
+//! client: one that connects and goes a thousand times, that never reads
+//! its welcome, that sends descriptors of its own to the listener.
+
+mod common;
+
+use common::{unique_name, TempTable};
+use livereg::wire::{Frame, VERSION};
+use livereg::{Address, TableOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+/// A Unix socket path no other test uses, removed on drop.
+struct SocketPath(String);
+
+impl SocketPath {
+    fn new(tag: &str) -> SocketPath {
+        SocketPath(format!("/tmp/{}.sock", unique_name(tag)))
+    }
+    fn address(&self) -> Address {
+        Address::parse(&format!("unix:{}", self.0)).unwrap()
+    }
+}
+
+impl Drop for SocketPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn short_timeout() -> TableOptions {
+    TableOptions {
+        capacity: 64,
+        reap_timeout: Duration::from_secs(1),
+        registration_grace: Duration::from_secs(3),
+        ..TableOptions::default()
+    }
+}
+
+fn hello(instance_id: u64) -> Vec<u8> {
+    Frame::Hello {
+        version: VERSION,
+        instance_id,
+        pid: std::process::id(),
+        token: Vec::new(),
+        label: "raw".into(),
+        host: "here".into(),
+        reclaim: None,
+    }
+    .encode()
+}
+
+/// The memfds named `livereg-session` open in this process (the listener's
+/// regions: the listener runs here).
+fn regions_open() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().contains("livereg-session"))
+        .count()
+}
+
+/// Descriptors open in this process.
+fn descriptors_open() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Held by each test that counts this process's descriptors: the others
+/// open and close theirs meanwhile.
+static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn counting() -> std::sync::MutexGuard<'static, ()> {
+    COUNTING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends `bytes` on `socket` with `fds` attached (`SCM_RIGHTS`).
+fn send_with_fds(socket: &UnixStream, bytes: &[u8], fds: &[i32]) -> std::io::Result<usize> {
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    let mut control = vec![0u64; 64];
+    let data_len = std::mem::size_of_val(fds) as u32;
+    // SAFETY: CMSG_SPACE only computes a size.
+    let space = unsafe { libc::CMSG_SPACE(data_len) } as usize;
+    assert!(space <= control.len() * 8);
+    // SAFETY: an all-zero msghdr is a valid empty one.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = space as _;
+    // SAFETY: the control buffer holds `space` bytes, room for one header
+    // and `fds`.
+    unsafe {
+        let header = libc::CMSG_FIRSTHDR(&message);
+        (*header).cmsg_level = libc::SOL_SOCKET;
+        (*header).cmsg_type = libc::SCM_RIGHTS;
+        (*header).cmsg_len = libc::CMSG_LEN(data_len) as _;
+        std::ptr::copy_nonoverlapping(
+            fds.as_ptr(),
+            libc::CMSG_DATA(header).cast::<i32>(),
+            fds.len(),
+        );
+    }
+    // SAFETY: `message` names live buffers for the call.
+    let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &message, libc::MSG_NOSIGNAL) };
+    if sent < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(sent as usize)
+    }
+}
+
+#[test]
+fn a_thousand_unix_sessions_come_and_go_and_the_listener_keeps_no_region() {
+    let _counting = counting();
+    let temp = TempTable::new("regions-churn", &short_timeout());
+    let socket = SocketPath::new("regions-churn");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    let before = descriptors_open();
+    let (mut welcomed, mut most_regions) = (0, 0);
+    for i in 0..1000u64 {
+        let mut stream = UnixStream::connect(&socket.0).unwrap();
+        std::io::Write::write_all(&mut stream, &hello(1000 + i)).unwrap();
+        if i % 2 == 0 {
+            // Waits for its welcome (and its region), then goes.
+            let mut byte = [0u8; 1];
+            assert_eq!(std::io::Read::read(&mut stream, &mut byte).unwrap(), 1);
+            welcomed += 1;
+            most_regions = most_regions.max(regions_open());
+        }
+        // (Every other one goes without reading: its region in flight.)
+        drop(stream);
+        if i % 50 == 49 {
+            // At most a table's worth of regions at a time (the bound).
+            wait_for("the sessions never ended", || {
+                temp.table.status().unwrap().registrations.is_empty()
+            });
+        }
+    }
+    wait_for("the ended sessions' regions were kept", || {
+        temp.table.status().unwrap().registrations.is_empty() && regions_open() == 0
+    });
+    assert_eq!(welcomed, 500);
+    assert!(most_regions > 0, "no region was ever shared");
+    let after = descriptors_open();
+    assert!(
+        after <= before + 8,
+        "descriptors: {before} before a thousand sessions, {after} after"
+    );
+    reaper.stop().unwrap();
+}
+
+#[test]
+fn descriptors_a_client_sends_the_listener_are_never_kept() {
+    let _counting = counting();
+    let temp = TempTable::new("regions-fds-in", &short_timeout());
+    let socket = SocketPath::new("regions-fds-in");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let before = descriptors_open();
+    let fds = [null.as_raw_fd(); 32];
+    for i in 0..50u64 {
+        let stream = UnixStream::connect(&socket.0).unwrap();
+        // Refused at the send (Linux 6.16 on), or sent and dropped unread:
+        // either way nothing of it stays in the listener.
+        if send_with_fds(&stream, &hello(2000 + i), &fds).is_ok() {
+            let mut byte = [0u8; 1];
+            let _ = std::io::Read::read(&mut &stream, &mut byte);
+        }
+    }
+    wait_for("the sessions never ended", || {
+        temp.table.status().unwrap().registrations.is_empty() && regions_open() == 0
+    });
+    let after = descriptors_open();
+    assert!(
+        after <= before + 8,
+        "descriptors: {before} before, {after} after 1,600 sent to the listener"
+    );
+    reaper.stop().unwrap();
+}
+
+/// A TCP socket whose close blocks: its peer (`server`, kept open by the
+/// caller, never read) has a full window, so the FIN waits behind the data,
+/// and `SO_LINGER` makes whoever closes it last wait `linger` for it.
+fn lingering_socket(linger: Duration) -> (std::net::TcpStream, std::net::TcpStream) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (server, _) = listener.accept().unwrap();
+    client.set_nonblocking(true).unwrap();
+    let chunk = vec![7u8; 65536];
+    let mut full = 0;
+    while full < 50 {
+        match std::io::Write::write(&mut &client, &chunk) {
+            Ok(_) => full = 0,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                full += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    set_linger(&client, Some(linger));
+    (client, server)
+}
+
+/// `SO_LINGER` on `socket`: `Some(0)` resets it at its close.
+fn set_linger(socket: &std::net::TcpStream, linger: Option<Duration>) {
+    let option = libc::linger {
+        l_onoff: i32::from(linger.is_some()),
+        l_linger: linger.map_or(0, |l| l.as_secs() as i32),
+    };
+    // SAFETY: `option` is a valid linger for the call's length.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&option as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as u32,
+        )
+    };
+    assert_eq!(rc, 0);
+}
+
+/// How long a new session waits for its welcome.
+fn welcome_takes(socket: &SocketPath, instance_id: u64) -> Duration {
+    let started = Instant::now();
+    let mut stream = UnixStream::connect(&socket.0).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    std::io::Write::write_all(&mut stream, &hello(instance_id)).unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(std::io::Read::read(&mut stream, &mut byte).unwrap(), 1);
+    started.elapsed()
+}
+
+#[test]
+fn a_descriptor_whose_close_blocks_sent_to_the_listener_never_freezes_it() {
+    let _counting = counting();
+    let temp = TempTable::new("regions-linger", &short_timeout());
+    let socket = SocketPath::new("regions-linger");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    assert!(welcome_takes(&socket, 3000) < Duration::from_secs(5));
+    let (lingering, _peer) = lingering_socket(Duration::from_secs(30));
+    let stream = UnixStream::connect(&socket.0).unwrap();
+    // Sent and let go by this process (the listener holds the last
+    // reference), or refused at the send (then this process closes it
+    // at once, without lingering).
+    if send_with_fds(&stream, &hello(3001), &[lingering.as_raw_fd()]).is_err() {
+        set_linger(&lingering, Some(Duration::ZERO));
+    }
+    drop(lingering);
+    drop(stream);
+    std::thread::sleep(Duration::from_millis(200));
+    let took = welcome_takes(&socket, 3002);
+    assert!(
+        took < Duration::from_secs(10),
+        "a new session waited {took:?} for its welcome"
+    );
+    reaper.stop().unwrap();
+}
+
+/// The welcome of a raw session on `stream`, and the region's memfd.
+fn welcome_with_region(stream: &UnixStream) -> std::fs::File {
+    let mut bytes = vec![0u8; 8192];
+    let (mut have, mut region) = (0, None);
+    loop {
+        let mut iov = libc::iovec {
+            iov_base: bytes[have..].as_mut_ptr().cast(),
+            iov_len: bytes.len() - have,
+        };
+        let mut control = [0u64; 16];
+        // SAFETY: an all-zero msghdr is a valid empty one.
+        let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+        message.msg_iov = &mut iov;
+        message.msg_iovlen = 1;
+        message.msg_control = control.as_mut_ptr().cast();
+        message.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: `message` names `bytes` and `control`, live for the call.
+        let read = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut message, 0) };
+        assert!(read > 0, "recvmsg: {}", std::io::Error::last_os_error());
+        have += read as usize;
+        // SAFETY: the kernel filled the control bytes; an SCM_RIGHTS
+        // header's data holds a descriptor now open in this process.
+        unsafe {
+            let header = libc::CMSG_FIRSTHDR(&message);
+            if !header.is_null() && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let fd = std::ptr::read_unaligned(libc::CMSG_DATA(header).cast::<libc::c_int>());
+                region = Some(<std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd));
+            }
+        }
+        match Frame::decode(&bytes[..have]).unwrap() {
+            Some((Frame::Welcome { .. }, _)) => return region.expect("a memfd with the welcome"),
+            Some((Frame::Info { .. }, used)) => {
+                bytes.copy_within(used..have, 0);
+                have -= used;
+            }
+            Some((other, _)) => panic!("expected a welcome, found {other:?}"),
+            None => {}
+        }
+    }
+}
+
+#[test]
+fn a_client_can_neither_resize_nor_reseal_its_region_and_punching_it_harms_nobody() {
+    let _counting = counting();
+    let temp = TempTable::new("regions-seals", &short_timeout());
+    let socket = SocketPath::new("regions-seals");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    let stream = UnixStream::connect(&socket.0).unwrap();
+    std::io::Write::write_all(&mut &stream, &hello(4000)).unwrap();
+    let region = welcome_with_region(&stream);
+    let size = region.metadata().unwrap().len();
+    assert!(region.set_len(0).is_err(), "shrunk");
+    assert!(region.set_len(size * 2).is_err(), "grown");
+    // SAFETY: fcntl on a descriptor this test owns; no memory is passed.
+    let resealed =
+        unsafe { libc::fcntl(region.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_WRITE) };
+    assert_eq!(resealed, -1, "a seal added");
+    // Its pages given back under the listener's map, over and over: the
+    // listener reads zeros (no fault), and serves on.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(500) {
+        // SAFETY: fallocate on a descriptor this test owns.
+        let rc = unsafe {
+            libc::fallocate(
+                region.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                size as i64,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    }
+    assert_eq!(region.metadata().unwrap().len(), size);
+    assert!(welcome_takes(&socket, 4001) < Duration::from_secs(10));
+    assert!(temp
+        .table
+        .status()
+        .unwrap()
+        .registrations
+        .iter()
+        .any(|r| r.instance_id == 4000));
+    reaper.stop().unwrap();
+}

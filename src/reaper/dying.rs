@@ -26,15 +26,14 @@ impl Reaper {
         held: &mut HashSet<u32>,
     ) -> Option<DropEvent> {
         let words = self.death_words()?;
-        let owner = words.slot(index).owner.load(Acquire);
-        let process = words.owner_of(index, generation)?;
+        let (word, process) = words.owner_word_of(index, generation)?;
         if !death_protocol::is_marked(&process.word) {
             return None;
         }
         // (Only marked words are noted: they are the ones to free, once no
         // live registration holds them; a live process costs the scan no
         // more than two loads.)
-        held.insert((owner >> 32) as u32 - 1);
+        held.insert(word);
         death_protocol::report_once(&words.slot(index).dying_seen_ns, now_ns)
             .then(|| dying_event(slot, index, generation))
     }

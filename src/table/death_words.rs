@@ -255,13 +255,20 @@ impl DeathWords {
     /// The process word that speaks for slot `index`'s registration of
     /// `generation`, if its process recorded one.
     pub(crate) fn owner_of(&self, index: u32, generation: u32) -> Option<&ProcessWord> {
+        self.owner_word_of(index, generation).map(|(_, word)| word)
+    }
+
+    /// [`DeathWords::owner_of`] with the process word's index, both from one
+    /// load of the slot's record (a writer of the table may change it between
+    /// two).
+    pub(crate) fn owner_word_of(&self, index: u32, generation: u32) -> Option<(u32, &ProcessWord)> {
         let owner = self
             .slot(index)
             .owner
             .load(crate::sync::Ordering::Acquire);
         let word = (owner >> 32) as u32;
         (owner as u32 == generation && word != 0 && word <= self.capacity)
-            .then(|| self.process(word - 1))
+            .then(|| (word - 1, self.process(word - 1)))
     }
 }
 

@@ -1,13 +1,19 @@
 //! Sessions over real sockets, each figure beside its baseline in the same
 //! run: a session's ping against a local one (criterion); SIGKILL of a
 //! client in an isolated container to its drop handler over `unix:` and
-//! `tcp://` loopback, against a local worker watched by pidfd; SIGSTOP of
-//! such a client to its `timeout` drop at T = 1 s, against a local worker
-//! stopped the same way (the bound: within [T, 1.25 T + 5 ms]); connect to
-//! registered against a local registration; one reaper holding 1,000
-//! sessions beating at T = 1 s (its process's CPU share and threads) against
-//! 1,000 local registrations; a reaper SIGKILLed and restarted under 100
-//! sessions. Prints markdown. `LIVEREG_BENCH_QUICK=1` runs small counts.
+//! `tcp://` loopback, against a local worker watched by pidfd; SIGKILL of
+//! such a client holding 2 GiB to its `on_dying` over `unix:` against its
+//! `on_drop` of the same kills, and to its `on_drop` over `tcp://` (no
+//! dying); SIGSTOP of such a client to its `timeout` drop at T = 1 s,
+//! against a local worker stopped the same way (the bound: within
+//! [T, 1.25 T + 5 ms]); connect to registered against a local
+//! registration; one reaper holding 1,000 sessions beating at T = 1 s (its
+//! process's CPU share and threads), over `unix:` (regions) and over
+//! `tcp://` (frames), against 1,000 local registrations; a reaper
+//! SIGKILLed and restarted under 100 sessions. Prints markdown.
+//! `LIVEREG_BENCH_QUICK=1` runs small counts (64 MiB held). Parts:
+//! `ping`, `kill`, `dying`, `stop`, `connect`, `load`, `restart` (`cargo
+//! bench --bench sessions -- dying load` runs those two).
 
 #[path = "../../tests/common/certs.rs"]
 mod certs;
@@ -77,14 +83,28 @@ fn token() -> ConnectOptions {
     client_options("unix:")
 }
 
+/// Which handler of the reaper ran.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Handler {
+    Dying,
+    Drop,
+}
+
+/// A reaper listening at `addresses` that sends every `on_dying` and
+/// `on_drop` event, with the handler and when it ran, on one channel.
 fn listening(
     table: &Table,
     addresses: &[&str],
-) -> (livereg::ReaperThread, Receiver<(DropEvent, Instant)>) {
+) -> (
+    livereg::ReaperThread,
+    Receiver<(Handler, DropEvent, Instant)>,
+) {
     let (sender, events) = mpsc::channel();
+    let dying = sender.clone();
     let mut builder = table
         .reaper()
-        .on_drop(move |e| Ok(sender.send((e.clone(), Instant::now()))?));
+        .on_dying(move |e| Ok(dying.send((Handler::Dying, e.clone(), Instant::now()))?))
+        .on_drop(move |e| Ok(sender.send((Handler::Drop, e.clone(), Instant::now()))?));
     for address in addresses {
         builder = builder.listen(
             Address::parse(address).unwrap(),
@@ -136,8 +156,17 @@ fn ping(c: &mut criterion::Criterion) {
     group.finish();
 }
 
-/// SIGKILL → drop handler, per run; `address` `None` is the local baseline.
-fn kill_to_drop(address: Option<&str>, runs: usize) -> Vec<Duration> {
+/// One SIGKILL as the reaper heard it, from the kill: its `on_dying` (if
+/// one ran) and its `on_drop`.
+struct Kill {
+    dying: Option<Duration>,
+    dropped: Duration,
+}
+
+/// SIGKILL of a client holding `hold_mib` MiB (the process itself, not the
+/// container around it) → its handlers, per run; `address` `None` is a
+/// local worker watched by pidfd, `Some` a client in a container of its own.
+fn kill_to_handlers(address: Option<&str>, hold_mib: u64, runs: usize) -> Vec<Kill> {
     let bench = BenchTable::new("session-kill", &options(Duration::from_secs(10), 64));
     let (_reaper, events) = match address {
         Some(address) => listening(&bench.table, &[address]),
@@ -147,22 +176,37 @@ fn kill_to_drop(address: Option<&str>, runs: usize) -> Vec<Duration> {
         .map(|run| {
             let id = run as u64 + 1;
             let mut child = match address {
-                Some(address) => isolated_worker(address, id),
+                Some(address) => isolated_worker(address, id, hold_mib),
                 None => local_worker(&bench.name, id),
             };
-            std::thread::sleep(Duration::from_millis(30));
+            // Time for its death thread to claim its death word.
+            std::thread::sleep(Duration::from_millis(200));
             let killed = Instant::now();
-            // unshare's child gets SIGKILL as its parent-death signal.
-            child.kill().unwrap();
-            let (event, at) = events.recv_timeout(Duration::from_secs(30)).unwrap();
+            // SAFETY: plain kill(2) of a worker this bench started.
+            assert_eq!(
+                unsafe { libc::kill(innermost(child.id()) as i32, libc::SIGKILL) },
+                0
+            );
+            let mut dying = None;
+            let dropped = loop {
+                let (handler, event, at) = events.recv_timeout(Duration::from_secs(30)).unwrap();
+                assert_eq!(event.instance_id, id, "{handler:?} {event:?}");
+                match handler {
+                    Handler::Dying => dying = Some(at - killed),
+                    Handler::Drop => break (event.reason, at - killed),
+                }
+            };
             let expected = if address.is_some() {
                 Reason::Disconnected
             } else {
                 Reason::ProcessExited
             };
-            assert_eq!((event.instance_id, event.reason), (id, expected));
+            assert_eq!(dropped.0, expected);
             let _ = child.wait();
-            at - killed
+            Kill {
+                dying,
+                dropped: dropped.1,
+            }
         })
         .collect()
 }
@@ -177,7 +221,7 @@ fn stop_to_drop(address: Option<&str>, runs: usize) -> Vec<Duration> {
     };
     let mut children: Vec<Child> = (1..=runs as u64)
         .map(|id| match address {
-            Some(address) => isolated_worker(address, id),
+            Some(address) => isolated_worker(address, id, 0),
             None => local_worker(&bench.name, id),
         })
         .collect();
@@ -199,8 +243,12 @@ fn stop_to_drop(address: Option<&str>, runs: usize) -> Vec<Duration> {
         .collect();
     let mut samples: Vec<Duration> = (0..runs)
         .map(|_| {
-            let (event, at) = events.recv_timeout(Duration::from_secs(30)).unwrap();
-            assert_eq!(event.reason, Reason::Timeout, "{event:?}");
+            let (handler, event, at) = events.recv_timeout(Duration::from_secs(30)).unwrap();
+            assert_eq!(
+                (handler, event.reason),
+                (Handler::Drop, Reason::Timeout),
+                "{event:?}"
+            );
             at - stopped[event.instance_id as usize - 1]
         })
         .collect();
@@ -233,32 +281,42 @@ fn connect_latency(runs: usize) -> (Vec<Duration>, Vec<Duration>) {
     (sessions, locals)
 }
 
+/// What a load figure's reaper daemon holds.
+#[derive(Clone, Copy, PartialEq)]
+enum Held {
+    /// Registrations in its table (the baseline).
+    Local,
+    /// Sessions over `unix:`: each beats in a region the listener reads.
+    Unix,
+    /// Sessions over `tcp://` loopback: each beats with frames.
+    Tcp,
+}
+
 /// A reaper daemon (`livereg reap`) holding `count` registrations beating
 /// at T = 1 s for `measure`: its CPU share of one core and its threads.
-/// Sessions over `unix:` (one client process with `count` connections), or
-/// local registrations (the baseline).
-fn reaper_load(count: u32, sessions: bool, measure: Duration) -> (f64, u64) {
+/// Sessions come from this process (one client with `count` connections).
+fn reaper_load(count: u32, held: Held, measure: Duration) -> (f64, u64) {
     let bench = BenchTable::new(
-        if sessions {
-            "session-load"
-        } else {
-            "local-load"
+        match held {
+            Held::Local => "local-load",
+            Held::Unix => "session-load",
+            Held::Tcp => "tcp-load",
         },
         &options(Duration::from_secs(1), count + 8),
     );
-    let (address, _path) = socket("load");
+    let (unix, path) = socket("load");
+    let address = if held == Held::Tcp { tcp() } else { unix };
     let mut args = vec!["reap", bench.name.as_str()];
-    if sessions {
+    if held != Held::Local {
         args.extend(["--listen", address.as_str()]);
     }
-    let daemon = Daemon::start(&args, &address[5..]);
+    let token = (held == Held::Tcp).then_some(TOKEN);
+    let daemon = Daemon::start(&args, &path, token);
     while bench.table.probe().is_err() {
         std::thread::sleep(Duration::from_millis(10));
     }
-    if sessions {
-        while !std::path::Path::new(&address[5..]).exists() {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    if held != Held::Local {
+        wait_for_listener(&address);
     }
     // A beater pings every worker connected so far every 100 ms, from the
     // first connect on (connecting 1,000 takes longer than the timeout).
@@ -277,10 +335,10 @@ fn reaper_load(count: u32, sessions: bool, measure: Duration) -> (f64, u64) {
     };
     for i in 0..count {
         let id = u64::from(i) + 1;
-        let worker = if sessions {
-            connect(&address, id, "load", &ConnectOptions::default()).unwrap()
-        } else {
+        let worker = if held == Held::Local {
             bench.table.register(id, "load").unwrap()
+        } else {
+            connect(&address, id, "load", &client_options(&address)).unwrap()
         };
         worker.heartbeat().unwrap();
         workers.lock().unwrap().push(worker);
@@ -300,6 +358,22 @@ fn reaper_load(count: u32, sessions: bool, measure: Duration) -> (f64, u64) {
     workers.lock().unwrap().clear();
     drop(daemon);
     (share, threads)
+}
+
+/// Until the daemon listens at `address` (`unix:` or `tcp://`).
+fn wait_for_listener(address: &str) {
+    let started = Instant::now();
+    let listening = || match address.strip_prefix("tcp://") {
+        Some(host) => std::net::TcpStream::connect(host).is_ok(),
+        None => std::path::Path::new(&address[5..]).exists(),
+    };
+    while !listening() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the daemon does not listen at {address}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// 100 sessions on a reaper daemon that is SIGKILLed and restarted at once:
@@ -325,6 +399,7 @@ fn restart(count: u32) -> (usize, Duration) {
                 &hook,
             ],
             &path,
+            None,
         )
     };
     let mut first = daemon();
@@ -387,15 +462,21 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let mut c = support::criterion();
     if part("ping") {
+        // Criterion reads the arguments only here: it takes one filter, the
+        // parts several.
+        let mut c = support::criterion();
         ping(&mut c);
+        c.final_summary();
     }
     let runs = if quick() { 3 } else { 30 };
     println!("\n| figure (runs) | median | max | baseline (same run) | ratio of medians |");
     println!("|---|---|---|---|---|");
     if part("kill") {
         kill_figures(runs);
+    }
+    if part("dying") {
+        dying_figures();
     }
     if part("stop") {
         stop_figure(runs);
@@ -410,28 +491,76 @@ fn main() {
         restart_figure();
     }
     let _ = std::fs::remove_dir_all(&certs().dir);
-    c.final_summary();
+}
+
+/// Medians and maxima of `samples`.
+fn median_max(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    let m = median(&mut samples);
+    (m, *samples.last().unwrap())
 }
 
 fn kill_figures(runs: usize) {
-    let mut local = kill_to_drop(None, runs);
-    let local_median = median(&mut local);
+    let drops = |address| {
+        median_max(
+            kill_to_handlers(address, 0, runs)
+                .iter()
+                .map(|kill| kill.dropped)
+                .collect(),
+        )
+    };
+    let (local_median, _) = drops(None);
     let (unix, _path) = socket("kill");
     for (what, address) in [
         ("unix:", unix.as_str()),
         ("tcp:// loopback", &tcp()),
         ("tls:// loopback", &tcp_tls()),
     ] {
-        let mut samples = kill_to_drop(Some(address), runs);
-        let m = median(&mut samples);
+        let (m, max) = drops(Some(address));
         println!(
             "| SIGKILL of an isolated client → drop handler over {what} ({runs}) | {} | {} | local worker by pidfd: median {} | {:.2}x |",
             show(m),
-            show(*samples.last().unwrap()),
+            show(max),
             show(local_median),
             m.as_secs_f64() / local_median.as_secs_f64()
         );
     }
+}
+
+/// SIGKILL of an isolated client holding memory: over `unix:` its
+/// `on_dying` against its `on_drop` (the socket's close) of the same kills;
+/// over `tcp://` loopback (nothing shared, no dying) its `on_drop`.
+fn dying_figures() {
+    let (mib, runs) = if quick() { (64, 3) } else { (2048, 15) };
+    let (unix, _path) = socket("dying");
+    let unix_kills = kill_to_handlers(Some(&unix), mib, runs);
+    let tcp_kills = kill_to_handlers(Some(&tcp()), mib, runs);
+    let (dying, dying_max) = median_max(
+        unix_kills
+            .iter()
+            .map(|kill| kill.dying.expect("a killed unix: client is dying first"))
+            .collect(),
+    );
+    let (dropped, dropped_max) = median_max(unix_kills.iter().map(|kill| kill.dropped).collect());
+    assert!(
+        tcp_kills.iter().all(|kill| kill.dying.is_none()),
+        "a tcp:// client is never dying"
+    );
+    let (tcp, tcp_max) = median_max(tcp_kills.iter().map(|kill| kill.dropped).collect());
+    println!(
+        "| SIGKILL of an isolated client holding {mib} MiB → `on_dying` over unix: ({runs}) | {} | {} | its `on_drop` (disconnected), same kills: median {}, max {} | {:.3}x |",
+        show(dying),
+        show(dying_max),
+        show(dropped),
+        show(dropped_max),
+        dying.as_secs_f64() / dropped.as_secs_f64()
+    );
+    println!(
+        "| SIGKILL of an isolated client holding {mib} MiB → `on_drop` over tcp:// loopback, no dying ({runs}) | {} | {} | over unix:, `on_drop` above: median {} | {:.2}x |",
+        show(tcp),
+        show(tcp_max),
+        show(dropped),
+        tcp.as_secs_f64() / dropped.as_secs_f64()
+    );
 }
 
 fn stop_figure(runs: usize) {
@@ -495,15 +624,29 @@ fn connect_figure() {
 fn load_figure() {
     let count = if quick() { 50 } else { 1_000 };
     let measure = Duration::from_secs(if quick() { 2 } else { 10 });
-    let (session_share, session_threads) = reaper_load(count, true, measure);
-    let (local_share, local_threads) = reaper_load(count, false, measure);
-    println!(
-        "| reaper daemon, {count} sessions beating at T = 1 s ({}s) | {:.2} % of a core, {session_threads} threads | | {count} local registrations: {:.2} % of a core, {local_threads} threads | {:.1}x |",
-        measure.as_secs(),
-        session_share * 100.0,
-        local_share * 100.0,
-        session_share / local_share.max(1e-9)
+    let (local_share, local_threads) = reaper_load(count, Held::Local, measure);
+    let local = format!(
+        "{count} local registrations: {:.2} % of a core, {local_threads} threads",
+        local_share * 100.0
     );
+    for (what, held) in [
+        ("unix: sessions (regions: no frame per beat)", Held::Unix),
+        ("tcp:// loopback sessions (a frame per beat)", Held::Tcp),
+    ] {
+        let (share, threads) = reaper_load(count, held, measure);
+        // CPU time comes in clock ticks: a share below one tick is no
+        // figure to divide by.
+        let ratio = if local_share > 0.0 {
+            format!("{:.1}x", share / local_share)
+        } else {
+            "— (local: not one clock tick)".to_owned()
+        };
+        println!(
+            "| reaper daemon, {count} {what} beating at T = 1 s ({}s) | {:.2} % of a core, {threads} threads | | {local} | {ratio} |",
+            measure.as_secs(),
+            share * 100.0,
+        );
+    }
 }
 
 fn restart_figure() {

@@ -13,8 +13,14 @@ use std::time::Duration;
 pub struct Daemon(Child, String);
 
 impl Daemon {
-    pub fn start(args: &[&str], socket: &str) -> Daemon {
-        let child = Command::new(LIVEREG)
+    /// `livereg ARGS`, with `token` in its environment (`LIVEREG_TOKEN`:
+    /// what a `tcp://` listener needs) where given.
+    pub fn start(args: &[&str], socket: &str, token: Option<&str>) -> Daemon {
+        let mut command = Command::new(LIVEREG);
+        if let Some(token) = token {
+            command.env("LIVEREG_TOKEN", token);
+        }
+        let child = command
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -45,11 +51,12 @@ impl Drop for Daemon {
 
 /// A client in a container of its own (`unshare`: mount namespace with a
 /// private /dev/shm, PID and IPC namespaces; network too over `unix:`),
-/// beating every 10 ms; returns it once registered.
-pub fn isolated_worker(address: &str, id: u64) -> Child {
+/// holding `hold_mib` MiB of touched 4 KiB pages (none: 0), beating every
+/// 10 ms; returns it once registered.
+pub fn isolated_worker(address: &str, id: u64, hold_mib: u64) -> Child {
     let mut child = contained(LIVEREG, address.starts_with("unix:"))
         .args(["worker", address, "--instance", &id.to_string()])
-        .args(["--interval", "10ms"])
+        .args(["--interval", "10ms", "--hold-mib", &hold_mib.to_string()])
         .args(if address.starts_with("tls://") {
             vec!["--tls-ca".to_owned(), certs().path("ca.pem")]
         } else {
@@ -60,10 +67,14 @@ pub fn isolated_worker(address: &str, id: u64) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut out = BufReader::new(child.stdout.as_mut().unwrap());
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    if hold_mib > 0 {
+        out.read_line(&mut line).unwrap();
+        assert!(line.starts_with("holding"), "{line}");
+        line.clear();
+    }
+    out.read_line(&mut line).unwrap();
     assert!(line.starts_with("registered"), "{line}");
     child
 }

@@ -4,7 +4,7 @@
 
 use pyo3::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 static STARTED: AtomicBool = AtomicBool::new(false);
 
@@ -43,8 +43,19 @@ pub fn _stop_reapers_at_exit(py: Python<'_>) {
             }
         }
         STARTED.store(true, Ordering::Release);
-        // A record the log thread began delivering before it could see the
+        // What a thread of ours began delivering before it could see the
         // flag ends before the interpreter does.
-        crate::logging::wait_for_delivery();
+        drop(delivering());
     });
+}
+
+/// Held by a thread of ours while it delivers something to the interpreter
+/// (the log thread, a record): the exit hook takes it once [`started`]
+/// holds, so that nothing is being delivered as the interpreter ends.
+static DELIVERING: Mutex<()> = Mutex::new(());
+
+/// Holds off the exit hook's end while the guard lives; look at
+/// [`started`] after taking it.
+pub fn delivering() -> MutexGuard<'static, ()> {
+    DELIVERING.lock().unwrap_or_else(|p| p.into_inner())
 }

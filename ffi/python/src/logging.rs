@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// Records waiting for the delivering thread at most.
 const QUEUE_MAX: usize = 4096;
@@ -47,22 +47,11 @@ pub fn install() {
     log::set_max_level(log::LevelFilter::Info);
 }
 
-/// Held by the delivering thread while it delivers a record: the exit hook
-/// takes it once it has said the interpreter is exiting, so that no record
-/// is being delivered as the interpreter ends.
-static DELIVERING: Mutex<()> = Mutex::new(());
-
-/// Returns once no record is being delivered (called by the exit hook,
-/// after [`exiting::started`] holds: none is delivered after).
-pub fn wait_for_delivery() {
-    drop(DELIVERING.lock().unwrap_or_else(|p| p.into_inner()));
-}
-
 /// The delivering thread: each record to Python's `logging`, under the
 /// interpreter; never joined, so nothing waits for it.
 fn deliver(records: &Receiver<(log::Level, String)>) {
     while let Ok((level, message)) = records.recv() {
-        let _delivering = DELIVERING.lock().unwrap_or_else(|p| p.into_inner());
+        let _delivering = exiting::delivering();
         if exiting::started() {
             eprintln!("livereg: {message}");
             continue;

@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +26,16 @@ HERE = Path(__file__).resolve().parent
 #: Set by ``ffi/python/test-lmcache`` to the 0.5.2 package, for its swap test.
 LMCACHE_052 = os.environ.get("LIVEREG_LMCACHE_052_PATH")
 _names = itertools.count()
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+# CI ends this suite with SIGTERM when another stage failed beside it: torn
+# down as on Ctrl-C (every fixture's end runs: tables unlinked, engine trees
+# ended), never cut off with its tables left in /dev/shm.
+signal.signal(signal.SIGTERM, _interrupted)
 
 
 def unique(tag: str) -> str:

@@ -26,7 +26,7 @@ mod support;
 
 use criterion::black_box;
 use livereg::{connect, Address, ConnectOptions, DropEvent, Reason, Table, TableOptions};
-use processes::{cpu_and_threads, innermost, isolated_worker, local_worker, Daemon};
+use processes::{cpu_by_thread, innermost, isolated_worker, local_worker, Daemon};
 use std::process::Child;
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
@@ -295,7 +295,7 @@ enum Held {
 /// A reaper daemon (`livereg reap`) holding `count` registrations beating
 /// at T = 1 s for `measure`: its CPU share of one core and its threads.
 /// Sessions come from this process (one client with `count` connections).
-fn reaper_load(count: u32, held: Held, measure: Duration) -> (f64, u64) {
+fn reaper_load(count: u32, held: Held, measure: Duration) -> (f64, u64, String) {
     let bench = BenchTable::new(
         match held {
             Held::Local => "local-load",
@@ -344,11 +344,25 @@ fn reaper_load(count: u32, held: Held, measure: Duration) -> (f64, u64) {
         workers.lock().unwrap().push(worker);
     }
     std::thread::sleep(Duration::from_secs(2)); // settle
-    let (before, _) = cpu_and_threads(daemon.id());
+    let (before, _) = cpu_by_thread(daemon.id());
     let started = Instant::now();
     std::thread::sleep(measure);
-    let (after, threads) = cpu_and_threads(daemon.id());
-    let share = (after - before).as_secs_f64() / started.elapsed().as_secs_f64();
+    let (after, threads) = cpu_by_thread(daemon.id());
+    let elapsed = started.elapsed().as_secs_f64();
+    let spent: Vec<(String, f64)> = after
+        .iter()
+        .map(|(name, time)| {
+            let was = before.get(name).copied().unwrap_or_default();
+            (name.clone(), time.saturating_sub(was).as_secs_f64() / elapsed)
+        })
+        .collect();
+    let share = spent.iter().map(|(_, share)| share).sum();
+    let by_thread = spent
+        .iter()
+        .filter(|(_, share)| *share >= 0.00005)
+        .map(|(name, share)| format!("{name} {:.3} %", share * 100.0))
+        .collect::<Vec<_>>()
+        .join(", ");
     assert_eq!(
         bench.table.status().unwrap().tracked_instances,
         count as usize
@@ -357,7 +371,7 @@ fn reaper_load(count: u32, held: Held, measure: Duration) -> (f64, u64) {
     beater.join().expect("every worker kept its registration");
     workers.lock().unwrap().clear();
     drop(daemon);
-    (share, threads)
+    (share, threads, by_thread)
 }
 
 /// Until the daemon listens at `address` (`unix:` or `tcp://`).
@@ -623,28 +637,22 @@ fn connect_figure() {
 
 fn load_figure() {
     let count = if quick() { 50 } else { 1_000 };
-    let measure = Duration::from_secs(if quick() { 2 } else { 10 });
-    let (local_share, local_threads) = reaper_load(count, Held::Local, measure);
+    let measure = Duration::from_secs(if quick() { 2 } else { 20 });
+    let (local_share, local_threads, local_spent) = reaper_load(count, Held::Local, measure);
     let local = format!(
-        "{count} local registrations: {:.2} % of a core, {local_threads} threads",
+        "{count} local registrations: {:.3} % of a core, {local_threads} threads ({local_spent})",
         local_share * 100.0
     );
     for (what, held) in [
         ("unix: sessions (regions: no frame per beat)", Held::Unix),
         ("tcp:// loopback sessions (a frame per beat)", Held::Tcp),
     ] {
-        let (share, threads) = reaper_load(count, held, measure);
-        // CPU time comes in clock ticks: a share below one tick is no
-        // figure to divide by.
-        let ratio = if local_share > 0.0 {
-            format!("{:.1}x", share / local_share)
-        } else {
-            "— (local: not one clock tick)".to_owned()
-        };
+        let (share, threads, spent) = reaper_load(count, held, measure);
         println!(
-            "| reaper daemon, {count} {what} beating at T = 1 s ({}s) | {:.2} % of a core, {threads} threads | | {local} | {ratio} |",
+            "| reaper daemon, {count} {what} beating at T = 1 s ({}s) | {:.3} % of a core, {threads} threads ({spent}) | | {local} | {:.1}x |",
             measure.as_secs(),
             share * 100.0,
+            share / local_share,
         );
     }
 }

@@ -1016,16 +1016,21 @@ fn a_client_frozen_while_reconnecting_reclaims_from_a_reaper_that_came_after_the
 #[test]
 fn a_timeout_ended_by_a_listener_reports_its_silence_to_the_reaper_that_drops_it() {
     let temp = TempTable::new("session-silence-handed-over", &one_second());
-    let socket = SocketPath::new("session-silence-handed-over");
     // A reaper whose listener ends the session, and which dies before any
-    // scan of it handles the drop.
+    // scan of it handles the drop. (Over `tcp://`: a `unix:` client beats
+    // in a region, which the scans judge.)
+    let tcp = tcp_address();
     let first = temp
         .table
         .reaper()
-        .listen(Address::parse(&socket.address()).unwrap(), None)
+        .listen(Address::parse(&tcp).unwrap(), Some(b"s3cret".to_vec()))
         .build()
         .unwrap();
-    let worker = connect(&socket.address(), 21, "w", &ConnectOptions::default()).unwrap();
+    let options = ConnectOptions {
+        token: Some(b"s3cret".to_vec()),
+        ..ConnectOptions::default()
+    };
+    let worker = connect(&tcp, 21, "w", &options).unwrap();
     worker.heartbeat().unwrap();
     let last_beat = Instant::now();
     // The engine loop hangs; the sender tells the listener, which ends it.
@@ -1097,30 +1102,41 @@ fn a_question_asked_again_in_the_previous_version_ends_within_its_timeout() {
 }
 
 #[test]
-fn a_client_stopped_before_its_first_beat_times_out_with_its_silence_since_registering() {
+fn a_client_stopped_before_its_first_beat_ends_timeout_over_frames_and_grace_in_a_region() {
     let temp = TempTable::new("session-never-beat", &one_second());
     let socket = SocketPath::new("session-never-beat");
+    let tcp = tcp_address();
     let (reaper, events) = with_events(&temp.table, &socket.address(), None);
-    let timeout = temp.table.reap_timeout();
+    reaper
+        .listen(Address::parse(&tcp).unwrap(), Some(b"s3cret".to_vec()))
+        .unwrap();
+    let (timeout, grace) = (temp.table.reap_timeout(), Duration::from_secs(3));
     // Registered, its engine never beats (the slot holds no beat at all),
-    // its sender forwards on; then stopped: its listener ends it `timeout`
-    // once unheard, long before the reaper's grace (3 s) would.
-    let spawned = Instant::now();
-    let mut quiet = Isolated::spawn(&socket.address(), 6, "quiet", None);
-    quiet.line("registered");
-    std::thread::sleep(Duration::from_millis(200));
-    quiet.signal(libc::SIGSTOP);
-    let (event, handled) = next_event(&events, Duration::from_secs(10));
-    quiet.signal(libc::SIGCONT);
-    assert_eq!((event.instance_id, event.reason), (6, Reason::Timeout));
-    assert_eq!(event.last_heartbeat_ns, None, "{event:?}");
-    // Its silence counts from its registration, its last signal (made
-    // after the spawn).
-    assert!(
-        event.silent_for >= timeout && event.silent_for <= handled - spawned,
-        "{event:?}, handled {:?} after the spawn",
-        handled - spawned
-    );
+    // then stopped. Over `tcp://` its sender's forwards were its signals:
+    // its listener ends it `timeout` once unheard, long before the grace.
+    // Over `unix:` it beats in a region the reaper reads as a table
+    // registration: no beat, so judged by the registration grace.
+    for (instance, address, token, reason, budget) in [
+        (6, tcp.as_str(), Some("s3cret"), Reason::Timeout, timeout),
+        (7, socket.address().as_str(), None, Reason::Grace, grace),
+    ] {
+        let spawned = Instant::now();
+        let mut quiet = Isolated::spawn(address, instance, "quiet", token);
+        quiet.line("registered");
+        std::thread::sleep(Duration::from_millis(200));
+        quiet.signal(libc::SIGSTOP);
+        let (event, handled) = next_event(&events, Duration::from_secs(10));
+        quiet.signal(libc::SIGCONT);
+        assert_eq!((event.instance_id, event.reason), (instance, reason));
+        assert_eq!(event.last_heartbeat_ns, None, "{event:?}");
+        // Its silence counts from its registration, its last signal (made
+        // after the spawn).
+        assert!(
+            event.silent_for >= budget && event.silent_for <= handled - spawned,
+            "{event:?}, handled {:?} after the spawn",
+            handled - spawned
+        );
+    }
     reaper.stop().unwrap();
 }
 

@@ -353,7 +353,10 @@ fn reaper_load(count: u32, held: Held, measure: Duration) -> (f64, u64, String) 
         .iter()
         .map(|(name, time)| {
             let was = before.get(name).copied().unwrap_or_default();
-            (name.clone(), time.saturating_sub(was).as_secs_f64() / elapsed)
+            (
+                name.clone(),
+                time.saturating_sub(was).as_secs_f64() / elapsed,
+            )
         })
         .collect();
     let share = spent.iter().map(|(_, share)| share).sum();

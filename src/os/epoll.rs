@@ -92,10 +92,15 @@ impl Epoll {
 
     /// `epoll_wait`: blocks until an entry fires, or `timeout` (if any)
     /// passes; returns the entries that fired (none on a timeout), at most
-    /// [`WAIT_MAX`]: a full batch may leave others ready.
+    /// [`WAIT_MAX`]: a full batch may leave others ready. The timeout is
+    /// rounded up to the millisecond: a wait rounded down would end before
+    /// its deadline, and a caller waiting for that deadline would spin
+    /// through its last fraction of a millisecond.
     pub(crate) fn wait(&self, timeout: Option<std::time::Duration>) -> io::Result<Vec<Ready>> {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; WAIT_MAX];
-        let timeout_ms = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
+        let timeout_ms = timeout.map_or(-1, |t| {
+            i32::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
+        });
         // SAFETY: `events` is a writable array of the length passed.
         let n = unsafe {
             libc::epoll_wait(
@@ -141,5 +146,17 @@ mod tests {
         }
         let rest = epoll.wait(Some(std::time::Duration::ZERO)).unwrap();
         assert_eq!(rest.len(), 100 - WAIT_MAX);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // an epoll: Miri has no such objects
+    fn a_wait_of_a_fraction_of_a_millisecond_lasts_its_whole_timeout() {
+        let epoll = Epoll::new().unwrap();
+        for micros in [300, 2_500] {
+            let timeout = std::time::Duration::from_micros(micros);
+            let started = std::time::Instant::now();
+            assert!(epoll.wait(Some(timeout)).unwrap().is_empty());
+            assert!(started.elapsed() >= timeout, "{timeout:?}: {:?}", started.elapsed());
+        }
     }
 }

@@ -14,7 +14,7 @@ use crate::reaper::exit_watch::ExitWatcher;
 use crate::reaper::handlers::{
     ClearHandler, DropHandler, HandlerError, Handlers, Running, HANDLER_DEADLINE,
 };
-use crate::session::Sessions;
+use crate::session::{RegionsBySlot, Sessions};
 use crate::session::{Address, TlsServer};
 use crate::session::{ListenConfig, DEFAULT_SOCKET_MODE};
 use crate::sync::Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -260,6 +260,7 @@ impl ReaperBuilder {
             progress_timeout_ns: header.progress_timeout_ns.load(Relaxed),
             clock_id: self.table.clock.identity(),
             in_flight: vec![0; inner.capacity as usize],
+            regions: RegionsBySlot::default(),
             clear_issued: 0,
             resets_served,
             handlers: Dispatch::Inline(Handlers {

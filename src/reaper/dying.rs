@@ -3,6 +3,7 @@
 //! reaper (the slot's record keeps when it was); a marked word none of
 //! whose registrations is live any more is given back for the next process.
 
+use crate::session::HeldRegion;
 use super::role::Reaper;
 use super::scan::drop_event;
 use crate::event::{DropEvent, Reason};
@@ -48,9 +49,9 @@ impl Reaper {
         slot: &Slot,
         generation: u32,
         now_ns: u64,
-        remote: bool,
+        region: Option<&HeldRegion>,
     ) -> Option<DropEvent> {
-        if !remote || !self.sessions.newly_dying(index, generation) {
+        if !region.is_some_and(|region| self.sessions.newly_dying(region)) {
             return None;
         }
         if let Some(words) = self.death_words() {

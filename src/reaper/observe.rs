@@ -13,7 +13,8 @@ use super::role::Reaper;
 
 impl Reaper {
     /// One `LIVE` slot's fate this scan: observe it, [`decide`], then carry
-    /// the decision out.
+    /// the decision out. `pulled`: a session's client beats in a region,
+    /// just pulled into the slot (judged then as the table's own).
     pub(super) fn judge(
         &mut self,
         index: u32,
@@ -21,19 +22,20 @@ impl Reaper {
         generation: u32,
         now_ns: u64,
         resetting: bool,
+        pulled: bool,
     ) -> Verdict {
         let word = slot.beat.load(Acquire);
         if !protocol::beat_matches(word, generation) {
             return Verdict::Corrupt;
         }
-        let observed = self.observe(index, slot, generation, word, now_ns);
+        let observed = self.observe(index, slot, generation, word, pulled, now_ns);
         match decide(observed, resetting, self.timeout_ns) {
             Decision::Corrupt => Verdict::Corrupt,
             Decision::Drop(reason) => Verdict::Ended {
                 reason,
                 silent_ns: self.silence_before_end(index, slot, generation, reason, now_ns),
             },
-            Decision::JudgeProgress => self.judge_progress(index, slot, generation, now_ns),
+            Decision::JudgeProgress => self.judge_progress(index, slot, generation, pulled, now_ns),
             Decision::Reset => match protocol::end(slot, generation, Reason::Cleared) {
                 Ok(()) => Verdict::Ended {
                     reason: Reason::Cleared,
@@ -76,6 +78,7 @@ impl Reaper {
         slot: &Slot,
         generation: u32,
         word: u64,
+        pulled: bool,
         now_ns: u64,
     ) -> Observed {
         let (signal_ns, budget_ns, timed_reason) = match protocol::decode_beat(word) {
@@ -101,6 +104,7 @@ impl Reaper {
             // A session's client: no lock or pidfd sees it exit; its
             // sessions say how to judge its silence.
             let silence = SlotSilence {
+                pulled,
                 last_signal,
                 budget_ns,
                 timed_reason,
@@ -157,7 +161,14 @@ impl Reaper {
     /// A live registration's progress: busy and unchanged for
     /// the progress timeout, on this reaper's clock from when it saw the word
     /// change, it ends `Stalled`. Idle never stalls.
-    fn judge_progress(&mut self, index: u32, slot: &Slot, generation: u32, now_ns: u64) -> Verdict {
+    fn judge_progress(
+        &mut self,
+        index: u32,
+        slot: &Slot,
+        generation: u32,
+        pulled: bool,
+        now_ns: u64,
+    ) -> Verdict {
         if self.progress_timeout_ns == 0 {
             return Verdict::Keep;
         }
@@ -172,10 +183,10 @@ impl Reaper {
             }
         }
         // A held session's beats may still wait in its socket: judged up to
-        // what its listener has applied.
+        // what its listener has applied (a region's were pulled just now).
         let known_until = if slot.flags.load(Relaxed) & FLAG_REMOTE != 0 {
             self.sessions
-                .progress_known_until(index, generation, now_ns)
+                .progress_known_until(index, generation, pulled, now_ns)
         } else {
             now_ns
         };

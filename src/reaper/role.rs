@@ -13,7 +13,7 @@ use crate::reaper::exit_watch::ExitWatcher;
 use crate::reaper::handlers::{HandlerPool, Handlers};
 use crate::session::Address;
 use crate::session::ListenConfig;
-use crate::session::Sessions;
+use crate::session::{RegionsBySlot, Sessions};
 use crate::sync::Ordering::Acquire;
 use crate::table::handle::Table;
 use crate::table::layout::SCANS_PER_TIMEOUT;
@@ -72,6 +72,9 @@ pub struct Reaper {
     /// Per slot, `generation + 1` of an ended registration whose drop is
     /// queued on the handler thread (0: none): not to be queued again.
     pub(super) in_flight: Vec<u32>,
+    /// The regions of its sessions' clients, by slot (made again when
+    /// they change).
+    pub(super) regions: RegionsBySlot,
     /// The last clear ticket queued on the handler thread.
     pub(super) clear_issued: u64,
     /// The table's `reset_requested` count this reaper has carried out (or

@@ -105,6 +105,7 @@ impl Reaper {
         let inner = self.table.memory.clone();
         let marked_words = self.marked_words();
         let mut held_words = HashSet::new();
+        self.sessions.refresh_regions(&mut self.regions);
         for index in 0..inner.capacity {
             let slot = inner.slot(index);
             let state = slot.state.load(Acquire);
@@ -129,14 +130,25 @@ impl Reaper {
                 }
             }
             let remote = slot.flags.load(Relaxed) & FLAG_REMOTE != 0;
+            // The region a session's client beats in, and whether to pull it.
+            let region = remote
+                .then(|| self.regions.get(index, generation))
+                .flatten()
+                .map(|(region, pull)| (region.clone(), pull));
             let dying = self
                 .newly_dying(index, slot, generation, now_ns, &mut held_words)
-                .or_else(|| self.newly_dying_session(index, slot, generation, now_ns, remote));
+                .or_else(|| {
+                    let region = region.as_ref().map(|(region, _)| &**region);
+                    self.newly_dying_session(index, slot, generation, now_ns, region)
+                });
             if let Some(event) = dying {
                 log_dying(&inner.name, &event);
                 report.dying.push(event);
             }
-            match self.judge(index, slot, generation, now_ns, report.reset) {
+            let pulled = region.is_some_and(|(region, pull)| {
+                pull && self.sessions.pull(&region, index, generation, now_ns)
+            });
+            match self.judge(index, slot, generation, now_ns, report.reset, pulled) {
                 Verdict::Keep => {}
                 Verdict::Corrupt => report.corrupt_slots += 1,
                 Verdict::Ended { reason, silent_ns } => {

@@ -35,7 +35,8 @@ pub use client::{
 pub(crate) use server::limited_log;
 pub use server::SessionRefusals;
 pub(crate) use server::{
-    ListenConfig, Record, Records, Sessions, SlotSilence, DEFAULT_SOCKET_MODE,
+    HeldRegion, ListenConfig, Record, Records, RegionsBySlot, Sessions, SlotSilence,
+    DEFAULT_SOCKET_MODE,
 };
 pub use tls::{TlsClient, TlsServer, TLS_BUILT_IN};
 pub use token_file::read_token_file;

@@ -30,28 +30,19 @@ pub(crate) fn unheard_allowance(reap_timeout: Duration) -> Duration {
     forward_interval(reap_timeout) + (reap_timeout / 32).max(Duration::from_millis(10))
 }
 
-/// How often the sender of a client that beats in a shared region bumps
-/// its pulse there (a store, no frame): `T/16`. The pulse is the region's
-/// sign that the client's process runs, as a frame's arrival is a
-/// socket's.
-pub(crate) fn pulse_interval(reap_timeout: Duration) -> Duration {
-    (reap_timeout / 16).max(Duration::from_millis(1))
-}
-
-/// [`unheard_allowance`] for a client that beats in a shared region: one
-/// pulse interval and the same slack. A stopped client's last pulse is at
-/// most one pulse interval before its stop, and the listener sees it at
-/// its next tick (`T/16`): never evicted before `T` of real silence, and
-/// within `1.22 T` (one tick to see the last pulse, one to see the silence).
-pub(crate) fn region_unheard_allowance(reap_timeout: Duration) -> Duration {
-    pulse_interval(reap_timeout) + (reap_timeout / 32).max(Duration::from_millis(10))
-}
-
 /// How often a listener looks over its connections (greetings past their
 /// deadline, sessions unheard, registrations ended, `Heard` due): every
 /// `T/16`, between 5 ms and 250 ms.
 pub(crate) fn listener_tick(reap_timeout: Duration) -> Duration {
     (reap_timeout / 16).clamp(Duration::from_millis(5), Duration::from_millis(250))
+}
+
+/// How often a listener whose connections are all sessions beating in a
+/// region looks over them (their beats are the reaper's to pull and
+/// judge; what is left is telling ends and info): every `T/4`, between
+/// 5 ms and 250 ms.
+pub(crate) fn quiet_listener_tick(reap_timeout: Duration) -> Duration {
+    (reap_timeout / 4).clamp(Duration::from_millis(5), Duration::from_millis(250))
 }
 
 /// How long a listener that holds sessions may go without running before

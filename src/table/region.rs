@@ -10,20 +10,18 @@
 //! | offset | bytes | what |
 //! |---|---|---|
 //! | 0 | [`table_size`]`(1)`, rounded up to a page | a table of capacity 1 (header, slot 0, info area, observations) |
-//! | [`Layout::death_offset`] | 176, rounded up to a page | its death words (a 128-byte header, process word 0, slot record 0), then the sender's pulse and the listener's (8 bytes each) |
+//! | [`Layout::death_offset`] | 176, rounded up to a page | its death words (a 128-byte header, process word 0, slot record 0), then 8 bytes reserved and the listener's pulse (8 bytes) |
 //!
-//! The sender's pulse is a count the client's sender thread bumps every
-//! `T/16` while its process runs: the region's sign of a live client, as a
-//! frame's arrival is a socket's. The listener's pulse is one the listener
-//! bumps at every read of the region (every `T/16`): its sign to the
-//! client that it hears it, in place of `Heard` frames.
+//! The listener's pulse is a count the reaper bumps each time it pulls
+//! the client's beats from the region into the table (every `T/4`): the
+//! client's sign that it is heard, in place of `Heard` frames.
 //!
-//! The client writes what it likes there; the listener reads only slot 0's
-//! beat counter, busy bit and step count, process word 0 and the sender's
-//! pulse, at the offsets above, as numbers it bounds before using them:
-//! never the header's sizes, never a pointer or an index (see
-//! `docs/sessions.md`). It writes only its own pulse and the `WAITERS` bit
-//! of process word 0 (so that the kernel wakes it when it marks the word).
+//! The client writes what it likes there; the reaper reads only slot 0's
+//! beat word, beat counter, progress word, flags and clock identity, and
+//! process word 0, at the offsets above, as numbers it bounds before using
+//! them: never the header's sizes, never a pointer or an index (see
+//! `docs/sessions.md`). It writes only its pulse and the `WAITERS` bit of
+//! process word 0 (so that the kernel wakes it when it marks the word).
 
 use crate::error::{Error, Result};
 use crate::sync::{AtomicU32, AtomicU64};
@@ -35,12 +33,9 @@ use crate::table::options::TableOptions;
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::File;
 
-/// Where the sender's pulse is in the region's second part: after the death
-/// words.
-const PULSE_OFFSET: usize = death_words::HEADER + 32;
-
-/// Where the listener's pulse is: after the sender's.
-const LISTENER_PULSE_OFFSET: usize = PULSE_OFFSET + 8;
+/// Where the listener's pulse is in the region's second part: after the
+/// death words and 8 reserved bytes.
+const LISTENER_PULSE_OFFSET: usize = death_words::HEADER + 40;
 
 /// Where a region's parts are, for this host's page size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,34 +183,26 @@ impl SharedRegion {
 }
 
 impl SharedRegion {
-    /// The sender's pulse: a count the client's sender bumps every `T/16`
-    /// (or anything the client wrote).
-    pub(crate) fn pulse(&self) -> &AtomicU64 {
-        let offset = self.layout.death_offset as usize + PULSE_OFFSET;
+    /// The listener's pulse: bumped at every pull of the region.
+    pub(crate) fn listener_pulse(&self) -> &AtomicU64 {
+        let offset = self.layout.death_offset as usize + LISTENER_PULSE_OFFSET;
         // SAFETY:
-        // - `death_offset + PULSE_OFFSET + 8` is within the map (the second
-        //   part is at least that long), 8-byte aligned (page + 160);
+        // - `death_offset + LISTENER_PULSE_OFFSET + 8` is within the map (the
+        //   second part is at least that long), 8-byte aligned (page + 168);
         // - an atomic: any value is valid, shared access race free;
         // - it lives as long as `self`.
         unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU64>() }
     }
-
-    /// The listener's pulse: bumped at every read of the region.
-    pub(crate) fn listener_pulse(&self) -> &AtomicU64 {
-        let offset = self.layout.death_offset as usize + LISTENER_PULSE_OFFSET;
-        // SAFETY: as for `pulse`, 8 bytes further (the second part holds
-        // LISTENER_PULSE_OFFSET + 8 bytes at least).
-        unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU64>() }
-    }
 }
 
-/// The client's hold on its region's pulses, for its sender thread.
+/// The client's hold on its region's listener pulse, for its sender
+/// thread.
 pub(crate) struct Pulse {
     map: MmapRaw,
 }
 
-// SAFETY: as for `SharedRegion`: a mapping of a sealed memfd, read and
-// written through one atomic only.
+// SAFETY: as for `SharedRegion`: a mapping of a sealed memfd, read through
+// one atomic only.
 unsafe impl Send for Pulse {}
 
 impl Pulse {
@@ -233,28 +220,24 @@ impl Pulse {
         Ok(Pulse { map })
     }
 
-    /// One more pulse: the sender runs.
-    pub(crate) fn bump(&self) {
-        self.at(PULSE_OFFSET)
-            .fetch_add(1, crate::sync::Ordering::Relaxed);
-    }
-
     /// The listener's pulse now: a change since the last look is the
-    /// listener heard.
+    /// client heard.
     pub(crate) fn listener(&self) -> u64 {
-        self.at(LISTENER_PULSE_OFFSET)
-            .load(crate::sync::Ordering::Relaxed)
-    }
-
-    fn at(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset == PULSE_OFFSET || offset == LISTENER_PULSE_OFFSET);
         // SAFETY:
         // - the map is LISTENER_PULSE_OFFSET + 8 bytes, page aligned, so the
-        //   8-byte atomics at PULSE_OFFSET and LISTENER_PULSE_OFFSET
-        //   (multiples of 8) are inside it, aligned;
-        // - atomics: shared access (the listener's process too) is race free;
+        //   8-byte atomic at LISTENER_PULSE_OFFSET (a multiple of 8) is
+        //   inside it, aligned;
+        // - an atomic: shared access (the listener's process too) is race
+        //   free;
         // - the map lives as long as `self`.
-        unsafe { &*self.map.as_ptr().add(offset).cast::<AtomicU64>() }
+        let pulse = unsafe {
+            &*self
+                .map
+                .as_ptr()
+                .add(LISTENER_PULSE_OFFSET)
+                .cast::<AtomicU64>()
+        };
+        pulse.load(crate::sync::Ordering::Relaxed)
     }
 }
 

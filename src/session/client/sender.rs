@@ -13,7 +13,7 @@ use crate::event::Reason;
 use crate::os::{eventfd, poll};
 use crate::absence::absence_threshold;
 use crate::session::stream::{send, Received};
-use crate::session::timing::{forward_interval, pulse_interval, SILENT_TIMEOUTS_MAX};
+use crate::session::timing::{forward_interval, SILENT_TIMEOUTS_MAX};
 use crate::table::region::Pulse;
 use crate::session::wire::{Frame, HEARD_SINCE};
 use crate::sync::Ordering::{Acquire, Relaxed};
@@ -200,10 +200,10 @@ struct Sender {
     /// device and inode): while a connection's listener reads that very
     /// region, nothing is forwarded.
     region: Option<(u64, u64)>,
-    /// The sender's pulse in that region.
+    /// Its listener's pulse in that region.
     pulse: Option<Pulse>,
-    /// The listener's pulse there as last seen: a change is the listener
-    /// heard (it sends no `Heard` while it reads the region).
+    /// That pulse as last seen: a change is the client heard (the reaper
+    /// bumps it as it pulls the region; no `Heard` is sent).
     listener_pulse: u64,
     /// Whether the current connection's listener reads the worker's slot
     /// in that region (set with each connection).
@@ -267,13 +267,10 @@ impl Sender {
         }
     }
 
-    /// How often it forwards (or, while its listener reads the region,
-    /// pulses there).
+    /// How often it forwards (or, while it beats in a region, looks at its
+    /// listener's pulse there): every `T/8`.
     fn interval(&self) -> Duration {
-        match self.reads_slot {
-            true => pulse_interval(self.dialed.reap_timeout),
-            false => forward_interval(self.dialed.reap_timeout),
-        }
+        forward_interval(self.dialed.reap_timeout)
     }
 
     /// Runs the current connection until it breaks or the session is over.
@@ -303,7 +300,6 @@ impl Sender {
                 }
                 match &self.pulse {
                     Some(pulse) if self.reads_slot => {
-                        pulse.bump();
                         let listener = pulse.listener();
                         if listener != self.listener_pulse {
                             self.listener_pulse = listener;

@@ -7,7 +7,7 @@ use super::held::{HeldRegion, LastHeard};
 use super::printable::printable;
 use super::records::Record;
 use super::refusals::SessionRefusals;
-use super::served::{Connection, Gate, Holding, Next, RegionReading, Requested};
+use super::served::{Connection, Gate, Holding, Next, Requested};
 use crate::error::{Error, Result};
 use crate::event::Reason;
 use crate::session::server::limited_log::limited_log;
@@ -54,12 +54,7 @@ impl Connection {
             Ok((mut holding, secret)) => {
                 let (slot, generation) = (holding.index, holding.generation);
                 let region = self.region_for(gate, slot, generation, reclaiming);
-                holding.region = region.clone().map(|held| RegionReading {
-                    beats: held.region.slot().beats.load(Relaxed),
-                    changed_ns: gate.table.clock.now_ns(),
-                    pulse: held.region.pulse().load(Relaxed),
-                    held,
-                });
+                holding.region = region.clone();
                 self.holding = Some(holding);
                 // The info first: a client that reads its welcome has it.
                 if self.send_info(&gate.table) != Next::KeepOpen {

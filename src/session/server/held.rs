@@ -4,6 +4,7 @@
 //! `Disconnected`), and the records beside the table.
 
 use super::records::Records;
+use super::region_pull::Pulled;
 use crate::absence::Absence;
 use crate::table::handle::Table;
 use crate::table::region::SharedRegion;
@@ -37,6 +38,45 @@ pub(crate) struct Held {
     /// Bumped (and woken) when a region is added or dropped: the region
     /// watch looks again.
     pub(crate) regions_changed: AtomicU32,
+    /// Bumped when the reaper has seen a remote registration end: the
+    /// listeners then look at every session's end at their next tick
+    /// (otherwise every `T/4`: a session beating in a region costs a
+    /// listener nothing between).
+    ended: AtomicU64,
+    /// Bumped whenever a registration is held or let go, or a region
+    /// shared, dropped or no longer beaten in: the reaper's
+    /// [`RegionsBySlot`] is made again only then.
+    changes: AtomicU64,
+}
+
+/// The regions by slot, as the reaper reads them at each scan: made again
+/// from [`Held`] only when it changed, so a scan finds a slot's region by
+/// its index, with no lock and no hash.
+#[derive(Default)]
+pub(crate) struct RegionsBySlot {
+    /// The [`Held::changes`] it was made at (`None`: never made).
+    made_at: Option<u64>,
+    slots: Vec<Option<SlotRegion>>,
+}
+
+/// The region of one slot's registration.
+struct SlotRegion {
+    generation: u32,
+    region: Arc<HeldRegion>,
+    /// Whether to pull it: a connection holds the registration, and its
+    /// client beats in the region.
+    pull: bool,
+}
+
+impl RegionsBySlot {
+    /// The region shared for registration `(index, generation)`, and
+    /// whether to pull it.
+    pub(crate) fn get(&self, index: u32, generation: u32) -> Option<(&Arc<HeldRegion>, bool)> {
+        match self.slots.get(index as usize) {
+            Some(Some(slot)) if slot.generation == generation => Some((&slot.region, slot.pull)),
+            _ => None,
+        }
+    }
 }
 
 /// A region shared with a session's client, and whether the reaper has
@@ -45,9 +85,23 @@ pub(crate) struct Held {
 pub(crate) struct HeldRegion {
     pub region: SharedRegion,
     pub dying_reported: AtomicBool,
+    /// Whether its client beats there (cleared when it beats with frames
+    /// instead: then nothing is pulled from it).
+    pub beats_in_region: AtomicBool,
+    /// What the last pull found there (`region_pull.rs`).
+    pub(super) pulled: Mutex<Pulled>,
     /// When it was shared: its client's death thread claims its word just
     /// after, and the region watch looks for that claim often until then.
     pub shared_at: std::time::Instant,
+}
+
+impl std::fmt::Debug for HeldRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldRegion")
+            .field("beats_in_region", &self.beats_in_region)
+            .field("dying_reported", &self.dying_reported)
+            .finish_non_exhaustive()
+    }
 }
 
 /// When a held registration's client was last heard (a frame), on the
@@ -84,6 +138,7 @@ impl Held {
     pub(crate) fn hold(&self, index: u32, generation: u32, now_ns: u64) -> LastHeard {
         let heard = LastHeard::new(now_ns);
         self.lock().insert((index, generation), heard.clone());
+        self.note_changed();
         heard
     }
 
@@ -96,14 +151,46 @@ impl Held {
         now_ns: u64,
     ) -> Option<LastHeard> {
         use std::collections::hash_map::Entry;
-        match self.lock().entry((index, generation)) {
+        let held = match self.lock().entry((index, generation)) {
             Entry::Occupied(_) => None,
             Entry::Vacant(entry) => Some(entry.insert(LastHeard::new(now_ns)).clone()),
-        }
+        };
+        self.note_changed();
+        held
     }
 
     pub(crate) fn let_go(&self, index: u32, generation: u32) {
         self.lock().remove(&(index, generation));
+        self.note_changed();
+    }
+
+    /// Something [`RegionsBySlot`] is made of changed.
+    pub(crate) fn note_changed(&self) {
+        self.changes.fetch_add(1, Relaxed);
+    }
+
+    /// Makes `by_slot` again if anything it is made of changed since.
+    pub(crate) fn refresh(&self, by_slot: &mut RegionsBySlot, capacity: u32) {
+        // Read first: a change during the making is seen at the next.
+        let changes = self.changes.load(Relaxed);
+        if by_slot.made_at == Some(changes) {
+            return;
+        }
+        let holding = self.lock();
+        let regions = self.regions_lock();
+        by_slot.slots.clear();
+        by_slot.slots.resize_with(capacity as usize, || None);
+        for (&(index, generation), region) in regions.iter() {
+            if let Some(entry) = by_slot.slots.get_mut(index as usize) {
+                *entry = Some(SlotRegion {
+                    generation,
+                    region: region.clone(),
+                    pull: holding.contains_key(&(index, generation))
+                        && region.beats_in_region.load(Relaxed),
+                });
+            }
+        }
+        by_slot.made_at = Some(changes);
     }
 
     /// A listener went round its loop at `now_ns`; a gap since the last
@@ -148,6 +235,8 @@ impl Held {
         let held = Arc::new(HeldRegion {
             region,
             dying_reported: AtomicBool::new(false),
+            beats_in_region: AtomicBool::new(true),
+            pulled: Mutex::default(),
             shared_at: std::time::Instant::now(),
         });
         {
@@ -181,7 +270,19 @@ impl Held {
         }
     }
 
+    /// The reaper has seen a remote registration end.
+    pub(crate) fn note_ended(&self) {
+        self.ended.fetch_add(1, Relaxed);
+    }
+
+    /// How many times [`Held::note_ended`] was called: a change since a
+    /// listener's last look is news of an end.
+    pub(crate) fn ends_seen(&self) -> u64 {
+        self.ended.load(Relaxed)
+    }
+
     fn note_regions_changed(&self) {
+        self.note_changed();
         self.regions_changed.fetch_add(1, Relaxed);
         crate::os::futex::wake_all(&self.regions_changed);
     }

@@ -12,7 +12,7 @@ use crate::os::eventfd;
 use crate::absence::absence_threshold;
 use crate::session::address::Address;
 use crate::session::server::limited_log::limited_log;
-use crate::session::timing::{heard_interval, listener_tick};
+use crate::session::timing::{heard_interval, listener_tick, quiet_listener_tick};
 use crate::session::tls::{self, TlsServer};
 use crate::sync::Ordering::Acquire;
 use crate::table::handle::Table;
@@ -158,6 +158,9 @@ impl Listener {
             accept_paused: None,
             last_pause: Duration::ZERO,
             info_sequence: None,
+            ends_seen: 0,
+            next_look_at_all: Instant::now(),
+            only_regions: false,
             urgent: false,
             clears_waited: false,
             refusals_due: None,
@@ -220,6 +223,14 @@ pub(super) struct ListenLoop {
     pub(super) last_pause: Duration,
     /// The info area's sequence last sent to the sessions.
     pub(super) info_sequence: Option<u64>,
+    /// The reaper's count of ends seen at the last look at every session.
+    pub(super) ends_seen: u64,
+    /// When every session is looked at again (sessions that beat in a
+    /// region are otherwise looked at only when the reaper saw an end).
+    pub(super) next_look_at_all: Instant,
+    /// Whether the last tick found only sessions that beat in a region:
+    /// then the next comes at the slower [`quiet_listener_tick`].
+    pub(super) only_regions: bool,
     /// Whether this round saw more than beats (a connection, a greeting, a
     /// close): then the next round does not wait.
     pub(super) urgent: bool,
@@ -233,6 +244,7 @@ pub(super) struct ListenLoop {
 impl ListenLoop {
     fn run(&mut self) {
         let tick = listener_tick(self.gate.table.reap_timeout());
+        let quiet_tick = quiet_listener_tick(self.gate.table.reap_timeout());
         let mut next_tick = Instant::now() + tick;
         // Whether the last wait returned a full batch: others may be ready.
         let mut more_ready = false;
@@ -293,7 +305,7 @@ impl ListenLoop {
             }
             if Instant::now() >= next_tick {
                 self.tick();
-                next_tick = Instant::now() + tick;
+                next_tick = Instant::now() + if self.only_regions { quiet_tick } else { tick };
             }
             if self.unread.is_empty() && !more_ready {
                 // Everything its clients sent before `resumed_ns` is applied
@@ -413,7 +425,9 @@ impl ListenLoop {
     /// is read first (its beats may wait in the socket: the listener was
     /// stopped, or busy), then ended `timeout` if still unheard; sessions
     /// whose registration ended are told; the others hear `Heard` every
-    /// `T/4`, and a changed info area.
+    /// `T/4`, and a changed info area. A session whose client beats in a
+    /// region (pulled and judged by the reaper) costs nothing here but
+    /// when the reaper saw an end, every `T/4`, or for new info.
     fn tick(&mut self) {
         let sequence = self.current_info_sequence();
         let info_changed = sequence != self.info_sequence && sequence.is_some_and(|s| s % 2 == 0);
@@ -421,10 +435,19 @@ impl ListenLoop {
             self.info_sequence = sequence;
         }
         let heard_every = heard_interval(self.gate.table.reap_timeout());
+        let ends = self.gate.held.ends_seen();
+        let now = Instant::now();
+        let look_at_all = ends != self.ends_seen || now >= self.next_look_at_all;
+        if look_at_all {
+            self.ends_seen = ends;
+            self.next_look_at_all = now + heard_every;
+        }
+        self.only_regions = true;
         for entry in 0..self.connections.len() {
             let Some(served) = self.connections[entry].as_mut() else {
                 continue;
             };
+            self.only_regions &= served.beats_in_region();
             let next = if served.holding.is_none() {
                 if served.opened.elapsed() >= HANDSHAKE_DEADLINE && !served.is_waiting() {
                     limited_log!(
@@ -436,10 +459,12 @@ impl ListenLoop {
                 } else {
                     Next::KeepOpen
                 }
+            } else if served.beats_in_region() && !look_at_all && !info_changed {
+                Next::KeepOpen
             } else {
                 let gate = &self.gate;
-                let mut next = served.read_region(gate);
-                if next == Next::KeepOpen && served.seems_unheard(gate) {
+                let mut next = Next::KeepOpen;
+                if served.seems_unheard(gate) {
                     next = served.on_readable(gate);
                 }
                 if next == Next::KeepOpen {

@@ -8,7 +8,7 @@ use super::refusals::SessionRefusals;
 use crate::event::Reason;
 use crate::session::server::limited_log::limited_log;
 use crate::session::stream::{send_for, Inbox, Received, Stream};
-use crate::session::timing::{region_unheard_allowance, unheard_allowance};
+use crate::session::timing::unheard_allowance;
 use crate::session::wire::{Frame, HEARD_SINCE, VERSION};
 use crate::sync::Ordering::Relaxed;
 use crate::table::handle::Table;
@@ -74,31 +74,9 @@ pub(crate) struct Holding {
     pub(super) steps: Option<u64>,
     /// Busy or idle, as the slot holds it.
     pub(super) busy: bool,
-    /// The region its client beats in (protocol 4 over `unix:`), read at
-    /// every tick in place of beat frames.
-    pub(super) region: Option<RegionReading>,
-}
-
-/// A shared region as its listener reads it: the region, and the beat
-/// count it last found there with when it found it changed (on the table's
-/// clock: a heartbeat is dated when the listener first sees it, never by
-/// a stamp the client wrote).
-#[derive(Clone)]
-pub(crate) struct RegionReading {
-    pub(super) held: Arc<HeldRegion>,
-    pub(super) beats: u64,
-    pub(super) changed_ns: u64,
-    /// The sender's pulse as last read: a change is the client heard.
-    pub(super) pulse: u64,
-}
-
-impl std::fmt::Debug for RegionReading {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegionReading")
-            .field("beats", &self.beats)
-            .field("changed_ns", &self.changed_ns)
-            .finish()
-    }
+    /// The region its client beats in (protocol 4 over `unix:`), pulled
+    /// into the slot at the reaper's scans in place of beat frames.
+    pub(super) region: Option<Arc<HeldRegion>>,
 }
 
 /// What is to become of a connection after it spoke.
@@ -199,7 +177,10 @@ impl Connection {
                     // A client that beats with frames does not beat in a
                     // region (it could not use it, or it is another's).
                     if let Some(holding) = self.holding.as_mut() {
-                        holding.region = None;
+                        if let Some(region) = holding.region.take() {
+                            region.beats_in_region.store(false, Relaxed);
+                            gate.held.note_changed();
+                        }
                         holding.heard.at(gate.table.clock.now_ns());
                     }
                     self.beat(gate, heartbeats, since_ping_us, busy, steps)
@@ -207,8 +188,14 @@ impl Connection {
                 (Some(holding), Frame::Bye {}) => {
                     let holding = holding.clone();
                     // Its last beats are in its region, if it has one.
-                    if self.read_region(gate) != Next::KeepOpen {
-                        return Next::Close(None);
+                    if let Some(region) = &holding.region {
+                        let now_ns = gate.table.clock.now_ns();
+                        if region
+                            .pull(&gate.table, holding.index, holding.generation, now_ns)
+                            .is_err()
+                        {
+                            return Next::Close(None);
+                        }
                     }
                     let slot = gate.table.memory.slot(holding.index);
                     let _ = protocol::end(slot, holding.generation, Reason::Deregistered);
@@ -345,51 +332,25 @@ impl Connection {
         }
     }
 
-    /// Reads the client's region, if it beats in one, and applies what it
-    /// says as a beat frame's values would be: the beat count (a change is
-    /// a heartbeat now; none for the reap timeout ends it `timeout`), busy,
-    /// the step count. Every value is the client's to forge, and bounded
-    /// as a frame's is; nothing of it names another registration.
-    pub(crate) fn read_region(&mut self, gate: &Gate) -> Next {
-        let Some(holding) = self.holding.as_mut() else {
-            return Next::KeepOpen;
-        };
-        let Some(reading) = holding.region.as_mut() else {
-            return Next::KeepOpen;
-        };
-        let slot = reading.held.region.slot();
-        let heartbeats = slot.beats.load(Relaxed);
-        let protocol::Progress { busy, steps } =
-            protocol::decode_progress(slot.progress.load(Relaxed));
-        let pulse = reading.held.region.pulse().load(Relaxed);
-        let now_ns = gate.table.clock.now_ns();
-        if heartbeats != reading.beats {
-            reading.beats = heartbeats;
-            reading.changed_ns = now_ns;
-        }
-        let since_ping_us = now_ns.saturating_sub(reading.changed_ns) / 1_000;
-        if pulse != reading.pulse {
-            reading.pulse = pulse;
-            holding.heard.at(now_ns);
-        }
-        // The client hears its listener by this (no `Heard` frame).
-        reading.held.region.listener_pulse().fetch_add(1, Relaxed);
-        self.beat(gate, heartbeats, since_ping_us, busy, steps)
+    /// Whether its client beats in a region (the reaper pulls and judges
+    /// it).
+    pub(crate) fn beats_in_region(&self) -> bool {
+        self.holding.as_ref().is_some_and(|h| h.region.is_some())
     }
 
     /// Whether its client has gone unheard for the reap timeout and the
-    /// [`unheard_allowance`] by what the listener has read so far (the
-    /// [`region_unheard_allowance`] for a client that beats in a region).
+    /// [`unheard_allowance`] by what the listener has read so far (never
+    /// for a client that beats in a region: the reaper judges it by the
+    /// stamps it writes there).
     pub(crate) fn seems_unheard(&self, gate: &Gate) -> bool {
         let table = &gate.table;
         self.holding.as_ref().is_some_and(|holding| {
+            if holding.region.is_some() {
+                return false;
+            }
             let heard = gate.held.absence().silent_since(holding.heard.last());
             let unheard_ns = table.clock.now_ns().saturating_sub(heard);
-            let allowance = match holding.region {
-                Some(_) => region_unheard_allowance(table.reap_timeout()),
-                None => unheard_allowance(table.reap_timeout()),
-            };
-            let budget = table.reap_timeout() + allowance;
+            let budget = table.reap_timeout() + unheard_allowance(table.reap_timeout());
             Duration::from_nanos(unheard_ns) >= budget
         })
     }

@@ -3,7 +3,7 @@
 //! been silent and against what budget; this object owns the listeners
 //! (started, added and stopped here) and what they share.
 
-use super::held::Held;
+use super::held::{Held, HeldRegion, RegionsBySlot};
 use super::listener::{ListenConfig, Listener};
 use super::refusals::SessionRefusals;
 use super::region_watch::RegionWatch;
@@ -43,6 +43,8 @@ pub(crate) struct Sessions {
 /// eviction would give.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SlotSilence {
+    /// Whether its client's region was pulled into the slot this scan.
+    pub pulled: bool,
     pub last_signal: u64,
     pub budget_ns: u64,
     pub timed_reason: Reason,
@@ -109,12 +111,36 @@ impl Sessions {
     /// listener has applied (after this process was stopped, the beats
     /// wait in the sockets until the listener reads them); else (or when
     /// no listener has run for two scans) `now_ns`.
-    pub(crate) fn progress_known_until(&self, index: u32, generation: u32, now_ns: u64) -> u64 {
+    /// A registration whose region was pulled this scan: `now_ns`.
+    pub(crate) fn progress_known_until(
+        &self,
+        index: u32,
+        generation: u32,
+        pulled: bool,
+        now_ns: u64,
+    ) -> u64 {
         let listeners_run = self.stale_scans.load(Relaxed) < STALE_SCANS_MAX;
-        match self.held.heard(index, generation) {
-            Some(_) if listeners_run => self.held.applied_until(now_ns),
-            _ => now_ns,
+        if pulled || !listeners_run {
+            return now_ns;
         }
+        match self.held.heard(index, generation) {
+            Some(_) => self.held.applied_until(now_ns),
+            None => now_ns,
+        }
+    }
+
+    /// Makes `by_slot` (the reaper's, read at each scan) again if the
+    /// sessions' regions or holders changed since.
+    pub(crate) fn refresh_regions(&self, by_slot: &mut RegionsBySlot) {
+        self.held.refresh(by_slot, self.table.capacity());
+    }
+
+    /// At the reaper's scan: brings what the client of remote registration
+    /// `(index, generation)` wrote in `region` into the slot (see
+    /// `region_pull.rs`). Whether it did: the slot then says when its
+    /// client last beat, and is judged as a table registration is.
+    pub(crate) fn pull(&self, region: &HeldRegion, index: u32, generation: u32, now_ns: u64) -> bool {
+        region.pull(&self.table, index, generation, now_ns).is_ok()
     }
 
     /// What the reaper and its listeners know of their own absences.
@@ -139,20 +165,20 @@ impl Sessions {
         );
     }
 
-    /// Whether remote registration `(index, generation)`'s client began to
-    /// die (the kernel marked the death word in the region it beats in)
-    /// and this is the first time it is asked: reported once.
-    pub(crate) fn newly_dying(&self, index: u32, generation: u32) -> bool {
-        self.held.region(index, generation).is_some_and(|held| {
-            crate::table::death_protocol::is_marked(held.region.death_word())
-                && !held.dying_reported.swap(true, Relaxed)
-        })
+    /// Whether the client beating in `region` began to die (the kernel
+    /// marked its death word) and this is the first time it is asked:
+    /// reported once.
+    pub(crate) fn newly_dying(&self, region: &HeldRegion) -> bool {
+        crate::table::death_protocol::is_marked(region.region.death_word())
+            && !region.dying_reported.swap(true, Relaxed)
     }
 
     /// Remote registration `(index, generation)` ended: the region its
     /// client beat in is let go.
+    /// Its listeners look at their sessions' ends at their next tick.
     pub(crate) fn ended(&self, index: u32, generation: u32) {
         self.held.forget_region(index, generation);
+        self.held.note_ended();
     }
 
     /// At the start of each scan: whether the listeners run.
@@ -167,7 +193,9 @@ impl Sessions {
     }
 
     /// How the reaper is to judge remote registration `(index,
-    /// generation)`'s silence. Held by a connection, its listener ends it
+    /// generation)`'s silence. Held by a connection whose client beats in
+    /// a region pulled this scan, as a table registration (by the stamp
+    /// its client wrote). Held by another connection, its listener ends it
     /// when the connection closes, when its client says its engine went
     /// silent, or when the client goes unheard: the listener has the last
     /// word on silence, since only it can read what the client sent (after
@@ -190,6 +218,14 @@ impl Sessions {
         let absence = self.held.absence();
         let listeners_run = self.stale_scans.load(Relaxed) < STALE_SCANS_MAX;
         let timed = slot.timed_reason == Reason::Timeout;
+        if slot.pulled {
+            // Its stamp is its client's own, pulled this scan.
+            return Judged {
+                since_ns: slot.last_signal,
+                budget_ns: slot.budget_ns,
+                reason: slot.timed_reason,
+            };
+        }
         let (since_ns, budget_ns, reason) = match self.held.heard(index, generation) {
             Some(_) if timed && listeners_run => (now_ns, slot.budget_ns, slot.timed_reason),
             Some(heard_ns) if timed => (

@@ -11,7 +11,7 @@ use common::{hold_registration_lock, long_options, unique_name, TempTable};
 use container::contained;
 use livereg::{connect, Address, ConnectOptions, DropEvent, Error, Reason, TableOptions};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -67,7 +67,28 @@ struct Isolated {
 impl Isolated {
     fn spawn(address: &str, instance: u64, mode: &str, token: Option<&str>) -> Isolated {
         let own_network = address.starts_with("unix:");
-        let mut command = contained(std::env::current_exe().unwrap(), own_network);
+        let command = contained(std::env::current_exe().unwrap(), own_network);
+        Isolated::spawn_as(command, address, instance, mode, token)
+    }
+
+    /// As [`Isolated::spawn`], also in a time namespace of its own whose
+    /// `CLOCK_MONOTONIC` is a day ahead of this one's.
+    fn spawn_a_day_ahead(address: &str, instance: u64, mode: &str) -> Isolated {
+        let mut command = contained(std::env::current_exe().unwrap(), true);
+        let mut args: Vec<_> = command.get_args().map(ToOwned::to_owned).collect();
+        args.splice(0..0, ["--time".into(), "--monotonic".into(), "86400".into()]);
+        let mut ahead = Command::new(command.get_program());
+        ahead.args(args);
+        Isolated::spawn_as(ahead, address, instance, mode, None)
+    }
+
+    fn spawn_as(
+        mut command: Command,
+        address: &str,
+        instance: u64,
+        mode: &str,
+        token: Option<&str>,
+    ) -> Isolated {
         command
             .args([
                 "--ignored",
@@ -430,6 +451,37 @@ fn a_stopped_client_and_a_hung_engine_loop_time_out_within_bounds() {
         after <= timeout + timeout / 4 + Duration::from_millis(300),
         "{after:?}"
     );
+    reaper.stop().unwrap();
+}
+
+/// A `unix:` client whose clock is not the reaper's (another time
+/// namespace) beats in its region with stamps the reaper cannot read: it
+/// is dated by when the reaper's scan sees its beat count change, as a
+/// table registrant of another clock. Beating, it is never evicted;
+/// stopped, it ends `timeout` no earlier than `T` and at most a scan later
+/// than one of the reaper's clock.
+#[test]
+fn a_unix_client_of_another_clock_is_dated_by_its_beats_seen_and_evicted_within_bounds() {
+    let temp = TempTable::new("session-other-clock", &one_second());
+    let socket = SocketPath::new("session-other-clock");
+    let (reaper, events) = with_events(&temp.table, &socket.address(), None);
+    let timeout = temp.table.reap_timeout();
+    let mut client = Isolated::spawn_a_day_ahead(&socket.address(), 8, "ping");
+    client.line("registered");
+    let beating = events.recv_timeout(timeout * 3);
+    assert!(beating.is_err(), "a beating client was evicted: {beating:?}");
+    let stop = Instant::now();
+    client.signal(libc::SIGSTOP);
+    let (event, handled) = next_event(&events, Duration::from_secs(10));
+    client.signal(libc::SIGCONT);
+    assert_eq!((event.instance_id, event.reason), (8, Reason::Timeout));
+    let after = handled - stop;
+    assert!(after >= timeout - Duration::from_millis(30), "{after:?}");
+    assert!(
+        after <= timeout + timeout / 2 + Duration::from_millis(300),
+        "{after:?}"
+    );
+    assert_eq!(client.line("evicted"), "evicted timeout");
     reaper.stop().unwrap();
 }
 

@@ -111,3 +111,145 @@ impl HeldRegion {
         result
     }
 }
+
+#[cfg(all(test, not(miri)))]
+mod tests {
+    use super::*;
+    use crate::table::options::TableOptions;
+    use crate::table::region::SharedRegion;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// A listener's table with one registration, and a region whose
+    /// client's worker is registered and beats there.
+    fn pair() -> (Table, crate::Worker, HeldRegion, Table, crate::Worker) {
+        let options = TableOptions {
+            stamp_clock: crate::StampClock::Precise,
+            ..TableOptions::default()
+        };
+        let table = Table::in_memory(&options).unwrap();
+        let held = table.register(1, "held").unwrap();
+        let region = HeldRegion {
+            region: SharedRegion::create().unwrap(),
+            dying_reported: AtomicBool::new(false),
+            beats_in_region: AtomicBool::new(true),
+            pulled: Mutex::default(),
+            shared_at: std::time::Instant::now(),
+        };
+        let client = Table::in_region(region.region.file().try_clone().unwrap(), &options).unwrap();
+        let worker = client.register(1, "client").unwrap();
+        (table, held, region, client, worker)
+    }
+
+    fn stamp_of(table: &Table, worker: &crate::Worker, now_ns: u64) -> Option<u64> {
+        match protocol::decode_beat(table.memory.slot(worker.slot()).beat.load(SeqCst)) {
+            Beat::At(stamp) => Some(stamp.ns_near(now_ns)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_stamp_of_this_clock_is_taken_as_written_and_never_later_than_now() {
+        let (table, held, region, _client, worker) = pair();
+        worker.heartbeat().unwrap();
+        let beat_ns = table.clock.now_ns();
+        std::thread::sleep(Duration::from_millis(50));
+        let now_ns = table.clock.now_ns();
+        region.pull(&table, held.slot(), held.generation(), now_ns).unwrap();
+        let stamp = stamp_of(&table, &held, now_ns).expect("a heartbeat");
+        assert!(stamp <= beat_ns + 1_000, "the client's own time, not the pull's");
+        assert_eq!(table.memory.slot(held.slot()).beats.load(SeqCst), 1);
+        // A stamp forged an hour ahead is taken as now.
+        let ahead = Stamp::of_micros((now_ns + 3_600_000_000_000) / 1_000);
+        let slot = region.region.slot();
+        protocol::beat_at(slot, worker.generation(), ahead).unwrap();
+        let later_ns = table.clock.now_ns();
+        region.pull(&table, held.slot(), held.generation(), later_ns).unwrap();
+        let stamp = stamp_of(&table, &held, later_ns).unwrap();
+        assert!(stamp <= later_ns + 1_000, "{stamp} after {later_ns}");
+    }
+
+    #[test]
+    fn a_coarse_stamp_is_dated_its_lag_later_and_never_after_now() {
+        let (table, held, region, _client, worker) = pair();
+        let lag = crate::os::clock::coarse_resolution_ns() * u64::from(STAMP_LAG_TICKS);
+        region.region.slot().flags.fetch_or(FLAG_COARSE_STAMPS, SeqCst);
+        let before = table.clock.now_ns();
+        worker.heartbeat().unwrap();
+        // Pulled at once: the lag would reach past now.
+        let now_ns = table.clock.now_ns();
+        region.pull(&table, held.slot(), held.generation(), now_ns).unwrap();
+        assert!(stamp_of(&table, &held, now_ns).unwrap() <= now_ns + 1_000);
+        // Beaten again, pulled later: the stamp and its lag.
+        std::thread::sleep(Duration::from_millis(10));
+        let before_second = table.clock.now_ns();
+        worker.heartbeat().unwrap();
+        std::thread::sleep(Duration::from_nanos(lag) + Duration::from_millis(20));
+        let now_ns = table.clock.now_ns();
+        region.pull(&table, held.slot(), held.generation(), now_ns).unwrap();
+        let stamp = stamp_of(&table, &held, now_ns).unwrap();
+        assert!(stamp + 1_000 >= before_second + lag, "{stamp}: no lag added");
+        assert!(stamp <= now_ns + 1_000 && before < stamp, "never after now");
+    }
+
+    #[test]
+    fn a_client_of_another_clock_is_dated_when_its_beat_count_is_seen_to_change() {
+        let (table, held, region, _client, worker) = pair();
+        let slot = region.region.slot();
+        worker.heartbeat().unwrap();
+        slot.clock_id.store(Clock::UNKNOWN, SeqCst);
+        // Whatever its stamp says (an hour back here), the pull's time.
+        protocol::beat_at(slot, worker.generation(), Stamp::of_micros(1)).unwrap();
+        let first_ns = table.clock.now_ns();
+        region.pull(&table, held.slot(), held.generation(), first_ns).unwrap();
+        let dated = stamp_of(&table, &held, first_ns).unwrap();
+        assert!(dated + 1_000 >= first_ns, "dated at the pull");
+        // No change since: no newer heartbeat.
+        std::thread::sleep(Duration::from_millis(20));
+        let second_ns = table.clock.now_ns();
+        region.pull(&table, held.slot(), held.generation(), second_ns).unwrap();
+        assert_eq!(stamp_of(&table, &held, second_ns), Some(dated));
+        // A beat counted: dated at this pull.
+        worker.heartbeat().unwrap();
+        slot.clock_id.store(Clock::UNKNOWN, SeqCst);
+        let third_ns = table.clock.now_ns();
+        region.pull(&table, held.slot(), held.generation(), third_ns).unwrap();
+        assert!(stamp_of(&table, &held, third_ns).unwrap() + 1_000 >= third_ns);
+    }
+
+    #[test]
+    fn steps_busy_and_a_new_busy_period_reach_the_slot_bounded() {
+        let (table, held, region, _client, worker) = pair();
+        let (index, generation) = (held.slot(), held.generation());
+        let progress = |table: &Table| table.memory.slot(index).progress.load(SeqCst);
+        worker.set_busy(true).unwrap();
+        region.pull(&table, index, generation, table.clock.now_ns()).unwrap();
+        let busy = protocol::decode_progress(progress(&table));
+        assert!(busy.busy);
+        // Idle and busy again between two pulls: a new period in the slot.
+        worker.set_busy(false).unwrap();
+        worker.set_busy(true).unwrap();
+        let before = progress(&table);
+        region.pull(&table, index, generation, table.clock.now_ns()).unwrap();
+        assert_ne!(progress(&table) & BUSY_PERIOD, before & BUSY_PERIOD);
+        assert!(protocol::decode_progress(progress(&table)).busy);
+        // A forged count far ahead adds at most 2^32 steps.
+        let steps_before = protocol::decode_progress(progress(&table)).steps;
+        region.region.slot().progress.store(u64::MAX >> 3 & !1, SeqCst);
+        region.pull(&table, index, generation, table.clock.now_ns()).unwrap();
+        let made = protocol::decode_progress(progress(&table)).steps - steps_before;
+        assert!(made <= u64::from(u32::MAX), "{made}");
+    }
+
+    #[test]
+    fn an_ended_registration_is_left_as_it_is() {
+        let (table, held, region, _client, worker) = pair();
+        worker.heartbeat().unwrap();
+        let (index, generation) = (held.slot(), held.generation());
+        protocol::end(table.memory.slot(index), generation, crate::Reason::Timeout).unwrap();
+        let word = table.memory.slot(index).beat.load(SeqCst);
+        assert!(region.pull(&table, index, generation, table.clock.now_ns()).is_err());
+        assert_eq!(table.memory.slot(index).beat.load(SeqCst), word);
+    }
+}

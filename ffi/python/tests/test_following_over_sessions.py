@@ -235,7 +235,7 @@ def test_the_engine_core_registers_under_the_id_its_label_gives_through_the_work
     monkeypatch.setenv(TABLE_ENV, address)
     monkeypatch.setenv(TOKEN_FILE_ENV, str(token_file))
     monkeypatch.setenv(_stacks.ENGINE_ENV, "f0110w")
-    monkeypatch.setenv(_stacks.RUN_DIR_ENV, str(tmp_path / "run"))
+    monkeypatch.setattr(_steps, "stall_report", lambda: None)  # no report of this process made here
     monkeypatch.setattr(_steps, "_core", None)
     monkeypatch.setattr(_steps, "_core_failed", False)
     engine_core = SimpleNamespace(vllm_config=SimpleNamespace(
@@ -250,6 +250,34 @@ def test_the_engine_core_registers_under_the_id_its_label_gives_through_the_work
             assert row.instance_id == _steps.core_instance() and row.remote is not None
         finally:
             core.close()
+
+
+def test_a_second_engine_core_of_the_engine_finding_its_id_held_registers_under_another_with_the_label(
+    make_table: MakeTable, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from livereg.lmcache import _stacks, _steps
+    from livereg.lmcache._common import TABLE_ENV
+
+    table = make_table(reap_timeout=5.0, registration_grace=5.0)
+    monkeypatch.setenv(TABLE_ENV, table.name)
+    monkeypatch.setenv(_stacks.ENGINE_ENV, "da7a9a")
+    monkeypatch.setattr(_steps, "stall_report", lambda: None)  # no report of this process made here
+    monkeypatch.setattr(_steps, "_core", None)
+    monkeypatch.setattr(_steps, "_core_failed", False)
+    first = table.register(_steps.core_instance(), label="vllm-core da7a9a")
+    engine_core = SimpleNamespace(vllm_config=SimpleNamespace(
+        kv_transfer_config=SimpleNamespace(kv_connector="LMCacheConnectorV1")))
+    _steps._register_core(engine_core)
+    core = _steps._core
+    assert core is not None, "the second EngineCore did not register"
+    try:
+        rows = sorted((r.instance_id == _steps.core_instance(), r.label) for r in table.status().registrations)
+        assert rows == [(False, "vllm-core da7a9a"), (True, "vllm-core da7a9a")]
+    finally:
+        core.close()
+        first.deregister()
 
 
 def test_a_labels_instance_id_is_the_same_everywhere_nonzero_and_below_two_to_the_63() -> None:

@@ -35,6 +35,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(table::open, module)?)?;
     module.add_function(wrap_pyfunction!(table::unlink, module)?)?;
     module.add_function(wrap_pyfunction!(session::connect, module)?)?;
+    module.add_function(wrap_pyfunction!(session::remote_status, module)?)?;
     module.add_function(wrap_pyfunction!(session::is_address, module)?)?;
     module.add_function(wrap_pyfunction!(session::read_token_file, module)?)?;
     module.add_function(wrap_pyfunction!(exiting::_stop_reapers_at_exit, module)?)?;

@@ -1,5 +1,6 @@
 //! Sessions from Python: `livereg.connect` registers through a reaper's
-//! listener; reapers take `listen=` addresses.
+//! listener, `livereg.remote_status` asks it; reapers take `listen=`
+//! addresses.
 
 use crate::errors::{self, OrRaise};
 use crate::renamed;
@@ -11,6 +12,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Whether `name` is a session address (`unix:`, `tcp://`, `tls://`)
 /// rather than a table's name: the rule `livereg.connect` and the table
@@ -79,7 +81,71 @@ pub fn connect(
             format!("timeout {seconds_given}, expected a positive number of seconds"),
         ));
     }
-    let options = ConnectOptions {
+    let options = client_options(token, connect_timeout, tls_ca, tls_cert, tls_key)?;
+    let (address, label) = (address.to_owned(), label.to_owned());
+    py.detach(move || livereg::connect(&address, instance_id, &label, &options))
+        .map(Worker::new)
+        .or_raise()
+}
+
+/// The status of the table behind the listener at `address`, as a
+/// `livereg.Status` (what `Table.status()` returns), with only the
+/// registrations of `instance_id` (none for `None` or 0): what a process
+/// that cannot map the table reads. One connection of its own that
+/// registers nothing (an `Ask`), bounded by `timeout` seconds; `token` and
+/// the TLS files as `connect` takes them. Raises as `connect` does for the
+/// connection (`InvalidArgumentError` for a bad address or timeout,
+/// `PermissionDeniedError` for a refused token or TLS handshake,
+/// `DeadlineExceededError` for no answer in time, `SystemCallError` for a
+/// failed connection), and `IncompatibleError` for an answer that is not a
+/// status.
+#[pyfunction]
+#[pyo3(signature = (address, instance_id=None, token=None, timeout=2.0, tls_ca=None, tls_cert=None, tls_key=None))]
+#[allow(clippy::too_many_arguments)] // Python keyword arguments, each with a default
+pub fn remote_status<'py>(
+    py: Python<'py>,
+    address: &str,
+    instance_id: Option<u64>,
+    token: Option<&Bound<'_, PyAny>>,
+    timeout: f64,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let bound = seconds(timeout, "timeout")?;
+    if bound.is_zero() {
+        return Err(errors::new(
+            LIVEREG_INVALID_ARGUMENT,
+            format!("timeout {timeout}, expected a positive number of seconds"),
+        ));
+    }
+    let options = client_options(token, bound, tls_ca, tls_cert, tls_key)?;
+    let address = address.to_owned();
+    let status = py
+        .detach(move || livereg::remote_status(&address, instance_id, &options))
+        .or_raise()?;
+    let json = serde_json::to_string(&status).map_err(|error| {
+        errors::new(
+            errors::BASE,
+            format!("status could not be serialised: {error}"),
+        )
+    })?;
+    let snapshot = py.import("json")?.call_method1("loads", (json,))?;
+    py.import("livereg._status")?
+        .getattr("Status")?
+        .call_method1("from_dict", (snapshot,))
+}
+
+/// A client's options from `connect`'s and `remote_status`'s keyword
+/// arguments.
+fn client_options(
+    token: Option<&Bound<'_, PyAny>>,
+    connect_timeout: Duration,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+) -> PyResult<ConnectOptions> {
+    Ok(ConnectOptions {
         token: token.map(token_bytes).transpose()?,
         connect_timeout: Some(connect_timeout),
         tls: tls_ca.map(|ca| TlsClient {
@@ -87,11 +153,7 @@ pub fn connect(
             cert: tls_cert,
             key: tls_key,
         }),
-    };
-    let (address, label) = (address.to_owned(), label.to_owned());
-    py.detach(move || livereg::connect(&address, instance_id, &label, &options))
-        .map(Worker::new)
-        .or_raise()
+    })
 }
 
 /// A token given as `str` (its UTF-8) or `bytes`.

@@ -327,3 +327,33 @@ def test_the_typed_status_has_exactly_the_keys_of_the_status_json(make_table: Ma
     remote.deregister()
     local.deregister()
     reaper.stop()
+
+
+def test_remote_status_answers_the_tables_status_with_one_instances_rows_and_raises_as_connect(
+    make_table: MakeTable, socket_address: str
+) -> None:
+    address = loopback_address("tcp")
+    table = make_table(reap_timeout=30.0)
+    with table.start_reaper(listen=[address, socket_address], token="s3cret"):
+        local = table.register(61, label="local")
+        remote = livereg.connect(address, 62, label="remote", token="s3cret")
+        for where, token in ((address, "s3cret"), (socket_address, "s3cret")):
+            status = livereg.remote_status(where, 62, token=token, timeout=5.0)
+            assert isinstance(status, livereg.Status)
+            assert (status.table, status.reap_timeout_seconds) == (table.name, 30.0)
+            assert [(r.instance_id, r.label, r.state) for r in status.registrations] == \
+                [(62, "remote", livereg.RegistrationState.LIVE)]
+            assert status.tracked_instances == table.status().tracked_instances == 2
+            assert livereg.remote_status(where, token=token).registrations == []
+            assert livereg.remote_status(where, 99, token=token).registrations == []
+        with pytest.raises(livereg.PermissionDeniedError):
+            livereg.remote_status(address, 62, token=b"wrong")
+        with pytest.raises(livereg.InvalidArgumentError, match="timeout"):
+            livereg.remote_status(address, 62, token="s3cret", timeout=0.0)
+        with pytest.raises(livereg.InvalidArgumentError, match="needs the CA"):
+            livereg.remote_status(loopback_address("tls"), 62, token="s3cret")
+        remote.deregister()
+        local.deregister()
+    # Nothing listens there any more.
+    with pytest.raises(livereg.SystemCallError):
+        livereg.remote_status(socket_address, 62, token="s3cret")

@@ -224,6 +224,26 @@ def native_version() -> str:
     """The release of the livereg library compiled into this package
     (``"0.1.0"``): what the C library of that release reports."""
 
+def remote_status(
+    address: str,
+    instance_id: Optional[int] = None,
+    token: Optional[Union[str, bytes]] = None,
+    timeout: float = 2.0,
+    tls_ca: Optional[str] = None,
+    tls_cert: Optional[str] = None,
+    tls_key: Optional[str] = None,
+) -> Status:
+    """The status of the table behind the listener at ``address``, as
+    :meth:`Table.status` returns it, with only the registrations of
+    ``instance_id`` (none for ``None`` or 0): asked over a connection of its
+    own that registers nothing, bounded by ``timeout`` seconds; ``token``
+    and the TLS files as :func:`connect` takes them. Raises as
+    :func:`connect` for the connection (``InvalidArgumentError``: a bad
+    address or timeout; ``PermissionDeniedError``: a refused token or TLS
+    handshake; ``DeadlineExceededError``: no answer in time;
+    ``SystemCallError``: a failed connection) and ``IncompatibleError`` for
+    an answer that is not a status."""
+
 def is_address(name: str) -> bool:
     """Whether ``name`` is a session address (``unix:``, ``tcp://``,
     ``tls://``) rather than a table's name."""

@@ -4,6 +4,7 @@ in the table's info area."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -23,6 +24,10 @@ TABLE_ENV = "LIVEREG_LMCACHE_TABLE"
 #: The label (then a space and the engine key) of a vLLM EngineCore's own
 #: registration: it holds no state in the server, whose targets never see it.
 CORE_LABEL = "vllm-core"
+#: The file holding a listener's token, for a ``tcp://``/``tls://`` address.
+TOKEN_FILE_ENV = "LIVEREG_LMCACHE_TOKEN_FILE"
+#: The CA that signed a ``tls://`` listener's certificate.
+TLS_CA_ENV = "LIVEREG_LMCACHE_TLS_CA"
 #: Instance ids a registration can have; 0 is the untracked prober's.
 _ID_RANGE = range(1, 1 << 64)
 #: Distinct untrackable ids logged; past this many, no more are.
@@ -152,3 +157,12 @@ def read_token_file(path: Optional[str]) -> Optional[bytes]:
     client reads a token file (:func:`livereg.read_token_file`: its first
     line, trimmed; ``PermissionDeniedError`` if others can read it)."""
     return livereg.read_token_file(path) if path else None
+
+
+def label_instance(label: str) -> int:
+    """The instance id a registration known by its ``label`` takes (the
+    EngineCore's): the same in every process of the engine, so that one that
+    cannot read the table asks the listener about exactly that id. The
+    first 63 bits of the label's SHA-256, never 0."""
+    digest = hashlib.sha256(label.encode("utf-8")).digest()
+    return (int.from_bytes(digest[:8], "big") >> 1) or 1

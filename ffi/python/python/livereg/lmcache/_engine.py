@@ -30,15 +30,11 @@ from types import ModuleType
 from typing import Any, Callable, Dict, Iterator, Optional, Set, Tuple
 
 import livereg
-from livereg.lmcache._common import default_table, logger, read_token_file
+from livereg.lmcache._common import TLS_CA_ENV, TOKEN_FILE_ENV, default_table, logger, read_token_file
 from livereg.lmcache._stacks import engine_key, stall_report
 from livereg.lmcache._steps import core_label, publish_to, steps_followed, stop_publishing
 from livereg.lmcache._worker import WorkerLiveness
 
-#: The file holding a listener's token, for a ``tcp://``/``tls://`` address.
-TOKEN_FILE_ENV = "LIVEREG_LMCACHE_TOKEN_FILE"
-#: The CA that signed a ``tls://`` listener's certificate.
-TLS_CA_ENV = "LIVEREG_LMCACHE_TLS_CA"
 #: The label of an engine's registration.
 ENGINE_LABEL = "lmcache-engine"
 #: How long a registration may wait for a previous one of the same id (a

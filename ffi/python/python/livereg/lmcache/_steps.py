@@ -13,7 +13,9 @@ no ``sample_tokens`` after it, has its step counted there):
   are unfinished): busy from the call on, one step when it returns, idle
   once the scheduler holds no request. This process has no KV caches of its
   own: it holds a registration of its own (label ``vllm-core KEY``) from
-  its first step, and its engine's workers let go with it.
+  its first step, under an id derived from that label
+  (:func:`core_instance`), and its engine's workers let go with it: read
+  from the table, or asked of the listener they registered through.
 - ``vllm.v1.worker.worker_base.WorkerWrapperBase.execute_model`` (every
   ``VLLM::Worker``, whatever its device) and the worker class's
   ``sample_tokens``: busy from ``execute_model`` on, one step when the
@@ -31,13 +33,16 @@ native module (a store each: no clock, no system call).
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 from types import ModuleType
 from typing import Any, Callable, List, Optional
 
 import livereg
-from livereg.lmcache._common import CORE_LABEL, default_table, logger
+from livereg.lmcache._common import (
+    CORE_LABEL, TLS_CA_ENV, TOKEN_FILE_ENV, default_table, label_instance, logger, read_token_file,
+)
 from livereg.lmcache._stacks import engine_key, stall_report
 from livereg.lmcache._worker import WorkerLiveness
 
@@ -64,6 +69,22 @@ def steps_followed() -> bool:
 def core_label() -> str:
     """The label of this engine's EngineCore registration."""
     return f"{CORE_LABEL} {engine_key()}"
+
+
+def core_instance() -> int:
+    """The instance id of this engine's EngineCore registration, derived
+    from its label: a worker that cannot read the table (registered through
+    a listener) asks the listener about it."""
+    return label_instance(core_label())
+
+
+def _core_liveness(instance_id: int) -> WorkerLiveness:
+    """The EngineCore's registration as ``instance_id``, in the table or
+    through the listener its workers use (with their token and CA)."""
+    return WorkerLiveness(
+        default_table(), instance_id, label=core_label(), wait=2.0, steps=True, stacks=stall_report(),
+        token=read_token_file(os.environ.get(TOKEN_FILE_ENV)), tls_ca=os.environ.get(TLS_CA_ENV) or None,
+    )
 
 
 def publish_to(liveness: WorkerLiveness) -> None:
@@ -147,10 +168,18 @@ def _register_core(engine_core: Any) -> None:
     if "lmcache" not in connector.lower():
         return
     try:
-        liveness = WorkerLiveness(
-            default_table(), secrets.randbits(63) or 1, label=core_label(), wait=2.0,
-            steps=True, stacks=stall_report(),
-        )
+        liveness = _core_liveness(core_instance())
+    except (livereg.ExistsError, livereg.BusyError, livereg.DeadlineExceededError) as error:
+        # Another EngineCore of this engine holds the id (data parallel):
+        # registered under another, followed by its label from the table
+        # only.
+        logger.warning("livereg: the EngineCore's id %d is held (%s); registered under another, which workers "
+                       "registered through a listener do not follow", core_instance(), error)
+        try:
+            liveness = _core_liveness(secrets.randbits(63) or 1)
+        except (livereg.Error, OSError, ValueError) as again:
+            logger.warning("livereg: the EngineCore runs without a registration of its own: %s", again)
+            return
     except (livereg.Error, OSError, ValueError) as error:
         logger.warning("livereg: the EngineCore runs without a registration of its own: %s", error)
         return

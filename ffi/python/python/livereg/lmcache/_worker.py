@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional, Union
+from typing import Callable, List, Optional, Union
 
 import livereg
-from livereg.lmcache._common import Unaccepted, default_table, logger, read_info
+from livereg.lmcache._common import Unaccepted, default_table, label_instance, logger, read_info
 from livereg.lmcache._stacks import StallReport
 
 
@@ -25,6 +25,10 @@ _RETRY_MAX = 30.0
 #: How often the server watch looks whether it is closed (a change wakes it
 #: at once).
 _SERVER_LOOK = 0.5
+#: Over a session, the least time between two asks of the listener about
+#: the followed registration (each is a connection, a TLS handshake over
+#: ``tls://``).
+_ASK_EVERY = 1.0
 
 
 class WorkerLiveness:
@@ -62,7 +66,12 @@ class WorkerLiveness:
     :data:`_RETRY_FIRST` to :data:`_RETRY_MAX` seconds. ``follows`` is the
     label of another registration of the same engine (its scheduler's): once
     it was seen live and is gone, this one is let go too (deregistered) until
-    it moves again; read from the table, so not for a session.
+    it moves again. Read from the table; over a session, asked of the
+    listener this worker registered through (same token and TLS files), at
+    most once every :data:`_ASK_EVERY` seconds, about the instance id
+    :func:`livereg.lmcache._common.label_instance` derives from the label
+    (the one the followed registration takes). An ask that fails (the
+    listener does not answer, refuses) says nothing: never gone.
 
     ``on_server(state)`` is called with the server's reaper state (a
     :class:`livereg.ReaperState`) as it starts and at each change: ``dying``
@@ -96,6 +105,10 @@ class WorkerLiveness:
         self.instance_id = instance_id
         self._steps, self._stacks, self._follows = steps, stacks, follows
         self._followed_seen = False
+        #: When the listener was last asked about the followed registration,
+        #: and whether its last failure was logged.
+        self._asked_at: Optional[float] = None
+        self._ask_failed = False
         #: Ended by a stall (or its scheduler's) and not registered again yet.
         self._let_go = False
         #: Whether a step is running (between step_started and step_done):
@@ -348,16 +361,50 @@ class WorkerLiveness:
 
     def _followed_gone(self) -> bool:
         """Whether the followed registration was seen live and is gone."""
-        if self._table is None:
-            return False
+        if self._table is not None:
+            registrations = self._table.status().registrations
+        else:
+            asked = self._ask_followed()
+            if asked is None:
+                return False  # not asked now, or no answer: unknown
+            registrations = asked
         live = any(
             r.label == self._follows and r.state == livereg.RegistrationState.LIVE
-            for r in self._table.status().registrations
+            for r in registrations
         )
         if live:
             self._followed_seen = True
             return False
         return self._followed_seen
+
+    def _ask_followed(self) -> Optional[List[livereg.RegistrationStatus]]:
+        """The followed registration's rows as the listener answers them
+        (a session), or None: asked less than :data:`_ASK_EVERY` seconds
+        ago, or the ask failed. Bounded by the connect timeout (by the beat
+        interval if Python beats alone)."""
+        now = time.monotonic()
+        if self._address is None or self._follows is None:
+            return None
+        if self._asked_at is not None and now - self._asked_at < _ASK_EVERY:
+            return None
+        self._asked_at = now
+        timeout = _CONNECT_TIMEOUT if self._native is not None else min(_CONNECT_TIMEOUT, max(0.05, self.interval))
+        try:
+            status = livereg.remote_status(
+                self._address, label_instance(self._follows), token=self._session_token, timeout=timeout,
+                tls_ca=self._tls_ca, tls_cert=self._tls_cert, tls_key=self._tls_key,
+            )
+        except livereg.Error as error:
+            if not self._ask_failed:
+                logger.warning(
+                    "instance %d: asking %s about %r failed (%s): unknown, not gone; asked again each %.0f s "
+                    "(logged once until an answer)", self.instance_id, self._address, self._follows, error,
+                    _ASK_EVERY,
+                )
+            self._ask_failed = True
+            return None
+        self._ask_failed = False
+        return status.registrations
 
     def step_started(self) -> None:
         """The engine has work in flight: it must complete a step within the

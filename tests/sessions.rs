@@ -76,7 +76,10 @@ impl Isolated {
     fn spawn_a_day_ahead(address: &str, instance: u64, mode: &str) -> Isolated {
         let mut command = contained(std::env::current_exe().unwrap(), true);
         let mut args: Vec<_> = command.get_args().map(ToOwned::to_owned).collect();
-        args.splice(0..0, ["--time".into(), "--monotonic".into(), "86400".into()]);
+        args.splice(
+            0..0,
+            ["--time".into(), "--monotonic".into(), "86400".into()],
+        );
         let mut ahead = Command::new(command.get_program());
         ahead.args(args);
         Isolated::spawn_as(ahead, address, instance, mode, None)
@@ -469,7 +472,10 @@ fn a_unix_client_of_another_clock_is_dated_by_its_beats_seen_and_evicted_within_
     let mut client = Isolated::spawn_a_day_ahead(&socket.address(), 8, "ping");
     client.line("registered");
     let beating = events.recv_timeout(timeout * 3);
-    assert!(beating.is_err(), "a beating client was evicted: {beating:?}");
+    assert!(
+        beating.is_err(),
+        "a beating client was evicted: {beating:?}"
+    );
     let stop = Instant::now();
     client.signal(libc::SIGSTOP);
     let (event, handled) = next_event(&events, Duration::from_secs(10));

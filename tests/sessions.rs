@@ -491,6 +491,44 @@ fn a_unix_client_of_another_clock_is_dated_by_its_beats_seen_and_evicted_within_
     reaper.stop().unwrap();
 }
 
+/// `status` says which sessions' deaths are seen as they begin: a `unix:`
+/// client's (its death word held in its region), not a `tcp://` one's.
+#[test]
+fn status_shows_the_death_word_of_a_unix_session_and_none_for_tcp() {
+    let temp = TempTable::new("session-death-word", &one_second());
+    let socket = SocketPath::new("session-death-word");
+    let tcp = tcp_address();
+    let (reaper, _events) = with_events(&temp.table, &socket.address(), None);
+    reaper
+        .listen(Address::parse(&tcp).unwrap(), Some(b"s3cret".to_vec()))
+        .unwrap();
+    let mut unix = Isolated::spawn(&socket.address(), 31, "ping", None);
+    let mut over_tcp = Isolated::spawn(&tcp, 32, "ping", Some("s3cret"));
+    unix.line("registered");
+    over_tcp.line("registered");
+    let death_word = |instance| {
+        temp.table
+            .status()
+            .unwrap()
+            .registrations
+            .iter()
+            .find(|r| r.instance_id == instance)
+            .map(|r| (r.death_word, r.exit_detection))
+    };
+    wait_for(|| death_word(31).is_some_and(|(held, _)| held));
+    assert_eq!(
+        death_word(31),
+        Some((true, livereg::ExitDetection::Connection))
+    );
+    // Scans later, still none for tcp.
+    std::thread::sleep(temp.table.reap_timeout());
+    assert_eq!(
+        death_word(32),
+        Some((false, livereg::ExitDetection::Connection))
+    );
+    reaper.stop().unwrap();
+}
+
 #[test]
 fn a_wrong_token_is_refused_and_registers_nothing() {
     let temp = TempTable::new("session-token", &long_options());

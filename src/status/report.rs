@@ -6,7 +6,7 @@ use crate::session::{Record, Records};
 use crate::sync::Ordering::{Acquire, Relaxed};
 use crate::table::handle::Table;
 use crate::status::owned::{self, OwnedFilesStatus};
-use crate::table::layout::{FLAG_PIDFD, FLAG_REMOTE, SCANS_PER_TIMEOUT};
+use crate::table::layout::{FLAG_PIDFD, FLAG_REGION_DEATH_WORD, FLAG_REMOTE, SCANS_PER_TIMEOUT};
 use crate::table::protocol::{self, Beat, LIVE};
 use serde::{Deserialize, Serialize};
 use std::cell::OnceCell;
@@ -118,7 +118,9 @@ pub struct RegistrationStatus {
     /// How its process's exit is detected.
     pub exit_detection: ExitDetection,
     /// Whether its process's death word speaks for it: its death is seen
-    /// as it begins (`dying`). Absent from the JSON while false.
+    /// as it begins (`dying`). For a session: its client beats in a region
+    /// over `unix:` and holds its word there. Absent from the JSON while
+    /// false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub death_word: bool,
     /// For a session's registration: who holds it, over which connection.
@@ -370,11 +372,17 @@ impl Table {
                 (true, false) => ExitDetection::Lock,
                 (true, true) => ExitDetection::PidfdAndLock,
             },
-            death_word: view.death_words
-                && inner
-                    .death_words
-                    .as_ref()
-                    .is_some_and(|words| words.owner_of(index, generation).is_some()),
+            // A session's client's word is in its region, which only the
+            // reaper reads: it says so in the slot's flags.
+            death_word: if remote {
+                slot.flags.load(Relaxed) & FLAG_REGION_DEATH_WORD != 0
+            } else {
+                view.death_words
+                    && inner
+                        .death_words
+                        .as_ref()
+                        .is_some_and(|words| words.owner_of(index, generation).is_some())
+            },
             remote: remote.then(|| {
                 let record = records
                     .get_or_init(|| Records::read_all(self))

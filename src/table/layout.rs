@@ -236,6 +236,11 @@ pub(crate) const FLAG_COARSE_STAMPS: u32 = 4;
 /// can see its client exit: the listener ends it `Disconnected` when the
 /// connection closes, and its silence is judged like any other.
 pub(crate) const FLAG_REMOTE: u32 = 8;
+/// Bit of [`Slot::flags`], kept by a reaper for a session's registration
+/// whose client beats in a region and whose process's death word there is
+/// held by its death thread: its death is seen as it begins (`status`
+/// shows `death_word`). Older builds ignore it.
+pub(crate) const FLAG_REGION_DEATH_WORD: u32 = 16;
 /// Bits 16..32 of [`Slot::flags`], set by the registrant: the
 /// [`namespace_tag`] of its PID namespace (layout 1.5; a random tag of its
 /// process in 1.4), so that two processes with the same pid and start tick

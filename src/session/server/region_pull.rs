@@ -18,7 +18,8 @@ use super::held::HeldRegion;
 use crate::clock::{Clock, STAMP_LAG_TICKS};
 use crate::sync::Ordering::Relaxed;
 use crate::table::handle::Table;
-use crate::table::layout::{BUSY_PERIOD, FLAG_COARSE_STAMPS};
+use crate::table::death_protocol;
+use crate::table::layout::{BUSY_PERIOD, FLAG_COARSE_STAMPS, FLAG_REGION_DEATH_WORD};
 use crate::table::protocol::{self, Beat, Gone, Stamp};
 
 /// What the last pull of a region found there: a change since is news.
@@ -107,8 +108,24 @@ impl HeldRegion {
             }
             (last.busy, last.period) = (busy, period);
         }
+        self.note_death_word(slot);
         self.region.listener_pulse().fetch_add(1, Relaxed);
         result
+    }
+
+    /// Keeps the slot's [`FLAG_REGION_DEATH_WORD`] as the region's death
+    /// word says: held by a thread of the client, or not (for `status`;
+    /// nothing is judged by it).
+    fn note_death_word(&self, slot: &crate::table::layout::Slot) {
+        let held = self.region.death_word().load(Relaxed) & death_protocol::TID_MASK != 0;
+        let flags = slot.flags.load(Relaxed);
+        if held != (flags & FLAG_REGION_DEATH_WORD != 0) {
+            if held {
+                slot.flags.fetch_or(FLAG_REGION_DEATH_WORD, Relaxed);
+            } else {
+                slot.flags.fetch_and(!FLAG_REGION_DEATH_WORD, Relaxed);
+            }
+        }
     }
 }
 

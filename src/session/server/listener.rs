@@ -36,7 +36,9 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o660;
 /// sender keeps its own time), and waking once per beat would cost the
 /// thread a context switch each; gathered, one wake-up serves the beats of a
 /// millisecond. A round with a connection, a greeting or a close does not
-/// wait; a close that comes during the wait is seen at most this much later.
+/// wait, and a new connection ends the wait (a hello is never held back by
+/// others' beats); a close that comes during the wait is seen at most this
+/// much later.
 const GATHER: Duration = Duration::from_millis(5);
 
 /// While a client waits for a clear, how often the listener looks whether
@@ -141,6 +143,9 @@ impl Listener {
         let epoll = Epoll::new().map_err(io)?;
         epoll.add_level(&*stop, STOP).map_err(io)?;
         epoll.add_level(&acceptor, ACCEPT).map_err(io)?;
+        let nap = Epoll::new().map_err(io)?;
+        nap.add_level(&*stop, STOP).map_err(io)?;
+        nap.add_level(&acceptor, ACCEPT).map_err(io)?;
         let mut listen_loop = ListenLoop {
             gate: Gate {
                 table,
@@ -151,6 +156,7 @@ impl Listener {
             },
             acceptor,
             epoll,
+            nap,
             connections: Vec::new(),
             greeting: VecDeque::new(),
             next_serial: 0,
@@ -206,6 +212,8 @@ pub(super) struct ListenLoop {
     pub(super) gate: Gate,
     pub(super) acceptor: Acceptor,
     pub(super) epoll: Epoll,
+    /// What ends a [`GATHER`] nap early: a new connection, the stop.
+    nap: Epoll,
     /// Connections by key - [`FIRST_CONNECTION`]; `None`: a free entry.
     pub(super) connections: Vec<Option<Connection>>,
     /// Connections still greeting, oldest first, as `(entry, serial)`
@@ -313,7 +321,13 @@ impl ListenLoop {
                 self.gate.held.caught_up(resumed_ns);
             }
             if beats_only && !self.urgent {
-                std::thread::sleep(GATHER);
+                if self.accept_paused.is_some() {
+                    // Connections waiting to be accepted wait for the pause.
+                    std::thread::sleep(GATHER);
+                } else {
+                    // A failed wait is a shorter nap: nothing to do about it.
+                    let _ = self.nap.wait(Some(GATHER));
+                }
             }
         }
     }

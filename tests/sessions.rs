@@ -74,7 +74,7 @@ impl Isolated {
     /// As [`Isolated::spawn`], also in a time namespace of its own whose
     /// `CLOCK_MONOTONIC` is a day ahead of this one's.
     fn spawn_a_day_ahead(address: &str, instance: u64, mode: &str) -> Isolated {
-        let mut command = contained(std::env::current_exe().unwrap(), true);
+        let command = contained(std::env::current_exe().unwrap(), true);
         let mut args: Vec<_> = command.get_args().map(ToOwned::to_owned).collect();
         args.splice(
             0..0,

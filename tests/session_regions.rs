@@ -377,3 +377,53 @@ fn a_client_can_neither_resize_nor_reseal_its_region_and_punching_it_harms_nobod
         .any(|r| r.instance_id == 4000));
     reaper.stop().unwrap();
 }
+
+/// Threads of this process.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").unwrap().count()
+}
+
+/// Mappings of session regions in this process.
+fn regions_mapped() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains("livereg-session"))
+        .count()
+}
+
+#[test]
+fn a_unix_client_that_comes_and_goes_a_hundred_times_keeps_no_thread_region_or_descriptor() {
+    let _counting = counting();
+    let temp = TempTable::new("regions-client-churn", &short_timeout());
+    let socket = SocketPath::new("regions-client-churn");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    let options = livereg::ConnectOptions::default();
+    // One first: the threads a process keeps once it connected at all.
+    livereg::connect(&socket.address().to_string(), 1, "w", &options)
+        .unwrap()
+        .deregister()
+        .unwrap();
+    wait_for("the first session's region was kept", || {
+        temp.table.status().unwrap().registrations.is_empty() && regions_open() == 0
+    });
+    let (threads_before, descriptors_before) = (threads(), descriptors_open());
+    for i in 0..100u64 {
+        let worker = livereg::connect(&socket.address().to_string(), 2 + i, "w", &options).unwrap();
+        worker.heartbeat().unwrap();
+        worker.deregister().unwrap();
+    }
+    wait_for("threads, regions or descriptors were kept", || {
+        temp.table.status().unwrap().registrations.is_empty()
+            && regions_open() == 0
+            && regions_mapped() == 0
+            && threads() <= threads_before
+            && descriptors_open() <= descriptors_before
+    });
+    reaper.stop().unwrap();
+}

@@ -43,7 +43,9 @@ impl HeldRegion {
     ///
     /// # Errors
     ///
-    /// [`Gone`] if the registration has ended (nothing is written then).
+    /// [`Gone`] if the registration has ended (nothing is written to its
+    /// slot then, not even [`FLAG_REGION_DEATH_WORD`]: the slot may be
+    /// another's by now).
     pub(crate) fn pull(
         &self,
         table: &Table,
@@ -83,6 +85,7 @@ impl HeldRegion {
             _ => None,
         };
         let mut result = protocol::still_live(slot, generation);
+        let live = result.is_ok();
         if let (Ok(()), Some(ns)) = (result, beat_ns) {
             result = protocol::beat_at(slot, generation, Stamp::of_micros(ns.div_ceil(1_000)));
             slot.beats.store(beats, Relaxed);
@@ -108,7 +111,11 @@ impl HeldRegion {
             }
             (last.busy, last.period) = (busy, period);
         }
-        self.note_death_word(slot);
+        // Only while the registration is live: once it ended, its slot may
+        // be released and another's (whose flag this is not).
+        if live {
+            self.note_death_word(slot);
+        }
         self.region.listener_pulse().fetch_add(1, Relaxed);
         result
     }
@@ -257,6 +264,40 @@ mod tests {
         region.pull(&table, index, generation, table.clock.now_ns()).unwrap();
         let made = protocol::decode_progress(progress(&table)).steps - steps_before;
         assert!(made <= u64::from(u32::MAX), "{made}");
+    }
+
+    #[test]
+    fn a_pull_for_a_registration_whose_slot_was_reused_leaves_the_new_owners_flags() {
+        let options = TableOptions {
+            capacity: 1,
+            ..TableOptions::default()
+        };
+        let table = Table::in_memory(&options).unwrap();
+        let gone = table.register(1, "gone").unwrap();
+        let (index, generation) = (gone.slot(), gone.generation());
+        let slot = table.memory.slot(index);
+        protocol::end(slot, generation, crate::Reason::Timeout).unwrap();
+        assert!(protocol::release(slot, generation));
+        let next = table.register(2, "next").unwrap();
+        assert_eq!(next.slot(), index, "the one slot, taken again");
+        let region = HeldRegion {
+            region: SharedRegion::create().unwrap(),
+            dying_reported: AtomicBool::new(false),
+            beats_in_region: AtomicBool::new(true),
+            pulled: Mutex::default(),
+            shared_at: std::time::Instant::now(),
+        };
+        // The old client's word held (as its death thread holds it): the
+        // new owner's slot must not say so.
+        region.region.death_word().store(4242, SeqCst);
+        assert!(region.pull(&table, index, generation, table.clock.now_ns()).is_err());
+        assert_eq!(slot.flags.load(SeqCst) & FLAG_REGION_DEATH_WORD, 0);
+        // Nor, once the new owner's own flag is set, clear it.
+        slot.flags.fetch_or(FLAG_REGION_DEATH_WORD, SeqCst);
+        region.region.death_word().store(0, SeqCst);
+        assert!(region.pull(&table, index, generation, table.clock.now_ns()).is_err());
+        assert_ne!(slot.flags.load(SeqCst) & FLAG_REGION_DEATH_WORD, 0);
+        drop(next);
     }
 
     #[test]

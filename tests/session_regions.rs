@@ -427,3 +427,148 @@ fn a_unix_client_that_comes_and_goes_a_hundred_times_keeps_no_thread_region_or_d
     });
     reaper.stop().unwrap();
 }
+
+/// A raw client's map of its region, unmapped on drop.
+struct Mapped {
+    base: *mut u8,
+    size: usize,
+}
+
+impl Mapped {
+    fn of(region: &std::fs::File) -> Mapped {
+        let size = region.metadata().unwrap().len() as usize;
+        // SAFETY: a shared map of a file we hold, of its size.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                region.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        Mapped {
+            base: base.cast(),
+            size,
+        }
+    }
+
+    /// Its process word 0 (the death word), at the offset
+    /// docs/sessions.md gives: a page-rounded table of one slot, then the
+    /// death words' 128-byte header.
+    fn death_word(&self) -> &std::sync::atomic::AtomicU32 {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let offset = livereg::table_size(1).div_ceil(page) * page + 128;
+        assert!(offset + 4 <= self.size);
+        // SAFETY: inside the map (checked), 4-byte aligned; an atomic, as
+        // the reaper reads it; lives as long as `self`.
+        unsafe { &*self.base.add(offset).cast::<std::sync::atomic::AtomicU32>() }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: the map made in `of`, unmapped once.
+        unsafe { libc::munmap(self.base.cast(), self.size) };
+    }
+}
+
+/// Reads `stream` until the peer closes it: whether an `Ended` frame came
+/// first.
+fn told_ended_before_close(mut stream: &UnixStream) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut stream, &mut bytes).unwrap();
+    let mut rest = &bytes[..];
+    while let Ok(Some((frame, used))) = Frame::decode(rest) {
+        if matches!(frame, Frame::Ended { .. }) {
+            return true;
+        }
+        rest = &rest[used..];
+    }
+    false
+}
+
+#[test]
+fn a_bye_after_the_slot_went_to_another_session_leaves_its_death_word_in_status_alone() {
+    let _counting = counting();
+    // Two slots (a listener holds no more sessions than the table's
+    // capacity, the first's connection among them until it is told): the
+    // first free is taken, the very slot the first client had.
+    let options = TableOptions {
+        capacity: 2,
+        ..short_timeout()
+    };
+    let temp = TempTable::new("regions-bye-reused", &options);
+    let socket = SocketPath::new("regions-bye-reused");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    let row = |instance: u64| {
+        temp.table
+            .status()
+            .unwrap()
+            .registrations
+            .into_iter()
+            .find(|r| r.instance_id == instance)
+    };
+    // The first client's Bye must land after its slot went to the second
+    // and before its listener tells it its end (at its next tick, up to
+    // T/4 later): tried until it did.
+    for attempt in 0..10u64 {
+        let (first, second) = (5000 + 2 * attempt, 5001 + 2 * attempt);
+        let stream = UnixStream::connect(&socket.0).unwrap();
+        std::io::Write::write_all(&mut &stream, &hello(first)).unwrap();
+        let region = Mapped::of(&welcome_with_region(&stream));
+        // Its word held (a thread id, not marked), as its death thread
+        // would hold it: its row says so.
+        region.death_word().store(4242, std::sync::atomic::Ordering::SeqCst);
+        wait_for("the first client's death word in status", || {
+            row(first).is_some_and(|r| r.death_word)
+        });
+        // It never beats: ended after its grace, its slot released.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while row(first).is_some() {
+            assert!(Instant::now() < deadline, "never ended");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // A session beating with frames (protocol 3: no region) takes the
+        // slot, then the first client says bye.
+        let other = UnixStream::connect(&socket.0).unwrap();
+        let hello_3 = Frame::Hello {
+            version: 3,
+            instance_id: second,
+            pid: std::process::id(),
+            token: Vec::new(),
+            label: "frames".into(),
+            host: "here".into(),
+            reclaim: None,
+        };
+        std::io::Write::write_all(&mut &other, &hello_3.encode_for(3)).unwrap();
+        wait_for("the second session registered", || row(second).is_some());
+        assert_eq!(row(second).unwrap().slot, 0, "the first client's slot");
+        std::io::Write::write_all(&mut &stream, &Frame::Bye {}.encode()).unwrap();
+        if told_ended_before_close(&stream) {
+            // Its listener told it first: the Bye was never read.
+            drop(other);
+            wait_for("the second session ended", || row(second).is_none());
+            continue;
+        }
+        let second_row = row(second).expect("the second session lives");
+        assert!(
+            !second_row.death_word,
+            "the first client's region spoke for the second session: {second_row:?}"
+        );
+        reaper.stop().unwrap();
+        return;
+    }
+    panic!("the listener told the first client its end before its Bye every time");
+}

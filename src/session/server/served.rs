@@ -310,7 +310,11 @@ impl Connection {
                 generation,
                 Stamp::of_micros(now_us.saturating_sub(age_us)),
             );
-            slot.beats.store(heartbeats, Relaxed);
+            // Only while its own: once it ended, the slot may be
+            // released and another's.
+            if result.is_ok() {
+                slot.beats.store(heartbeats, Relaxed);
+            }
         }
         if result.is_ok() && holding.steps != Some(steps) {
             // At most 2^32 steps a beat: a hostile count cannot reach the

@@ -291,6 +291,12 @@ fn a_descriptor_whose_close_blocks_sent_to_the_listener_never_freezes_it() {
 
 /// The welcome of a raw session on `stream`, and the region's memfd.
 fn welcome_with_region(stream: &UnixStream) -> std::fs::File {
+    welcome_and_region(stream).1.expect("a memfd with the welcome")
+}
+
+/// The welcome of a raw session on `stream`, and the region's memfd if
+/// one came with it.
+fn welcome_and_region(stream: &UnixStream) -> (Frame, Option<std::fs::File>) {
     let mut bytes = vec![0u8; 8192];
     let (mut have, mut region) = (0, None);
     loop {
@@ -319,7 +325,7 @@ fn welcome_with_region(stream: &UnixStream) -> std::fs::File {
             }
         }
         match Frame::decode(&bytes[..have]).unwrap() {
-            Some((Frame::Welcome { .. }, _)) => return region.expect("a memfd with the welcome"),
+            Some((welcome @ Frame::Welcome { .. }, _)) => return (welcome, region),
             Some((Frame::Info { .. }, used)) => {
                 bytes.copy_within(used..have, 0);
                 have -= used;
@@ -606,4 +612,88 @@ fn a_beat_frame_after_the_slot_went_to_another_session_leaves_its_count_alone() 
         assert_eq!(second.heartbeats, 0, "the first client's count: {second:?}");
         assert!(!second.death_word, "{second:?}");
     }
+}
+
+#[test]
+fn a_session_whose_region_no_reaper_reads_any_more_shows_no_death_word() {
+    let _counting = counting();
+    let temp = TempTable::new("regions-restart-word", &short_timeout());
+    let socket = SocketPath::new("regions-restart-word");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    let row = |instance: u64| {
+        temp.table
+            .status()
+            .unwrap()
+            .registrations
+            .into_iter()
+            .find(|r| r.instance_id == instance)
+    };
+    let stream = UnixStream::connect(&socket.0).unwrap();
+    std::io::Write::write_all(&mut &stream, &hello(6000)).unwrap();
+    let (welcome, region) = welcome_and_region(&stream);
+    let Frame::Welcome {
+        slot,
+        generation,
+        secret,
+        ..
+    } = welcome
+    else {
+        unreachable!()
+    };
+    let region = Mapped::of(&region.expect("a region"));
+    region.death_word().store(4242, std::sync::atomic::Ordering::SeqCst);
+    wait_for("the client's death word in status", || {
+        row(6000).is_some_and(|r| r.death_word)
+    });
+    // Its reaper goes (the registration stays, for its client to take
+    // back); the next one shares no region for it: nothing sees its death
+    // as it begins any more, and its row must not say it does.
+    reaper.stop().unwrap();
+    let socket = SocketPath::new("regions-restart-word-2");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    // Its client takes it back, and beats with frames.
+    let stream = UnixStream::connect(&socket.0).unwrap();
+    let reclaim = Frame::Hello {
+        version: VERSION,
+        instance_id: 6000,
+        pid: std::process::id(),
+        token: Vec::new(),
+        label: "raw".into(),
+        host: "here".into(),
+        reclaim: Some(livereg::wire::Reclaim {
+            slot,
+            generation,
+            secret,
+        }),
+    };
+    std::io::Write::write_all(&mut &stream, &reclaim.encode()).unwrap();
+    assert!(welcome_and_region(&stream).1.is_none(), "a region to beat in");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for heartbeats in 1.. {
+        let beat = Frame::Beat {
+            heartbeats,
+            since_ping_us: 0,
+            busy: false,
+            steps: 0,
+        };
+        std::io::Write::write_all(&mut &stream, &beat.encode()).unwrap();
+        match row(6000) {
+            None => panic!("taken back, beating, and ended"),
+            Some(r) if !r.death_word => break,
+            Some(_) => assert!(Instant::now() < deadline, "its death word still shown"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(region);
+    reaper.stop().unwrap();
 }

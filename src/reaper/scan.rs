@@ -14,7 +14,7 @@ use crate::reaper::handlers::{HandlerPool, Job};
 use crate::session::limited_log;
 use crate::status::metrics;
 use crate::sync::Ordering::{Acquire, Relaxed, Release};
-use crate::table::layout::{Slot, FLAG_REMOTE};
+use crate::table::layout::{Slot, FLAG_REGION_DEATH_WORD, FLAG_REMOTE};
 use crate::table::protocol::{self, Beat, CLAIMING, FREE, LIVE};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -129,12 +129,18 @@ impl Reaper {
                     continue;
                 }
             }
-            let remote = slot.flags.load(Relaxed) & FLAG_REMOTE != 0;
+            let flags = slot.flags.load(Relaxed);
+            let remote = flags & FLAG_REMOTE != 0;
             // The region a session's client beats in, and whether to pull it.
             let region = remote
                 .then(|| self.regions.get(index, generation))
                 .flatten()
                 .map(|(region, pull)| (region.clone(), pull));
+            if region.is_none() && flags & FLAG_REGION_DEATH_WORD != 0 {
+                // Noted by a reaper before this one: no region of this one
+                // speaks for it, nothing sees its death as it begins.
+                slot.flags.fetch_and(!FLAG_REGION_DEATH_WORD, Relaxed);
+            }
             let dying = self
                 .newly_dying(index, slot, generation, now_ns, &mut held_words)
                 .or_else(|| {

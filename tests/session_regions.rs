@@ -697,3 +697,37 @@ fn a_session_whose_region_no_reaper_reads_any_more_shows_no_death_word() {
     drop(region);
     reaper.stop().unwrap();
 }
+
+#[test]
+fn sessions_registering_while_resets_end_every_registration_keep_no_region() {
+    let _counting = counting();
+    let temp = TempTable::new("regions-reset-race", &short_timeout());
+    let socket = SocketPath::new("regions-reset-race");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    // Resets in a row: one may end a session's registration between its
+    // registering and its region being shared.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = temp.table.reset(Duration::ZERO);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        for instance in 0..300u64 {
+            let stream = UnixStream::connect(&socket.0).unwrap();
+            std::io::Write::write_all(&mut &stream, &hello(7000 + instance)).unwrap();
+            drop(welcome_and_region(&stream));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    wait_for("a region was kept past its registration's end", || {
+        temp.table.status().unwrap().registrations.is_empty() && regions_open() == 0
+    });
+    reaper.stop().unwrap();
+}

@@ -105,7 +105,18 @@ impl Connection {
         }
         let most = gate.table.capacity() as usize;
         match SharedRegion::create() {
-            Ok(region) => gate.held.share_region(slot, generation, most, region),
+            Ok(region) => {
+                let shared = gate.held.share_region(slot, generation, most, region)?;
+                // Ended since it was made (a reset): the reaper forgot its
+                // region as it saw the end, before this one was shared,
+                // and would keep it for good, for a slot soon another's.
+                // (Looked at after sharing: an end seen later forgets it.)
+                if protocol::still_live(gate.table.memory.slot(slot), generation).is_err() {
+                    gate.held.forget_region(slot, generation);
+                    return None;
+                }
+                Some(shared)
+            }
             Err(e) => {
                 limited_log!(
                     log::Level::Warn,

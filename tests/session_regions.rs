@@ -291,7 +291,9 @@ fn a_descriptor_whose_close_blocks_sent_to_the_listener_never_freezes_it() {
 
 /// The welcome of a raw session on `stream`, and the region's memfd.
 fn welcome_with_region(stream: &UnixStream) -> std::fs::File {
-    welcome_and_region(stream).1.expect("a memfd with the welcome")
+    welcome_and_region(stream)
+        .1
+        .expect("a memfd with the welcome")
 }
 
 /// The welcome of a raw session on `stream`, and the region's memfd if
@@ -545,7 +547,9 @@ fn after_its_slot_went_to_another(
         let region = Mapped::of(&welcome_with_region(&stream));
         // Its word held (a thread id, not marked), as its death thread
         // would hold it: its row says so.
-        region.death_word().store(4242, std::sync::atomic::Ordering::SeqCst);
+        region
+            .death_word()
+            .store(4242, std::sync::atomic::Ordering::SeqCst);
         wait_for("the first client's death word in status", || {
             row(first).is_some_and(|r| r.death_word)
         });
@@ -646,7 +650,9 @@ fn a_session_whose_region_no_reaper_reads_any_more_shows_no_death_word() {
         unreachable!()
     };
     let region = Mapped::of(&region.expect("a region"));
-    region.death_word().store(4242, std::sync::atomic::Ordering::SeqCst);
+    region
+        .death_word()
+        .store(4242, std::sync::atomic::Ordering::SeqCst);
     wait_for("the client's death word in status", || {
         row(6000).is_some_and(|r| r.death_word)
     });
@@ -677,7 +683,10 @@ fn a_session_whose_region_no_reaper_reads_any_more_shows_no_death_word() {
         }),
     };
     std::io::Write::write_all(&mut &stream, &reclaim.encode()).unwrap();
-    assert!(welcome_and_region(&stream).1.is_none(), "a region to beat in");
+    assert!(
+        welcome_and_region(&stream).1.is_none(),
+        "a region to beat in"
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     for heartbeats in 1.. {
         let beat = Frame::Beat {

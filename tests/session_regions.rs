@@ -740,3 +740,87 @@ fn sessions_registering_while_resets_end_every_registration_keep_no_region() {
     });
     reaper.stop().unwrap();
 }
+
+#[test]
+fn a_client_that_beat_with_a_frame_is_judged_by_its_frames_whatever_its_region_says() {
+    let _counting = counting();
+    let temp = TempTable::new("regions-to-frames", &short_timeout());
+    let socket = SocketPath::new("regions-to-frames");
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    let stream = UnixStream::connect(&socket.0).unwrap();
+    std::io::Write::write_all(&mut &stream, &hello(8000)).unwrap();
+    let region = Mapped::of(&welcome_with_region(&stream));
+    // SAFETY: the beat count, 16 bytes into slot 0 (docs/sessions.md),
+    // inside the map, 8-byte aligned; an atomic, as the reaper reads it.
+    let beats = unsafe {
+        &*region
+            .base
+            .add(livereg::HEADER_SIZE + 16)
+            .cast::<std::sync::atomic::AtomicU64>()
+    };
+    let count = |until: Instant| {
+        while Instant::now() < until {
+            beats.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // Counted in its region (no stamp of the reaper's clock: dated as the
+    // reaper sees the count change), it lives on past its timeout.
+    count(Instant::now() + Duration::from_secs(2));
+    let row = temp.table.status().unwrap().registrations;
+    assert!(
+        row.iter()
+            .any(|r| r.instance_id == 8000 && r.heartbeats > 0),
+        "{row:?}"
+    );
+    // One beat frame: from now on its frames say when it beat, and its
+    // region, counting on, says nothing.
+    let beat = Frame::Beat {
+        heartbeats: 1,
+        since_ping_us: 0,
+        busy: false,
+        steps: 0,
+    };
+    std::io::Write::write_all(&mut &stream, &beat.encode()).unwrap();
+    let silent = Instant::now();
+    stream.set_nonblocking(true).unwrap();
+    let (mut bytes, mut have) = ([0u8; 4096], 0);
+    let ended = 'read: loop {
+        count(Instant::now() + Duration::from_millis(20));
+        match std::io::Read::read(&mut &stream, &mut bytes[have..]) {
+            Ok(n) if n > 0 => have += n,
+            Ok(_) => panic!("closed without a word"),
+            Err(_) => {}
+        }
+        // (`Heard` frames said: a session beating with frames hears them.)
+        while let Some((frame, used)) = Frame::decode(&bytes[..have]).unwrap() {
+            if !matches!(frame, Frame::Heard {}) {
+                break 'read frame;
+            }
+            bytes.copy_within(used..have, 0);
+            have -= used;
+        }
+        assert!(
+            silent.elapsed() < Duration::from_secs(10),
+            "kept alive by its region"
+        );
+    };
+    assert_eq!(
+        ended,
+        Frame::Ended {
+            reason: livereg::Reason::Timeout
+        }
+    );
+    assert!(
+        silent.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        silent.elapsed()
+    );
+    drop(region);
+    reaper.stop().unwrap();
+}

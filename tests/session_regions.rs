@@ -291,13 +291,16 @@ fn a_descriptor_whose_close_blocks_sent_to_the_listener_never_freezes_it() {
 
 /// The welcome of a raw session on `stream`, and the region's memfd.
 fn welcome_with_region(stream: &UnixStream) -> std::fs::File {
-    welcome_and_region(stream)
-        .1
-        .expect("a memfd with the welcome")
+    let (welcome, region) = welcome_and_region(stream);
+    assert!(
+        matches!(welcome, Frame::Welcome { .. }),
+        "expected a welcome, found {welcome:?}"
+    );
+    region.expect("a memfd with the welcome")
 }
 
-/// The welcome of a raw session on `stream`, and the region's memfd if
-/// one came with it.
+/// The welcome of a raw session on `stream` (or its refusal), and the
+/// region's memfd if one came with it.
 fn welcome_and_region(stream: &UnixStream) -> (Frame, Option<std::fs::File>) {
     let mut bytes = vec![0u8; 8192];
     let (mut have, mut region) = (0, None);
@@ -327,7 +330,10 @@ fn welcome_and_region(stream: &UnixStream) -> (Frame, Option<std::fs::File>) {
             }
         }
         match Frame::decode(&bytes[..have]).unwrap() {
-            Some((welcome @ Frame::Welcome { .. }, _)) => return (welcome, region),
+            // (Or whatever else came first: a refusal.)
+            Some((answer @ (Frame::Welcome { .. } | Frame::Refused { .. }), _)) => {
+                return (answer, region)
+            }
             Some((Frame::Info { .. }, used)) => {
                 bytes.copy_within(used..have, 0);
                 have -= used;
@@ -647,7 +653,7 @@ fn a_session_whose_region_no_reaper_reads_any_more_shows_no_death_word() {
         ..
     } = welcome
     else {
-        unreachable!()
+        panic!("expected a welcome, found {welcome:?}")
     };
     let region = Mapped::of(&region.expect("a region"));
     region
@@ -683,10 +689,12 @@ fn a_session_whose_region_no_reaper_reads_any_more_shows_no_death_word() {
         }),
     };
     std::io::Write::write_all(&mut &stream, &reclaim.encode()).unwrap();
+    let (taken_back, region_again) = welcome_and_region(&stream);
     assert!(
-        welcome_and_region(&stream).1.is_none(),
-        "a region to beat in"
+        matches!(taken_back, Frame::Welcome { .. }),
+        "expected a welcome, found {taken_back:?}"
     );
+    assert!(region_again.is_none(), "a region to beat in");
     let deadline = Instant::now() + Duration::from_secs(30);
     for heartbeats in 1.. {
         let beat = Frame::Beat {

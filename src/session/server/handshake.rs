@@ -89,7 +89,7 @@ impl Connection {
     /// when the listener's regions are as many as the table's slots, or
     /// none can be made: then the session beats with frames), the one it
     /// had for a registration taken back (none if this reaper made none:
-    /// it was another's).
+    /// it was another's; none if its client beat with frames instead).
     fn region_for(
         &self,
         gate: &Gate,
@@ -101,7 +101,11 @@ impl Connection {
             return None;
         }
         if reclaiming {
-            return gate.held.region(slot, generation);
+            // (Not one its client gave up for frames: nobody reads it.)
+            return gate
+                .held
+                .region(slot, generation)
+                .filter(|held| held.beats_in_region.load(Relaxed));
         }
         let most = gate.table.capacity() as usize;
         match SharedRegion::create() {

@@ -4,9 +4,10 @@
 //! `Disconnected`), and the records beside the table.
 
 use super::records::Records;
-use super::region_pull::Pulled;
+use super::region_pull::Puller;
 use crate::absence::Absence;
 use crate::table::handle::Table;
+use crate::table::protocol::Gone;
 use crate::table::region::SharedRegion;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -88,11 +89,30 @@ pub(crate) struct HeldRegion {
     /// Whether its client beats there (cleared when it beats with frames
     /// instead: then nothing is pulled from it).
     pub beats_in_region: AtomicBool,
-    /// What the last pull found there (`region_pull.rs`).
-    pub(super) pulled: Mutex<Pulled>,
+    /// Its pulls into the table (`region_pull.rs`).
+    puller: Puller,
     /// When it was shared: its client's death thread claims its word just
     /// after, and the region watch looks for that claim often until then.
     pub shared_at: std::time::Instant,
+}
+
+impl HeldRegion {
+    /// Brings what its client wrote there into registration `(index,
+    /// generation)`'s slot of `table` (see `region_pull.rs`).
+    ///
+    /// # Errors
+    ///
+    /// [`Gone`] if the registration has ended (its slot left as it is).
+    pub(crate) fn pull(
+        &self,
+        table: &Table,
+        index: u32,
+        generation: u32,
+        now_ns: u64,
+    ) -> Result<(), Gone> {
+        self.puller
+            .pull(&self.region, table, index, generation, now_ns)
+    }
 }
 
 impl std::fmt::Debug for HeldRegion {
@@ -236,7 +256,7 @@ impl Held {
             region,
             dying_reported: AtomicBool::new(false),
             beats_in_region: AtomicBool::new(true),
-            pulled: Mutex::default(),
+            puller: Puller::default(),
             shared_at: std::time::Instant::now(),
         });
         {

@@ -14,17 +14,18 @@
 //! stamps with another clock: at most one scan late); at most 2^32 steps
 //! count per pull; nothing read names another registration.
 
-use super::held::HeldRegion;
 use crate::clock::{Clock, STAMP_LAG_TICKS};
 use crate::sync::Ordering::Relaxed;
-use crate::table::handle::Table;
 use crate::table::death_protocol;
+use crate::table::handle::Table;
 use crate::table::layout::{BUSY_PERIOD, FLAG_COARSE_STAMPS, FLAG_REGION_DEATH_WORD};
 use crate::table::protocol::{self, Beat, Gone, Stamp};
+use crate::table::region::SharedRegion;
+use std::sync::Mutex;
 
 /// What the last pull of a region found there: a change since is news.
 #[derive(Debug, Default)]
-pub(crate) struct Pulled {
+struct Pulled {
     /// The beat counter.
     beats: u64,
     /// The step count (`None` until the first pull: a registration taken
@@ -35,8 +36,13 @@ pub(crate) struct Pulled {
     period: bool,
 }
 
-impl HeldRegion {
-    /// Brings what the client wrote in its region into registration
+/// The pulls of one region: what the last found there, behind a lock
+/// (the reaper pulls at its scans, a listener at its client's `Bye`).
+#[derive(Debug, Default)]
+pub(crate) struct Puller(Mutex<Pulled>);
+
+impl Puller {
+    /// Brings what the client wrote in `region` into registration
     /// `(index, generation)`'s slot of `table`, at `now_ns` on the table's
     /// clock, and bumps the listener's pulse (the client's sign that it is
     /// heard).
@@ -48,12 +54,13 @@ impl HeldRegion {
     /// another's by now).
     pub(crate) fn pull(
         &self,
+        region: &SharedRegion,
         table: &Table,
         index: u32,
         generation: u32,
         now_ns: u64,
     ) -> Result<(), Gone> {
-        let from = self.region.slot();
+        let from = region.slot();
         let slot = table.memory.slot(index);
         let beat = from.beat.load(Relaxed);
         let beats = from.beats.load(Relaxed);
@@ -63,7 +70,7 @@ impl HeldRegion {
             from.flags.load(Relaxed) & FLAG_COARSE_STAMPS != 0,
         );
         let mut last = self
-            .pulled
+            .0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let counted = beats != last.beats;
@@ -114,24 +121,24 @@ impl HeldRegion {
         // Only while the registration is live: once it ended, its slot may
         // be released and another's (whose flag this is not).
         if live {
-            self.note_death_word(slot);
+            note_death_word(region, slot);
         }
-        self.region.listener_pulse().fetch_add(1, Relaxed);
+        region.listener_pulse().fetch_add(1, Relaxed);
         result
     }
+}
 
-    /// Keeps the slot's [`FLAG_REGION_DEATH_WORD`] as the region's death
-    /// word says: held by a thread of the client, or not (for `status`;
-    /// nothing is judged by it).
-    fn note_death_word(&self, slot: &crate::table::layout::Slot) {
-        let held = self.region.death_word().load(Relaxed) & death_protocol::TID_MASK != 0;
-        let flags = slot.flags.load(Relaxed);
-        if held != (flags & FLAG_REGION_DEATH_WORD != 0) {
-            if held {
-                slot.flags.fetch_or(FLAG_REGION_DEATH_WORD, Relaxed);
-            } else {
-                slot.flags.fetch_and(!FLAG_REGION_DEATH_WORD, Relaxed);
-            }
+/// Keeps the slot's [`FLAG_REGION_DEATH_WORD`] as the region's death word
+/// says: held by a thread of the client, or not (for `status`; nothing is
+/// judged by it).
+fn note_death_word(region: &SharedRegion, slot: &crate::table::layout::Slot) {
+    let held = region.death_word().load(Relaxed) & death_protocol::TID_MASK != 0;
+    let flags = slot.flags.load(Relaxed);
+    if held != (flags & FLAG_REGION_DEATH_WORD != 0) {
+        if held {
+            slot.flags.fetch_or(FLAG_REGION_DEATH_WORD, Relaxed);
+        } else {
+            slot.flags.fetch_and(!FLAG_REGION_DEATH_WORD, Relaxed);
         }
     }
 }
@@ -140,27 +147,38 @@ impl HeldRegion {
 mod tests {
     use super::*;
     use crate::table::options::TableOptions;
-    use crate::table::region::SharedRegion;
-    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-    use std::sync::Mutex;
+    use std::sync::atomic::Ordering::SeqCst;
     use std::time::Duration;
 
     /// A listener's table with one registration, and a region whose
     /// client's worker is registered and beats there.
-    fn pair() -> (Table, crate::Worker, HeldRegion, Table, crate::Worker) {
+    /// A region and its pulls, as a listener holds them.
+    struct Held {
+        region: SharedRegion,
+        puller: Puller,
+    }
+
+    impl Held {
+        fn new() -> Held {
+            Held {
+                region: SharedRegion::create().unwrap(),
+                puller: Puller::default(),
+            }
+        }
+
+        fn pull(&self, table: &Table, index: u32, generation: u32, now_ns: u64) -> Result<(), Gone> {
+            self.puller.pull(&self.region, table, index, generation, now_ns)
+        }
+    }
+
+    fn pair() -> (Table, crate::Worker, Held, Table, crate::Worker) {
         let options = TableOptions {
             stamp_clock: crate::StampClock::Precise,
             ..TableOptions::default()
         };
         let table = Table::in_memory(&options).unwrap();
         let held = table.register(1, "held").unwrap();
-        let region = HeldRegion {
-            region: SharedRegion::create().unwrap(),
-            dying_reported: AtomicBool::new(false),
-            beats_in_region: AtomicBool::new(true),
-            pulled: Mutex::default(),
-            shared_at: std::time::Instant::now(),
-        };
+        let region = Held::new();
         let client = Table::in_region(region.region.file().try_clone().unwrap(), &options).unwrap();
         let worker = client.register(1, "client").unwrap();
         (table, held, region, client, worker)
@@ -280,13 +298,7 @@ mod tests {
         assert!(protocol::release(slot, generation));
         let next = table.register(2, "next").unwrap();
         assert_eq!(next.slot(), index, "the one slot, taken again");
-        let region = HeldRegion {
-            region: SharedRegion::create().unwrap(),
-            dying_reported: AtomicBool::new(false),
-            beats_in_region: AtomicBool::new(true),
-            pulled: Mutex::default(),
-            shared_at: std::time::Instant::now(),
-        };
+        let region = Held::new();
         // The old client's word held (as its death thread holds it): the
         // new owner's slot must not say so.
         region.region.death_word().store(4242, SeqCst);

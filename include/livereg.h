@@ -441,7 +441,9 @@ void livereg_reaper_stop(livereg_reaper *reaper);
  * and livereg_deregister work unchanged and cost the same (they write memory
  * this process maps; no system call). Over unix: with a listener of session
  * protocol 4, that memory is a region the listener shared (a sealed memfd),
- * which it reads itself; otherwise a library thread forwards them to the
+ * which the reaper reads at its scans (judged then as a registration in its
+ * table: never beaten, by the grace); otherwise a library thread forwards
+ * them to the
  * reaper eight times per reap timeout. The thread delivers the reaper's
  * notices either way: when
  * the registration ends (evicted, reset, ...), the next ping returns

@@ -78,10 +78,17 @@ fn watch(table: &Table, held: &Held, stop: &AtomicU32) {
     // changed): a round that then finds nothing new rests first, so a
     // client waking or flipping its word cannot make this thread spin.
     let mut cut_short = false;
+    // The regions as last listed, and at which change: listed again only
+    // when they changed (a client flipping its word makes rounds come
+    // often; none of them costs a list of every region).
+    let (mut regions, mut listed_at) = (Vec::new(), None);
     while stop.load(Acquire) == 0 {
         let changed = held.regions_changed.load(Acquire);
-        let regions = held.regions();
-        told.retain(|key| regions.iter().any(|(held, _)| held == key));
+        if listed_at != Some(changed) {
+            regions = held.regions();
+            listed_at = Some(changed);
+            told.retain(|key| regions.iter().any(|(held, _)| held == key));
+        }
         let mut waited = vec![
             Waited {
                 word: stop,

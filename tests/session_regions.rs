@@ -38,6 +38,20 @@ fn short_timeout() -> TableOptions {
     }
 }
 
+/// A table of [`short_timeout`] named for `tag`, and its reaper serving
+/// `unix:` sessions at a socket named for it too.
+fn served(tag: &str) -> (TempTable, SocketPath, livereg::ReaperThread) {
+    let temp = TempTable::new(tag, &short_timeout());
+    let socket = SocketPath::new(tag);
+    let reaper = temp
+        .table
+        .reaper()
+        .listen(socket.address(), None)
+        .spawn()
+        .unwrap();
+    (temp, socket, reaper)
+}
+
 fn hello(instance_id: u64) -> Vec<u8> {
     Frame::Hello {
         version: VERSION,
@@ -126,14 +140,7 @@ fn send_with_fds(socket: &UnixStream, bytes: &[u8], fds: &[i32]) -> std::io::Res
 #[test]
 fn a_thousand_unix_sessions_come_and_go_and_the_listener_keeps_no_region() {
     let _counting = counting();
-    let temp = TempTable::new("regions-churn", &short_timeout());
-    let socket = SocketPath::new("regions-churn");
-    let reaper = temp
-        .table
-        .reaper()
-        .listen(socket.address(), None)
-        .spawn()
-        .unwrap();
+    let (temp, socket, reaper) = served("regions-churn");
     let before = descriptors_open();
     let (mut welcomed, mut most_regions) = (0, 0);
     for i in 0..1000u64 {
@@ -171,14 +178,7 @@ fn a_thousand_unix_sessions_come_and_go_and_the_listener_keeps_no_region() {
 #[test]
 fn descriptors_a_client_sends_the_listener_are_never_kept() {
     let _counting = counting();
-    let temp = TempTable::new("regions-fds-in", &short_timeout());
-    let socket = SocketPath::new("regions-fds-in");
-    let reaper = temp
-        .table
-        .reaper()
-        .listen(socket.address(), None)
-        .spawn()
-        .unwrap();
+    let (temp, socket, reaper) = served("regions-fds-in");
     let null = std::fs::File::open("/dev/null").unwrap();
     let before = descriptors_open();
     let fds = [null.as_raw_fd(); 32];
@@ -261,14 +261,7 @@ fn welcome_takes(socket: &SocketPath, instance_id: u64) -> Duration {
 #[test]
 fn a_descriptor_whose_close_blocks_sent_to_the_listener_never_freezes_it() {
     let _counting = counting();
-    let temp = TempTable::new("regions-linger", &short_timeout());
-    let socket = SocketPath::new("regions-linger");
-    let reaper = temp
-        .table
-        .reaper()
-        .listen(socket.address(), None)
-        .spawn()
-        .unwrap();
+    let (_temp, socket, reaper) = served("regions-linger");
     assert!(welcome_takes(&socket, 3000) < Duration::from_secs(5));
     let (lingering, _peer) = lingering_socket(Duration::from_secs(30));
     let stream = UnixStream::connect(&socket.0).unwrap();
@@ -347,14 +340,7 @@ fn welcome_and_region(stream: &UnixStream) -> (Frame, Option<std::fs::File>) {
 #[test]
 fn a_client_can_neither_resize_nor_reseal_its_region_and_punching_it_harms_nobody() {
     let _counting = counting();
-    let temp = TempTable::new("regions-seals", &short_timeout());
-    let socket = SocketPath::new("regions-seals");
-    let reaper = temp
-        .table
-        .reaper()
-        .listen(socket.address(), None)
-        .spawn()
-        .unwrap();
+    let (temp, socket, reaper) = served("regions-seals");
     let stream = UnixStream::connect(&socket.0).unwrap();
     std::io::Write::write_all(&mut &stream, &hello(4000)).unwrap();
     let region = welcome_with_region(&stream);
@@ -409,14 +395,7 @@ fn regions_mapped() -> usize {
 #[test]
 fn a_unix_client_that_comes_and_goes_a_hundred_times_keeps_no_thread_region_or_descriptor() {
     let _counting = counting();
-    let temp = TempTable::new("regions-client-churn", &short_timeout());
-    let socket = SocketPath::new("regions-client-churn");
-    let reaper = temp
-        .table
-        .reaper()
-        .listen(socket.address(), None)
-        .spawn()
-        .unwrap();
+    let (temp, socket, reaper) = served("regions-client-churn");
     let options = livereg::ConnectOptions::default();
     // One first: the threads a process keeps once it connected at all.
     livereg::connect(&socket.address().to_string(), 1, "w", &options)
@@ -627,14 +606,7 @@ fn a_beat_frame_after_the_slot_went_to_another_session_leaves_its_count_alone() 
 #[test]
 fn a_session_whose_region_no_reaper_reads_any_more_shows_no_death_word() {
     let _counting = counting();
-    let temp = TempTable::new("regions-restart-word", &short_timeout());
-    let socket = SocketPath::new("regions-restart-word");
-    let reaper = temp
-        .table
-        .reaper()
-        .listen(socket.address(), None)
-        .spawn()
-        .unwrap();
+    let (temp, socket, reaper) = served("regions-restart-word");
     let row = |instance: u64| {
         temp.table
             .status()
@@ -718,14 +690,7 @@ fn a_session_whose_region_no_reaper_reads_any_more_shows_no_death_word() {
 #[test]
 fn sessions_registering_while_resets_end_every_registration_keep_no_region() {
     let _counting = counting();
-    let temp = TempTable::new("regions-reset-race", &short_timeout());
-    let socket = SocketPath::new("regions-reset-race");
-    let reaper = temp
-        .table
-        .reaper()
-        .listen(socket.address(), None)
-        .spawn()
-        .unwrap();
+    let (temp, socket, reaper) = served("regions-reset-race");
     // Resets in a row: one may end a session's registration between its
     // registering and its region being shared.
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -752,14 +717,7 @@ fn sessions_registering_while_resets_end_every_registration_keep_no_region() {
 #[test]
 fn a_client_that_beat_with_a_frame_is_judged_by_its_frames_whatever_its_region_says() {
     let _counting = counting();
-    let temp = TempTable::new("regions-to-frames", &short_timeout());
-    let socket = SocketPath::new("regions-to-frames");
-    let reaper = temp
-        .table
-        .reaper()
-        .listen(socket.address(), None)
-        .spawn()
-        .unwrap();
+    let (temp, socket, reaper) = served("regions-to-frames");
     let stream = UnixStream::connect(&socket.0).unwrap();
     std::io::Write::write_all(&mut &stream, &hello(8000)).unwrap();
     let region = Mapped::of(&welcome_with_region(&stream));

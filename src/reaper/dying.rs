@@ -3,10 +3,10 @@
 //! reaper (the slot's record keeps when it was); a marked word none of
 //! whose registrations is live any more is given back for the next process.
 
-use crate::session::HeldRegion;
 use super::role::Reaper;
 use super::scan::drop_event;
 use crate::event::{DropEvent, Reason};
+use crate::session::HeldRegion;
 use crate::sync::Ordering::Acquire;
 use crate::table::death_protocol;
 use crate::table::death_words::DeathWords;

@@ -74,18 +74,25 @@ pub fn connect(
         "connect_timeout",
         connect_timeout,
     )?;
-    let connect_timeout = seconds(seconds_given, "timeout")?;
-    if connect_timeout.is_zero() {
-        return Err(errors::new(
-            LIVEREG_INVALID_ARGUMENT,
-            format!("timeout {seconds_given}, expected a positive number of seconds"),
-        ));
-    }
+    let connect_timeout = positive_timeout(seconds_given)?;
     let options = client_options(token, connect_timeout, tls_ca, tls_cert, tls_key)?;
     let (address, label) = (address.to_owned(), label.to_owned());
     py.detach(move || livereg::connect(&address, instance_id, &label, &options))
         .map(Worker::new)
         .or_raise()
+}
+
+/// A `timeout=` in seconds, which must be positive (a session's connect
+/// and answer cannot take no time at all).
+fn positive_timeout(value: f64) -> PyResult<Duration> {
+    let timeout = seconds(value, "timeout")?;
+    if timeout.is_zero() {
+        return Err(errors::new(
+            LIVEREG_INVALID_ARGUMENT,
+            format!("timeout {value}, expected a positive number of seconds"),
+        ));
+    }
+    Ok(timeout)
 }
 
 /// The status of the table behind the listener at `address`, as a
@@ -112,14 +119,7 @@ pub fn remote_status<'py>(
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let bound = seconds(timeout, "timeout")?;
-    if bound.is_zero() {
-        return Err(errors::new(
-            LIVEREG_INVALID_ARGUMENT,
-            format!("timeout {timeout}, expected a positive number of seconds"),
-        ));
-    }
-    let options = client_options(token, bound, tls_ca, tls_cert, tls_key)?;
+    let options = client_options(token, positive_timeout(timeout)?, tls_ca, tls_cert, tls_key)?;
     let address = address.to_owned();
     let status = py
         .detach(move || livereg::remote_status(&address, instance_id, &options))

@@ -109,9 +109,9 @@ impl Sessions {
     /// Up to when remote registration `(index, generation)`'s progress can
     /// be judged at `now_ns`: held by a connection, only up to what its
     /// listener has applied (after this process was stopped, the beats
-    /// wait in the sockets until the listener reads them); else (or when
-    /// no listener has run for two scans) `now_ns`.
-    /// A registration whose region was pulled this scan: `now_ns`.
+    /// wait in the sockets until the listener reads them); else (when its
+    /// region was pulled this scan, or no listener has run for two scans)
+    /// `now_ns`.
     pub(crate) fn progress_known_until(
         &self,
         index: u32,
@@ -174,8 +174,8 @@ impl Sessions {
     }
 
     /// Remote registration `(index, generation)` ended: the region its
-    /// client beat in is let go.
-    /// Its listeners look at their sessions' ends at their next tick.
+    /// client beat in is let go, and the listeners look at their sessions'
+    /// ends at their next tick.
     pub(crate) fn ended(&self, index: u32, generation: u32) {
         self.held.forget_region(index, generation);
         self.held.note_ended();

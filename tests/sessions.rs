@@ -520,8 +520,9 @@ fn status_shows_the_death_word_of_a_unix_session_and_none_for_tcp() {
         death_word(31),
         Some((true, livereg::ExitDetection::Connection))
     );
-    // Scans later, still none for tcp.
-    std::thread::sleep(temp.table.reap_timeout());
+    // Two scans later (each pulls every region), still none for tcp.
+    let scans = temp.table.scans();
+    wait_for(|| temp.table.scans() >= scans + 2);
     assert_eq!(
         death_word(32),
         Some((false, livereg::ExitDetection::Connection))
